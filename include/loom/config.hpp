@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! loom's version, as numbers and as a string.
+#define LOOM_VERSION_MAJOR 0
+#define LOOM_VERSION_MINOR 1
+#define LOOM_VERSION_PATCH 0
+#define LOOM_VERSION_STRING "0.1.0"
+
+// LOOM_HD marks code that runs on both executors: the host one and the CUDA one.
+// LOOM_CUDA_COMPILER is 1 when this translation unit is compiled by nvcc, so it
+// can launch kernels; 0 for a host compiler (then device tensors still allocate
+// and copy, through the CUDA runtime's host API, but evaluating an expression on
+// them is a compile error that says to use nvcc).
+#if defined(__CUDACC__)
+#define LOOM_CUDA_COMPILER 1
+#define LOOM_HD __host__ __device__ __forceinline__
+#define LOOM_DEVICE __device__ __forceinline__
+#define LOOM_GLOBAL __global__
+#else
+#define LOOM_CUDA_COMPILER 0
+#define LOOM_HD inline
+#define LOOM_DEVICE inline
+#endif
+
+// True while compiling the device side of a CUDA translation unit.
+#if defined(__CUDA_ARCH__)
+#define LOOM_DEVICE_CODE 1
+#else
+#define LOOM_DEVICE_CODE 0
+#endif
+
+#if defined(_OPENMP)
+#define LOOM_HAS_OPENMP 1
+#else
+#define LOOM_HAS_OPENMP 0
+#endif
+
+#include <cstddef>
+#include <cstdint>
+
+namespace loom {
+//! Signed 64-bit index type used for every extent, stride and offset, so that
+//! tensors of more than 2^31 elements work everywhere.
+using index_t = std::int64_t;
+
+//! The library version as a string ("major.minor.patch").
+inline constexpr const char* version = LOOM_VERSION_STRING;
+
+namespace detail {
+//! True when this translation unit can launch kernels (compiled by nvcc).
+inline constexpr bool cuda_compiler = LOOM_CUDA_COMPILER != 0;
+//! A `false` that depends on T, for static_asserts in templates.
+template <class...>
+inline constexpr bool always_false = false;
+}  // namespace detail
+}  // namespace loom

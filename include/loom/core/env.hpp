@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cublas_api.h>
+#include <cuda/version>
+#include <cuda_runtime_api.h>
+
+#include <sstream>
+#include <string>
+
+#include "loom/config.hpp"
+#include "loom/core/device.hpp"
+
+namespace loom {
+namespace detail {
+inline std::string cuda_version_string(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+}  // namespace detail
+
+//! A human-readable report of loom's environment: loom, the compiler mode,
+//! CUDA runtime and driver, CCCL and cuBLAS versions, and every usable device
+//! with its properties (or why there is none). Never throws for a missing GPU.
+//! Example: `std::cout << loom::env_report();`
+inline std::string env_report() {
+  std::ostringstream o;
+  o << "loom " << LOOM_VERSION_STRING << " (compiled by " << (detail::cuda_compiler ? "nvcc" : "a host compiler")
+    << (LOOM_HAS_OPENMP ? ", OpenMP on" : ", OpenMP off") << ")\n";
+  int runtime = 0, driver = 0;
+  (void)cudaRuntimeGetVersion(&runtime);
+  (void)cudaDriverGetVersion(&driver);
+  (void)cudaGetLastError();
+  o << "CUDA runtime " << detail::cuda_version_string(runtime) << ", driver "
+    << (driver ? detail::cuda_version_string(driver) : std::string("none")) << "\n";
+  o << "CCCL " << CCCL_MAJOR_VERSION << "." << CCCL_MINOR_VERSION << "." << CCCL_PATCH_VERSION << "\n";
+  o << "cuBLAS " << CUBLAS_VER_MAJOR << "." << CUBLAS_VER_MINOR << "." << CUBLAS_VER_PATCH << " (headers)\n";
+  const int n = cuda::device_count();
+  if (n == 0) {
+    o << "devices: none (" << cuda::unavailable_reason() << ")\n";
+    return o.str();
+  }
+  o << "devices: " << n << "\n";
+  for (int i = 0; i < n; ++i) {
+    const auto p = cuda::properties(i);
+    o << "  [" << i << "] " << p.name << ", compute capability " << p.cc_major << "." << p.cc_minor << ", "
+      << p.sm_count << " SMs, " << (p.total_memory >> 20) << " MiB, L2 " << (p.l2_cache_bytes >> 10) << " KiB, "
+      << p.memory_bus_width_bits << "-bit bus, memory pools " << (p.memory_pools_supported ? "yes" : "no") << "\n";
+  }
+  return o.str();
+}
+}  // namespace loom

@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! The umbrella header: everything loom offers.
+#include "loom/config.hpp"
+#include "loom/core/device.hpp"
+#include "loom/core/dtype.hpp"
+#include "loom/core/env.hpp"
+#include "loom/core/error.hpp"
+#include "loom/core/shape.hpp"
+#include "loom/core/space.hpp"
+#include "loom/core/stream.hpp"
+#include "loom/exec/launch.hpp"
+#include "loom/memory/memory.hpp"
+#include "loom/tensor/copy.hpp"
+#include "loom/tensor/tensor.hpp"
+#include "loom/tensor/view.hpp"

@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdlib>
+#include <new>
+#include <string>
+
+#include "loom/core/device.hpp"
+#include "loom/core/error.hpp"
+#include "loom/core/stream.hpp"
+
+namespace loom {
+
+//! Device-memory accounting for one device, as seen by loom's allocations.
+struct memory_stats {
+  std::size_t in_use = 0;       //!< bytes currently allocated by loom
+  std::size_t peak = 0;         //!< most bytes in use at once since start or reset_peak
+  std::size_t allocations = 0;  //!< number of live allocations
+};
+
+namespace detail {
+inline constexpr int max_devices = 64;
+struct device_counters {
+  std::atomic<std::size_t> in_use{0}, peak{0}, allocations{0};
+};
+inline std::array<device_counters, max_devices>& counters() {
+  static std::array<device_counters, max_devices> c;
+  return c;
+}
+inline device_counters& counters_for(int device) {
+  if (device < 0 || device >= max_devices)
+    throw index_error("loom: device " + std::to_string(device) + " is outside loom's device table");
+  return counters()[static_cast<std::size_t>(device)];
+}
+inline void note_alloc(int device, std::size_t bytes) {
+  auto& c = counters_for(device);
+  const std::size_t now = c.in_use.fetch_add(bytes) + bytes;
+  c.allocations.fetch_add(1);
+  std::size_t p = c.peak.load();
+  while (now > p && !c.peak.compare_exchange_weak(p, now)) {
+  }
+}
+inline void note_free(int device, std::size_t bytes) noexcept {
+  auto& c = counters()[static_cast<std::size_t>(device)];
+  c.in_use.fetch_sub(bytes);
+  c.allocations.fetch_sub(1);
+}
+
+//! Allocates `bytes` of device memory from CUDA's stream-ordered pool on `s`.
+//! Throws out_of_memory (with requested/free/total) or device_unavailable.
+inline void* device_allocate(std::size_t bytes, stream_ref s) {
+  if (bytes == 0) return nullptr;
+  cuda::require_device("allocating device memory");
+  int prev = 0;
+  LOOM_CUDA_CHECK(cudaGetDevice(&prev));
+  if (prev != s.device()) LOOM_CUDA_CHECK(cudaSetDevice(s.device()));
+  void* p = nullptr;
+  const cudaError_t e = cudaMallocAsync(&p, bytes, s.get());
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    std::size_t free_b = 0, total_b = 0;
+    (void)cudaMemGetInfo(&free_b, &total_b);
+    (void)cudaGetLastError();
+    if (prev != s.device()) (void)cudaSetDevice(prev);
+    throw out_of_memory(bytes, free_b, total_b, s.device());
+  }
+  if (prev != s.device()) (void)cudaSetDevice(prev);
+  if (e != cudaSuccess) throw_cuda(e, "cudaMallocAsync", __FILE__, __LINE__);
+  note_alloc(s.device(), bytes);
+  return p;
+}
+
+//! Returns memory from device_allocate to the pool, ordered after the work
+//! already queued on `s`; so a kernel on `s` that still reads it is safe.
+inline void device_free(void* p, std::size_t bytes, stream_ref s) noexcept {
+  if (!p) return;
+  (void)cudaFreeAsync(p, s.get());
+  note_free(s.device(), bytes);
+}
+
+//! Page-locked host memory (fast, truly asynchronous transfers). Needs a driver.
+inline void* pinned_allocate(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  cuda::require_device("allocating pinned host memory");
+  void* p = nullptr;
+  const cudaError_t e = cudaMallocHost(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    throw std::bad_alloc();
+  }
+  LOOM_CUDA_CHECK(e);
+  return p;
+}
+inline void pinned_free(void* p) noexcept {
+  if (p) (void)cudaFreeHost(p);
+}
+
+//! Alignment of pageable host allocations: enough for any vector load.
+inline constexpr std::size_t host_alignment = 64;
+
+inline void* host_allocate(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  const std::size_t rounded = (bytes + host_alignment - 1) / host_alignment * host_alignment;
+  void* p = std::aligned_alloc(host_alignment, rounded);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+inline void host_free(void* p) noexcept { std::free(p); }
+}  // namespace detail
+
+//! loom's device-memory statistics for `device` (default: the current one).
+//! O(1), no synchronization.
+inline memory_stats device_memory_stats(int device = -1) {
+  if (device < 0) device = cuda::current_device();
+  auto& c = detail::counters_for(device);
+  return {c.in_use.load(), c.peak.load(), c.allocations.load()};
+}
+
+//! Resets the peak of `device` (default: current) to the bytes now in use.
+inline void reset_peak_memory(int device = -1) {
+  if (device < 0) device = cuda::current_device();
+  auto& c = detail::counters_for(device);
+  c.peak.store(c.in_use.load());
+}
+}  // namespace loom

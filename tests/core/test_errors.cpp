@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "loom_test.hpp"
+
+using Catch::Matchers::Contains;
+
+namespace {
+cudaError_t returns(cudaError_t e) { return e; }
+}  // namespace
+
+TEST_CASE("LOOM_CUDA_CHECK names the call, the place and CUDA's error name", "[core][error]") {
+  int line = 0;
+  try {
+    line = __LINE__ + 1;
+    LOOM_CUDA_CHECK(returns(cudaErrorInvalidValue));
+    FAIL("no exception");
+  } catch (const loom::cuda_error& e) {
+    const std::string msg = e.what();
+    CHECK_THAT(msg, Contains("returns(cudaErrorInvalidValue)"));
+    CHECK_THAT(msg, Contains("test_errors.cpp:" + std::to_string(line)));
+    CHECK_THAT(msg, Contains("cudaErrorInvalidValue"));
+    CHECK(e.code() == cudaErrorInvalidValue);
+  }
+  CHECK_NOTHROW([] { LOOM_CUDA_CHECK(returns(cudaSuccess)); }());
+}
+
+TEST_CASE("LOOM_CUDA_CHECK reports a missing or old driver as device_unavailable", "[core][error]") {
+  REQUIRE_THROWS_AS([] { LOOM_CUDA_CHECK(returns(cudaErrorInsufficientDriver)); }(), loom::device_unavailable);
+  REQUIRE_THROWS_WITH([] { LOOM_CUDA_CHECK(returns(cudaErrorNoDevice)); }(), Contains("cudaErrorNoDevice"));
+}
+
+TEST_CASE("out_of_memory says what was asked and what the device has", "[core][error]") {
+  const loom::out_of_memory e(1ull << 40, 123456, 7890123, 2);
+  const std::string msg = e.what();
+  CHECK_THAT(msg, Contains("requested 1099511627776 bytes"));
+  CHECK_THAT(msg, Contains("123456 bytes free of 7890123 total"));
+  CHECK_THAT(msg, Contains("device 2"));
+  CHECK(e.requested() == (1ull << 40));
+  CHECK(e.free() == 123456);
+  CHECK(e.total() == 7890123);
+}
+
+TEST_CASE("every loom exception derives from loom::error", "[core][error]") {
+  STATIC_REQUIRE(std::is_base_of_v<loom::error, loom::shape_error>);
+  STATIC_REQUIRE(std::is_base_of_v<loom::error, loom::index_error>);
+  STATIC_REQUIRE(std::is_base_of_v<loom::error, loom::value_error>);
+  STATIC_REQUIRE(std::is_base_of_v<loom::error, loom::dtype_error>);
+  STATIC_REQUIRE(std::is_base_of_v<loom::error, loom::io_error>);
+  STATIC_REQUIRE(std::is_base_of_v<loom::error, loom::aliasing_error>);
+  STATIC_REQUIRE(std::is_base_of_v<loom::error, loom::device_unavailable>);
+  STATIC_REQUIRE(std::is_base_of_v<loom::error, loom::cuda_error>);
+  STATIC_REQUIRE(std::is_base_of_v<loom::error, loom::out_of_memory>);
+  STATIC_REQUIRE(std::is_base_of_v<std::runtime_error, loom::error>);
+}
+
+TEST_CASE("shape checks reject negative extents and overflowing sizes", "[core][shape]") {
+  REQUIRE_THROWS_WITH((loom::host_tensor<float, 2>({3, -1})), Contains("negative extent") && Contains("[3, -1]"));
+  REQUIRE_THROWS_WITH((loom::host_tensor<float, 3>({1ll << 40, 1ll << 40, 16})), Contains("64-bit"));
+  REQUIRE_THROWS_AS((loom::host_tensor<double, 2>({1ll << 31, 1ll << 31})), loom::shape_error);
+  CHECK(loom::shape_string(loom::shape<3>{4, 1, 1024}) == "[4, 1, 1024]");
+  CHECK(loom::shape_string(loom::shape<0>{}) == "[]");
+  CHECK(loom::contiguous_strides(loom::shape<3>{2, 3, 4}) == loom::shape<3>{12, 4, 1});
+}

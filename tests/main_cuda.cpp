@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: Apache-2.0
+// Catch2 main for the [cuda] test programs: exits 77 (ctest's SKIP_RETURN_CODE)
+// when no usable GPU is present, so ctest reports "Skipped", never "Passed".
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <loom/core/device.hpp>
+
+int main(int argc, char* argv[]) {
+  if (!loom::cuda::is_available()) {
+    std::printf("loom: skipping the [cuda] tests: %s\n", loom::cuda::unavailable_reason().c_str());
+    return 77;
+  }
+  return Catch::Session().run(argc, argv);
+}

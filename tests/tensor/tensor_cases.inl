@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: Apache-2.0
+// Tensor behaviours checked on both executors. The including file defines
+// LOOM_TEST_SPACE (loom::host or loom::device) and LOOM_TEST_TAG.
+#include <vector>
+
+#include "loom_test.hpp"
+
+using Catch::Matchers::Contains;
+using loom::whole;
+using loom::index_t;
+using loom::none;
+using loom::range;
+using space_t = LOOM_TEST_SPACE;
+
+#define LOOM_ALL_DTYPES bool, std::int8_t, std::uint8_t, std::int32_t, std::int64_t, loom::half, loom::bf16, float, double
+
+namespace {
+// A tensor of space_t holding the given host data.
+template <class T, std::size_t R>
+loom::tensor<T, R, space_t> in_space(const loom::host_tensor<T, R>& h) {
+  if constexpr (std::is_same_v<space_t, loom::host>)
+    return h;
+  else
+    return loom::to_device(h);
+}
+
+template <class T, std::size_t R>
+loom::host_tensor<T, R> random_host(const loom::shape<R>& s, std::mt19937_64& g) {
+  loom::host_tensor<T, R> h(s);
+  loom_test::randomize(h.view(), g);
+  return h;
+}
+
+template <class T, std::size_t R>
+void poison(loom::tensor<T, R, space_t>& t) {
+  auto h = loom::host_tensor<T, R>(t.extents());
+  std::fill(h.data(), h.data() + h.size(), loom_test::poison_value<T>());
+  loom::copy(h, t);
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("tensor round-trips through its space bit-exactly", "[tensor]" LOOM_TEST_TAG, LOOM_ALL_DTYPES) {
+  std::mt19937_64 g(loom_test::seed_for("round trip"));
+  for (auto s : {loom::shape<2>{1, 1}, loom::shape<2>{7, 1}, loom::shape<2>{257, 33}}) {
+    auto h = random_host<TestType, 2>(s, g);
+    auto t = in_space(h);
+    auto back = loom::to_host(t);
+    REQUIRE(back.extents() == s);
+    for (index_t i = 0; i < h.size(); ++i) REQUIRE(loom_test::same_bits(back.data()[i], h.data()[i]));
+  }
+}
+
+TEMPLATE_TEST_CASE("fill sets every element of strided views in one launch", "[tensor]" LOOM_TEST_TAG, LOOM_ALL_DTYPES) {
+  std::mt19937_64 g(loom_test::seed_for("fill"));
+  auto h = random_host<TestType, 2>({9, 13}, g);
+  auto t = in_space(h);
+  const TestType value = loom_test::random_value<TestType>(g);
+  const auto before = loom::launches();
+  loom::fill(t.slice(range(1, none, 3), range(none, none, -2)), value);
+  const auto after = loom::launches();
+  if constexpr (std::is_same_v<space_t, loom::host>)
+    CHECK(after.host == before.host + 1);
+  else
+    CHECK(after.device == before.device + 1);
+  auto back = loom::to_host(t);
+  for (index_t i = 0; i < 9; ++i)
+    for (index_t j = 0; j < 13; ++j) {
+      const bool hit = (i >= 1 && (i - 1) % 3 == 0) && (j % 2 == 0);
+      REQUIRE(loom_test::same_bits(back(i, j), hit ? value : h(i, j)));
+    }
+}
+
+TEMPLATE_TEST_CASE("copy moves strided and reversed views between spaces", "[tensor]" LOOM_TEST_TAG, LOOM_ALL_DTYPES) {
+  std::mt19937_64 g(loom_test::seed_for("strided copy"));
+  auto src_h = random_host<TestType, 3>({5, 7, 3}, g);
+  auto src = in_space(src_h);
+  auto src_v = src.slice(range(none, none, -2), whole, range(1, 3));  // 3 x 7 x 2, negative stride
+  // Into a contiguous host tensor (device -> host gather when on the device).
+  loom::host_tensor<TestType, 3> dst({3, 7, 2});
+  loom::copy(src_v, dst);
+  for (index_t i = 0; i < 3; ++i)
+    for (index_t j = 0; j < 7; ++j)
+      for (index_t k = 0; k < 2; ++k) REQUIRE(loom_test::same_bits(dst(i, j, k), src_h(4 - 2 * i, j, 1 + k)));
+  // Into a transposed view of a tensor in the same space.
+  loom::tensor<TestType, 3, space_t> wide({2, 7, 3});
+  poison(wide);
+  loom::copy(src_v, wide.permute({2, 1, 0}));
+  auto wide_h = loom::to_host(wide);
+  for (index_t i = 0; i < 3; ++i)
+    for (index_t j = 0; j < 7; ++j)
+      for (index_t k = 0; k < 2; ++k) REQUIRE(loom_test::same_bits(wide_h(k, j, i), src_h(4 - 2 * i, j, 1 + k)));
+  // From a strided host view into a strided view in this space.
+  loom::tensor<TestType, 3, space_t> t2({5, 7, 3});
+  poison(t2);
+  loom::copy(src_h.slice(range(none, none, -2), whole, range(1, 3)), t2.slice(range(0, 3), whole, range(none, 0, -1)));
+  auto t2h = loom::to_host(t2);
+  for (index_t i = 0; i < 3; ++i)
+    for (index_t j = 0; j < 7; ++j)
+      for (index_t k = 0; k < 2; ++k) REQUIRE(loom_test::same_bits(t2h(i, j, 2 - k), src_h(4 - 2 * i, j, 1 + k)));
+}
+
+TEST_CASE("copy between overlapping views reads every element before it is overwritten", "[tensor]" LOOM_TEST_TAG) {
+  loom::host_tensor<double, 1> h({20});
+  for (index_t i = 0; i < 20; ++i) h(i) = static_cast<double>(i);
+  auto t = in_space(h);
+  loom::copy(t.slice(range(0, 15)), t.slice(range(5, 20)));  // shift right by 5
+  auto back = loom::to_host(t);
+  for (index_t i = 0; i < 5; ++i) CHECK(back(i) == i);
+  for (index_t i = 5; i < 20; ++i) CHECK(back(i) == i - 5);
+  loom::copy(t.slice(range(none, none, -1)), t.view());  // reverse in place
+  back = loom::to_host(t);
+  for (index_t i = 0; i < 20; ++i) CHECK(back(i) == (19 - i < 5 ? 19 - i : 19 - i - 5));
+}
+
+TEST_CASE("copy with mismatched shapes throws naming both and changes nothing", "[tensor]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("copy mismatch"));
+  auto h = random_host<float, 2>({3, 4}, g);
+  auto t = in_space(h);
+  loom::host_tensor<float, 2> other({4, 3});
+  REQUIRE_THROWS_WITH(loom::copy(other, t), Contains("[4, 3]") && Contains("[3, 4]"));
+  auto back = loom::to_host(t);
+  for (index_t i = 0; i < h.size(); ++i) REQUIRE(back.data()[i] == h.data()[i]);
+  // Tensor assignment needs equal shapes too.
+  loom::tensor<float, 2, space_t> wrong({2, 2});
+  REQUIRE_THROWS_AS(t = wrong, loom::shape_error);
+  back = loom::to_host(t);
+  for (index_t i = 0; i < h.size(); ++i) REQUIRE(back.data()[i] == h.data()[i]);
+}
+
+TEST_CASE("tensor copies are deep and moves transfer ownership", "[tensor]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("deep copy"));
+  auto h = random_host<float, 2>({6, 5}, g);
+  auto a = in_space(h);
+  auto b = a;  // deep copy
+  REQUIRE(b.data() != a.data());
+  loom::fill(a, 0.0f);
+  auto bh = loom::to_host(b);
+  for (index_t i = 0; i < h.size(); ++i) REQUIRE(bh.data()[i] == h.data()[i]);
+  const float* p = b.data();
+  auto c = std::move(b);
+  CHECK(c.data() == p);
+  CHECK(b.size() == 0);
+  loom::tensor<float, 2, space_t> d({6, 5});
+  d = a;  // element copy into existing storage
+  auto dh = loom::to_host(d);
+  for (index_t i = 0; i < h.size(); ++i) REQUIRE(dh.data()[i] == 0.0f);
+}
+
+TEST_CASE("zeros full contiguous and empty_like build tensors with the right contents", "[tensor]" LOOM_TEST_TAG) {
+  auto z = loom::zeros<std::int32_t, 2, space_t>({3, 5});
+  auto zh = loom::to_host(z);
+  for (index_t i = 0; i < zh.size(); ++i) REQUIRE(zh.data()[i] == 0);
+  auto f = loom::full<loom::bf16, 1, space_t>({33}, loom::bf16(2.5f));
+  auto fh = loom::to_host(f);
+  for (index_t i = 0; i < 33; ++i) REQUIRE(static_cast<float>(fh(i)) == 2.5f);
+  std::mt19937_64 g(loom_test::seed_for("contiguous"));
+  auto h = random_host<double, 2>({4, 6}, g);
+  auto t = in_space(h);
+  auto c = loom::contiguous(t.t());
+  STATIC_REQUIRE(std::is_same_v<decltype(c), loom::tensor<double, 2, space_t>>);
+  auto ch = loom::to_host(c);
+  for (index_t i = 0; i < 6; ++i)
+    for (index_t j = 0; j < 4; ++j) REQUIRE(ch(i, j) == h(j, i));
+  auto e = loom::empty_like(t.slice(1));
+  CHECK(e.extents() == loom::shape<1>{6});
+  loom::tensor<float, 0, space_t> scalar(loom::shape<0>{});
+  CHECK(scalar.size() == 1);
+  loom::fill(scalar, 4.0f);
+  CHECK(loom::to_host(scalar)() == 4.0f);
+}
