@@ -62,7 +62,7 @@ float random_float_any_magnitude(std::mt19937_64& g) {
 
 TEST_CASE("half decodes every bit pattern exactly", "[core][dtype]") {
   for (std::uint32_t b = 0; b < 65536; ++b) {
-    const float got = loom::half::from_bits(static_cast<std::uint16_t>(b));
+    const float got = loom::detail::from_bits<loom::half>(static_cast<std::uint16_t>(b));
     const double want = ref_decode_half(static_cast<std::uint16_t>(b));
     INFO("bits 0x" << std::hex << b);
     if (std::isnan(want))
@@ -75,10 +75,10 @@ TEST_CASE("half decodes every bit pattern exactly", "[core][dtype]") {
 TEST_CASE("half rounds floats to nearest even when converting", "[core][dtype]") {
   std::mt19937_64 g(loom_test::seed_for("half rne"));
   auto check = [](float f) {
-    const std::uint16_t got = loom::half(f).bits_;
+    const std::uint16_t got = loom::detail::bits_of(loom::half(f));
     INFO("f = " << f);
     if (std::isnan(f)) {
-      REQUIRE(std::isnan(static_cast<float>(loom::half::from_bits(got))));
+      REQUIRE(std::isnan(static_cast<float>(loom::detail::from_bits<loom::half>(got))));
       return;
     }
     REQUIRE(got == ref_encode(f, 10, 15, 31));
@@ -108,15 +108,15 @@ TEST_CASE("half rounds floats to nearest even when converting", "[core][dtype]")
 TEST_CASE("bf16 rounds floats to nearest even and decodes exactly", "[core][dtype]") {
   std::mt19937_64 g(loom_test::seed_for("bf16 rne"));
   auto check = [](float f) {
-    const std::uint16_t got = loom::bf16(f).bits_;
+    const std::uint16_t got = loom::detail::bits_of(loom::bf16(f));
     INFO("f = " << f);
     if (std::isnan(f)) {
-      REQUIRE(std::isnan(static_cast<float>(loom::bf16::from_bits(got))));
+      REQUIRE(std::isnan(static_cast<float>(loom::detail::from_bits<loom::bf16>(got))));
       return;
     }
     REQUIRE(got == ref_encode(f, 7, 127, 255));
     // Decoding is exact: the top 16 bits of a float.
-    const double back = static_cast<float>(loom::bf16::from_bits(got));
+    const double back = static_cast<float>(loom::detail::from_bits<loom::bf16>(got));
     if (std::isfinite(back)) REQUIRE(std::fabs(back - f) <= std::fabs(f) * std::ldexp(1.0, -8) + std::ldexp(1.0, -134));
   };
   for (int i = 0; i < 200000; ++i) check(random_float_any_magnitude(g));

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include <bit>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -10,114 +12,38 @@
 #include "loom/config.hpp"
 
 namespace loom {
-namespace detail {
-template <class To, class From>
-LOOM_HD To bits_as(From v) {
-  static_assert(sizeof(To) == sizeof(From));
-#if LOOM_DEVICE_CODE
-  To out;
-  memcpy(&out, &v, sizeof(To));
-  return out;
-#else
-  return std::bit_cast<To>(v);
-#endif
-}
-
-// float -> IEEE binary16, round to nearest even; Inf stays Inf, NaN stays (quiet) NaN.
-LOOM_HD std::uint16_t float_to_half_bits(float f) {
-#if LOOM_DEVICE_CODE
-  unsigned short h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return h;
-#else
-  std::uint32_t u = bits_as<std::uint32_t>(f);
-  const std::uint32_t sign = (u >> 16) & 0x8000u;
-  u &= 0x7fffffffu;
-  std::uint32_t out;
-  if (u >= 0x47800000u) {  // |f| >= 65536, Inf or NaN
-    out = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
-  } else if (u < 0x38800000u) {  // result is subnormal or zero: let float addition round
-    // Adding 0.5 aligns the binary16 subnormal unit (2^-24) with float's last mantissa bit.
-    const float magic = bits_as<float>(0x3f000000u);
-    out = bits_as<std::uint32_t>(bits_as<float>(u) + magic) - 0x3f000000u;
-  } else {
-    const std::uint32_t odd = (u >> 13) & 1u;
-    u += 0xc8000fffu + odd;  // rebias exponent (127 -> 15) and round half to even
-    out = u >> 13;
-  }
-  return static_cast<std::uint16_t>(out | sign);
-#endif
-}
-
-LOOM_HD float half_bits_to_float(std::uint16_t h) {
-#if LOOM_DEVICE_CODE
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
-#else
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const std::uint32_t exp = (h >> 10) & 0x1fu;
-  const std::uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {
-    const float mag = static_cast<float>(mant) * 5.9604644775390625e-8f;  // mant * 2^-24
-    return bits_as<float>(bits_as<std::uint32_t>(mag) | sign);
-  }
-  if (exp == 31) return bits_as<float>(sign | 0x7f800000u | (mant << 13));
-  return bits_as<float>(sign | ((exp + 112u) << 23) | (mant << 13));
-#endif
-}
-
-// float -> bfloat16, round to nearest even; NaN stays a quiet NaN.
-LOOM_HD std::uint16_t float_to_bf16_bits(float f) {
-  const std::uint32_t u = bits_as<std::uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
-  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-LOOM_HD float bf16_bits_to_float(std::uint16_t b) {
-  return bits_as<float>(static_cast<std::uint32_t>(b) << 16);
-}
-}  // namespace detail
-
-//! IEEE binary16 storage type. Arithmetic converts to float (loom computes
-//! half data in float and rounds once on store).
+//! IEEE binary16: CUDA's own `__half`, so loom tensors interoperate with CUDA
+//! code and `half` means the same type with or without `using namespace loom`.
+//! loom computes half data in float and rounds once (to nearest even) on store.
 //! Example: `loom::half h = 1.5f; float f = h;`
-struct half {
-  std::uint16_t bits_ = 0;
-  half() = default;
-  template <class U>
-    requires std::is_arithmetic_v<U>
-  LOOM_HD half(U v) : bits_(detail::float_to_half_bits(static_cast<float>(v))) {}
-  LOOM_HD operator float() const { return detail::half_bits_to_float(bits_); }
-  //! Builds a half from its 16 raw bits.
-  LOOM_HD static half from_bits(std::uint16_t b) {
-    half h;
-    h.bits_ = b;
-    return h;
-  }
-};
-
-//! bfloat16 storage type (8 exponent bits, 7 mantissa bits); computed in float.
-//! Example: `loom::bf16 b = 3.0f;`
-struct bf16 {
-  std::uint16_t bits_ = 0;
-  bf16() = default;
-  template <class U>
-    requires std::is_arithmetic_v<U>
-  LOOM_HD bf16(U v) : bits_(detail::float_to_bf16_bits(static_cast<float>(v))) {}
-  LOOM_HD operator float() const { return detail::bf16_bits_to_float(bits_); }
-  //! Builds a bf16 from its 16 raw bits.
-  LOOM_HD static bf16 from_bits(std::uint16_t b) {
-    bf16 h;
-    h.bits_ = b;
-    return h;
-  }
-};
+using half = __half;
+//! bfloat16 (8 exponent bits, 7 mantissa bits): CUDA's `__nv_bfloat16`;
+//! computed in float like half.
+using bf16 = __nv_bfloat16;
 //! Alias spelled like the dtype name.
 using bfloat16 = bf16;
 
 static_assert(sizeof(half) == 2 && std::is_trivially_copyable_v<half>);
 static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable_v<bf16>);
+
+namespace detail {
+//! The 16 raw bits of a half or bf16 value.
+template <class T>
+LOOM_HD std::uint16_t bits_of(T v) {
+  static_assert(sizeof(T) == 2);
+  std::uint16_t b;
+  memcpy(&b, &v, 2);
+  return b;
+}
+//! A half or bf16 value from its 16 raw bits.
+template <class T>
+LOOM_HD T from_bits(std::uint16_t b) {
+  static_assert(sizeof(T) == 2);
+  T v;
+  memcpy(&v, &b, 2);
+  return v;
+}
+}  // namespace detail
 
 //! The element types a tensor may hold.
 enum class dtype : std::uint8_t { bool_, int8, uint8, int32, int64, float16, bfloat16, float32, float64 };

@@ -150,7 +150,7 @@ class tensor {
   tensor(const tensor& o) : tensor(o.clone_storage()) {
     detail::copy_views(view(), o.view(), copy_stream(), false);
   }
-  tensor(tensor&& o) noexcept : buf_(std::move(o.buf_)), view_(std::exchange(o.view_, view_type{})) {}
+  tensor(tensor&& o) noexcept : buf_(std::move(o.buf_)), view_(o.view_) { o.view_ = view_type{}; }
 
   //! Copies the elements of `o` into this tensor; the shapes must be equal
   //! (shape_error otherwise, and this tensor is unchanged).
@@ -162,8 +162,41 @@ class tensor {
   tensor& operator=(tensor&& o) noexcept {
     if (this != &o) {
       buf_ = std::move(o.buf_);
-      view_ = std::exchange(o.view_, view_type{});
+      view_ = o.view_;
+      o.view_ = view_type{};
     }
+    return *this;
+  }
+
+  //! Evaluates an expression (or a scalar, or a tensor of another type or
+  //! space-equal view) into this tensor's elements: one launch, no temporary;
+  //! see loom::assign. The shape stays; the expression must broadcast to it.
+  //! Example: `y = gelu(x * w + b);`
+  template <class E>
+    requires(!std::is_same_v<std::remove_cvref_t<E>, tensor>)
+  tensor& operator=(const E& e) {
+    assign(view(), e);
+    return *this;
+  }
+  //! In-place arithmetic, one launch each: `x += y * 2;`
+  template <class E>
+  tensor& operator+=(const E& e) {
+    assign(view(), view() + e);
+    return *this;
+  }
+  template <class E>
+  tensor& operator-=(const E& e) {
+    assign(view(), view() - e);
+    return *this;
+  }
+  template <class E>
+  tensor& operator*=(const E& e) {
+    assign(view(), view() * e);
+    return *this;
+  }
+  template <class E>
+  tensor& operator/=(const E& e) {
+    assign(view(), view() / e);
     return *this;
   }
 
@@ -247,10 +280,11 @@ class tensor {
 
  private:
   tensor clone_storage() const {
+    if (!data() && view_.size() != 0) return tensor();  // default-constructed: nothing to copy
     if constexpr (std::is_same_v<Space, device>)
-      return data() ? tensor(extents(), buf_.stream()) : tensor();
+      return tensor(extents(), buf_.stream());
     else
-      return data() ? tensor(extents(), buf_.kind()) : tensor();
+      return tensor(extents(), buf_.kind());
   }
   stream_ref copy_stream() const {
     if constexpr (std::is_same_v<Space, device>)

@@ -78,6 +78,26 @@ class view {
   static constexpr std::size_t rank = Rank;
 
   view() = default;
+  view(const view&) = default;
+  //! A named view rebinds when assigned another view of the same type, like
+  //! std::span; use loom::assign(v, w) to copy elements into it.
+  view& operator=(const view&) & = default;
+
+  //! Writes the elements of an expression (or scalar) into the viewed memory:
+  //! one launch; see loom::assign. Works on temporaries from slicing too:
+  //! `x.slice(0) = y.slice(1) * 2;`
+  template <class E>
+    requires(!std::is_same_v<std::remove_cvref_t<E>, view>)
+  const view& operator=(const E& e) & {
+    assign(*this, e);
+    return *this;
+  }
+  template <class E>
+  const view& operator=(const E& e) && {
+    assign(*this, e);
+    return *this;
+  }
+
   //! A view of `data` with the given extents and strides (in elements).
   LOOM_HD view(T* data, const shape<Rank>& extents, const shape<Rank>& strides)
       : data_(data), extents_(extents), strides_(strides) {}
@@ -141,7 +161,7 @@ class view {
     requires(sizeof...(I) == Rank && (std::is_integral_v<I> && ...) && std::is_same_v<Space, host>)
   T& at(I... idx) const {
     const index_t ix[] = {static_cast<index_t>(idx)..., 0};
-    for (std::size_t d = 0; d < Rank; ++d)
+    for (std::size_t d = 0; d != Rank; ++d)
       if (ix[d] < 0 || ix[d] >= extents_[d])
         throw index_error("loom: index " + std::to_string(ix[d]) + " is out of range for axis " +
                           std::to_string(d) + " of extent " + std::to_string(extents_[d]) + " (shape " +
@@ -162,7 +182,7 @@ class view {
     shape<Rank - dropped> ext{}, str{};
     T* p = data_;
     std::size_t o = 0;
-    for (std::size_t d = 0; d < Rank; ++d) {
+    for (std::size_t d = 0; d != Rank; ++d) {
       const index_t n = extents_[d];
       if (d < sizeof...(A) && a[d].index) {
         index_t i = a[d].i;
@@ -191,7 +211,7 @@ class view {
   view permute(const std::array<int, Rank>& perm) const {
     shape<Rank> ext{}, str{};
     std::array<bool, Rank> seen{};
-    for (std::size_t i = 0; i < Rank; ++i) {
+    for (std::size_t i = 0; i != Rank; ++i) {
       const std::size_t p = detail::normalize_axis<Rank>(perm[i]);
       if (seen[p]) throw index_error("loom: permute() got axis " + std::to_string(p) + " twice");
       seen[p] = true;
@@ -224,7 +244,7 @@ class view {
   view<T, N, Space> reshape(shape<N> s) const {
     int infer = -1;
     index_t known = 1;
-    for (std::size_t i = 0; i < N; ++i) {
+    for (std::size_t i = 0; i != N; ++i) {
       if (s[i] == -1) {
         if (infer >= 0) throw shape_error("loom: reshape to " + shape_string(s) + " has more than one -1");
         infer = static_cast<int>(i);
@@ -258,10 +278,10 @@ class view {
   view<T, N, Space> broadcast_to(const shape<N>& s) const {
     static_assert(N >= Rank, "loom: broadcast_to() cannot lower the rank");
     shape<N> str{};
-    for (std::size_t i = 0; i < N; ++i) {
+    for (std::size_t i = 0; i != N; ++i) {
       if (s[i] < 0) throw shape_error("loom: broadcast_to " + shape_string(s) + " has a negative extent");
-      if (i < N - Rank) continue;
-      const std::size_t d = i - (N - Rank);
+      if (i + Rank < N) continue;  // a new leading axis
+      const std::size_t d = i + Rank - N;
       if (extents_[d] == s[i])
         str[i] = strides_[d];
       else if (extents_[d] == 1)
@@ -281,7 +301,7 @@ class view {
       throw shape_error("loom: squeeze(" + std::to_string(axis) + ") on shape " + shape_string(extents_) +
                         ": that axis has extent " + std::to_string(extents_[a]) + ", not 1");
     shape<Rank - 1> ext{}, str{};
-    for (std::size_t i = 0, o = 0; i < Rank; ++i)
+    for (std::size_t i = 0, o = 0; i != Rank; ++i)
       if (i != a) ext[o] = extents_[i], str[o++] = strides_[i];
     return view<T, Rank - 1, Space>(data_, ext, str);
   }

@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <math.h>
+
+#include "loom/config.hpp"
+
+// The math functions every op uses, for float and double, callable from both
+// executors. nvcc declares the C names below for host and device alike, so one
+// spelling serves both.
+namespace loom::detail::m {
+#define LOOM_MATH_UNARY(name, f32, f64)              \
+  LOOM_HD float name(float x) { return ::f32(x); }   \
+  LOOM_HD double name(double x) { return ::f64(x); }
+LOOM_MATH_UNARY(exp, expf, exp)
+LOOM_MATH_UNARY(exp2, exp2f, exp2)
+LOOM_MATH_UNARY(expm1, expm1f, expm1)
+LOOM_MATH_UNARY(log, logf, log)
+LOOM_MATH_UNARY(log1p, log1pf, log1p)
+LOOM_MATH_UNARY(log2, log2f, log2)
+LOOM_MATH_UNARY(sqrt, sqrtf, sqrt)
+LOOM_MATH_UNARY(fabs, fabsf, fabs)
+LOOM_MATH_UNARY(floor, floorf, floor)
+LOOM_MATH_UNARY(ceil, ceilf, ceil)
+LOOM_MATH_UNARY(rint, rintf, rint)
+LOOM_MATH_UNARY(sin, sinf, sin)
+LOOM_MATH_UNARY(cos, cosf, cos)
+LOOM_MATH_UNARY(tanh, tanhf, tanh)
+LOOM_MATH_UNARY(erf, erff, erf)
+#undef LOOM_MATH_UNARY
+LOOM_HD float pow(float a, float b) { return ::powf(a, b); }
+LOOM_HD double pow(double a, double b) { return ::pow(a, b); }
+LOOM_HD float fmod(float a, float b) { return ::fmodf(a, b); }
+LOOM_HD double fmod(double a, double b) { return ::fmod(a, b); }
+LOOM_HD float rsqrt(float x) {
+#if LOOM_DEVICE_CODE
+  return ::rsqrtf(x);
+#else
+  return 1.0f / ::sqrtf(x);
+#endif
+}
+LOOM_HD double rsqrt(double x) {
+#if LOOM_DEVICE_CODE
+  return ::rsqrt(x);
+#else
+  return 1.0 / ::sqrt(x);
+#endif
+}
+template <class T>
+LOOM_HD bool isnan(T x) {
+  return x != x;
+}
+}  // namespace loom::detail::m

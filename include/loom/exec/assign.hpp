@@ -1,0 +1,413 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "loom/config.hpp"
+#include "loom/core/dtype.hpp"
+#include "loom/core/error.hpp"
+#include "loom/core/shape.hpp"
+#include "loom/core/space.hpp"
+#include "loom/core/stream.hpp"
+#include "loom/detail/fast_divmod.hpp"
+#include "loom/detail/tuple.hpp"
+#include "loom/exec/launch.hpp"
+#include "loom/expr/expression.hpp"
+#include "loom/tensor/tensor.hpp"
+#include "loom/tensor/view.hpp"
+
+namespace loom {
+
+//! Which compiled path an assignment took.
+enum class eval_path : std::uint8_t {
+  empty,       //!< nothing to do (zero elements); no launch
+  contiguous,  //!< every operand contiguous, same shape (and 16-byte aligned on the device): linear indexing, vector loads
+  general      //!< broadcast, strided or unaligned operands: coordinates from fast integer division
+};
+
+//! What an assignment did: its path, and on the device the elements each
+//! thread moves with 16-byte loads (1 on the host and on the general path).
+struct eval_info {
+  eval_path path = eval_path::empty;
+  int vector_width = 1;
+  bool on_device = false;
+};
+
+namespace detail {
+inline eval_info& last_eval_slot() {
+  thread_local eval_info info;
+  return info;
+}
+
+// ---------------------------------------------------------------------------
+// Kernel-side forms of the nodes: what enters a kernel. Leaves are a pointer
+// plus strides already broadcast to the output's rank.
+
+template <class T, int V>
+struct alignas(16) vec_regs {
+  T v[V];
+};
+
+template <class T, int V>
+LOOM_HD void vec_load(const T* p, vec_regs<T, V>& r) {
+#if LOOM_DEVICE_CODE
+  static_assert(sizeof(r) % 16 == 0);
+  constexpr int k = static_cast<int>(sizeof(r) / 16);
+  const uint4* src = reinterpret_cast<const uint4*>(p);
+  uint4* dst = reinterpret_cast<uint4*>(&r);
+#pragma unroll
+  for (int i = 0; i < k; ++i) dst[i] = src[i];
+#else
+  std::memcpy(&r, p, sizeof(r));
+#endif
+}
+
+template <class T, int V>
+LOOM_HD void vec_store(T* p, const vec_regs<T, V>& r) {
+#if LOOM_DEVICE_CODE
+  constexpr int k = static_cast<int>(sizeof(r) / 16);
+  uint4* dst = reinterpret_cast<uint4*>(p);
+  const uint4* src = reinterpret_cast<const uint4*>(&r);
+#pragma unroll
+  for (int i = 0; i < k; ++i) dst[i] = src[i];
+#else
+  std::memcpy(p, &r, sizeof(r));
+#endif
+}
+
+//! Converts a computed value to the output element type (rounding once).
+template <class To, class From>
+LOOM_HD To convert(From v) {
+  if constexpr (std::is_same_v<To, bool>)
+    return v != From(0);
+  else if constexpr (std::is_same_v<To, half> || std::is_same_v<To, bf16>)
+    return To(static_cast<float>(v));
+  else
+    return static_cast<To>(v);
+}
+
+template <class T, std::size_t R>
+struct bound_leaf {
+  using compute = compute_t<T>;
+  template <int V>
+  using regs = vec_regs<T, V>;
+  const T* p;
+  shape<R> st;
+
+  LOOM_HD compute at_linear(index_t i) const { return static_cast<compute>(p[i]); }
+  LOOM_HD compute at(const index_t* idx) const {
+    index_t off = 0;
+    for (std::size_t d = R; d-- > 0;) off += idx[d] * st[d];
+    return static_cast<compute>(p[off]);
+  }
+  template <int V>
+  LOOM_HD void load(index_t i0, regs<V>& r) const {
+    vec_load<T, V>(p + i0, r);
+  }
+  template <int V>
+  LOOM_HD compute elem(const regs<V>& r, int j) const {
+    return static_cast<compute>(r.v[j]);
+  }
+};
+
+template <class C>
+struct bound_scalar {
+  using compute = C;
+  template <int V>
+  struct regs {};
+  C value;
+
+  LOOM_HD C at_linear(index_t) const { return value; }
+  LOOM_HD C at(const index_t*) const { return value; }
+  template <int V>
+  LOOM_HD void load(index_t, regs<V>&) const {}
+  template <int V>
+  LOOM_HD C elem(const regs<V>&, int) const {
+    return value;
+  }
+};
+
+template <class F, class Cin, class... B>
+struct bound_map {
+  using compute = std::remove_cvref_t<decltype(std::declval<const F&>()(std::declval<repeat_t<B, Cin>>()...))>;
+  template <int V>
+  struct regs {
+    tuple<typename B::template regs<V>...> c;
+  };
+  F f;
+  tuple<B...> ch;
+
+  LOOM_HD compute at_linear(index_t i) const { return linear_impl(i, std::index_sequence_for<B...>{}); }
+  LOOM_HD compute at(const index_t* idx) const { return at_impl(idx, std::index_sequence_for<B...>{}); }
+  template <int V>
+  LOOM_HD void load(index_t i0, regs<V>& r) const {
+    load_impl<V>(i0, r, std::index_sequence_for<B...>{});
+  }
+  template <int V>
+  LOOM_HD compute elem(const regs<V>& r, int j) const {
+    return elem_impl<V>(r, j, std::index_sequence_for<B...>{});
+  }
+
+ private:
+  template <std::size_t... I>
+  LOOM_HD compute linear_impl(index_t i, std::index_sequence<I...>) const {
+    return f(static_cast<Cin>(detail::get<I>(ch).at_linear(i))...);
+  }
+  template <std::size_t... I>
+  LOOM_HD compute at_impl(const index_t* idx, std::index_sequence<I...>) const {
+    return f(static_cast<Cin>(detail::get<I>(ch).at(idx))...);
+  }
+  template <int V, std::size_t... I>
+  LOOM_HD void load_impl(index_t i0, regs<V>& r, std::index_sequence<I...>) const {
+    (detail::get<I>(ch).template load<V>(i0, detail::get<I>(r.c)), ...);
+  }
+  template <int V, std::size_t... I>
+  LOOM_HD compute elem_impl(const regs<V>& r, int j, std::index_sequence<I...>) const {
+    return f(static_cast<Cin>(detail::get<I>(ch).template elem<V>(detail::get<I>(r.c), j))...);
+  }
+};
+
+//! What binding learned about the operands.
+struct bind_info {
+  bool contiguous = true;     // every leaf contiguous and not broadcast
+  bool aligned = true;        // every leaf pointer 16-byte aligned
+};
+
+template <class A, class B, std::size_t R, class S>
+bool same_index_map(const view<A, R, S>& a, const view<B, R, S>& b) {
+  if (static_cast<const void*>(a.data()) != static_cast<const void*>(b.data()) || sizeof(A) != sizeof(B)) return false;
+  for (std::size_t d = 0; d != R; ++d)
+    if (a.extent(d) > 1 && a.stride(d) != b.stride(d)) return false;
+  return true;
+}
+
+// Binds a node tree to an output view: broadcasts leaves to the output's
+// shape, checks aliasing, and returns the kernel-side tree.
+struct binder {
+  template <class T, std::size_t R, class S, class O, std::size_t RO>
+  static auto bind(const leaf_node<T, R, S>& l, const view<O, RO, S>& out, bind_info& info) {
+    const auto b = l.v.broadcast_to(out.extents());
+    if (may_overlap(b, out) && !same_index_map(b, out))
+      throw aliasing_error("loom: the output (shape " + shape_string(out.extents()) + ", strides " +
+                           shape_string(out.strides()) + ") overlaps an input (strides " + shape_string(b.strides()) +
+                           ") under a different index map; evaluate into a new tensor (loom::materialize) first");
+    info.contiguous = info.contiguous && b.is_contiguous();
+    info.aligned = info.aligned && reinterpret_cast<std::uintptr_t>(b.data()) % 16 == 0;
+    return bound_leaf<T, RO>{b.data(), b.strides()};
+  }
+  template <class C, class Out>
+  static auto bind(const scalar_node<C>& s, const Out&, bind_info&) {
+    return bound_scalar<C>{s.value};
+  }
+  template <class E, std::size_t R, class Out>
+  static auto bind(const broadcast_node<E, R>& b, const Out& out, bind_info& info) {
+    return bind(b.e, out, info);
+  }
+  template <class F, class... Ch, class Out>
+  static auto bind(const map_node<F, Ch...>& m, const Out& out, bind_info& info) {
+    return bind_map(m, out, info, std::index_sequence_for<Ch...>{});
+  }
+  template <class F, class... Ch, class Out, std::size_t... I>
+  static auto bind_map(const map_node<F, Ch...>& m, const Out& out, bind_info& info, std::index_sequence<I...>) {
+    using cin = typename map_node<F, Ch...>::types::cin;
+    using result = bound_map<F, cin, decltype(bind(detail::get<I>(m.children), out, info))...>;
+    return result{m.f, tuple<decltype(bind(detail::get<I>(m.children), out, info))...>(
+                           bind(detail::get<I>(m.children), out, info)...)};
+  }
+};
+
+// One parameter block for the general path: output pointer and strides, and
+// the divisors that turn a linear index into coordinates.
+template <class O, std::size_t R>
+struct general_out {
+  O* p;
+  shape<R> st;
+  fast_divmod div[R > 0 ? R : 1];
+};
+
+template <class O, std::size_t R, class B>
+LOOM_HD void eval_general_at(const general_out<O, R>& out, const B& e, index_t i) {
+  index_t idx[R > 0 ? R : 1];
+  index_t off = 0;
+  std::uint64_t rest = static_cast<std::uint64_t>(i);
+  for (std::size_t d = R; d-- > 0;) {
+    std::uint64_t q, r;
+    out.div[d].divmod(rest, q, r);
+    idx[d] = static_cast<index_t>(r);
+    off += idx[d] * out.st[d];
+    rest = q;
+  }
+  out.p[off] = convert<O>(e.at(idx));
+}
+
+#if LOOM_CUDA_COMPILER
+template <int V, class O, class B>
+__global__ void __launch_bounds__(256) contiguous_kernel(O* out, B e, index_t n) {
+  const index_t nv = n / V;
+  const index_t tid = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const index_t step = static_cast<index_t>(gridDim.x) * blockDim.x;
+  // Not unrolled: one iteration already has a 16-byte load per input in flight,
+  // and the code stays one loop body per expression.
+#pragma unroll 1
+  for (index_t v = tid; v < nv; v += step) {
+    typename B::template regs<V> r;
+    e.template load<V>(v * V, r);
+    vec_regs<O, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = convert<O>(e.template elem<V>(r, j));
+    vec_store<O, V>(out + v * V, o);
+  }
+  const index_t t = nv * V + tid;
+  if (t < n) out[t] = convert<O>(e.at_linear(t));
+}
+
+template <class O, std::size_t R, class B>
+__global__ void __launch_bounds__(256) general_kernel(general_out<O, R> out, B e, index_t n) {
+  const index_t step = static_cast<index_t>(gridDim.x) * blockDim.x;
+#pragma unroll 1
+  for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step)
+    eval_general_at(out, e, i);
+}
+
+inline unsigned grid_for(index_t work, int device) {
+  constexpr index_t block = 256;
+  const index_t want = (work + block - 1) / block;
+  const index_t cap = static_cast<index_t>(sm_count(device)) * 32;
+  return static_cast<unsigned>(want < cap ? (want > 0 ? want : 1) : cap);
+}
+#endif
+
+// The smallest element size among a tree's leaves (16 when it has none): the
+// device's contiguous path moves 16 bytes of that type per thread, so each
+// expression compiles for one vector width.
+template <class N>
+struct min_leaf_size {
+  static constexpr std::size_t value = 16;
+};
+template <class T, std::size_t R, class S>
+struct min_leaf_size<leaf_node<T, R, S>> {
+  static constexpr std::size_t value = sizeof(T);
+};
+template <class E, std::size_t R>
+struct min_leaf_size<broadcast_node<E, R>> : min_leaf_size<E> {};
+template <class F, class... Ch>
+struct min_leaf_size<map_node<F, Ch...>> {
+  static constexpr std::size_t value = std::min({std::size_t{16}, min_leaf_size<Ch>::value...});
+};
+
+template <class O, std::size_t RO, class S, class E>
+eval_info assign_impl(const view<O, RO, S>& out, const E& e_in) {
+  static_assert(!std::is_const_v<O>, "loom: cannot assign to a view of const elements");
+  using node = node_t<E>;
+  static_assert(!std::is_same_v<typename node::space, mixed_space>,
+                "loom: an expression mixes host and device tensors; copy one side first with loom::to_device(x) or "
+                "loom::to_host(x)");
+  static_assert(std::is_void_v<typename node::space> || std::is_same_v<typename node::space, S>,
+                "loom: the expression lives in another memory space than the output; copy it with loom::to_device(x) "
+                "or loom::to_host(x), or assign into a tensor of the same space");
+  static_assert(node::rank <= RO, "loom: the expression has a higher rank than the output it is assigned to");
+  require_cuda_compiler_for<S>();
+  const node e = as_node(e_in);
+
+  const auto ext = e.extents();
+  shape<RO> acc{};
+  bool first = true;
+  broadcast_into(acc, out.extents(), first);
+  bool ok = true;
+  try {
+    broadcast_into(acc, ext, first);
+  } catch (const shape_error&) {
+    ok = false;
+  }
+  if (!ok || acc != out.extents())
+    throw shape_error("loom: cannot assign an expression of shape " + shape_string(ext) + " to an output of shape " +
+                      shape_string(out.extents()));
+  for (std::size_t d = 0; d != RO; ++d)
+    if (out.extent(d) > 1 && out.stride(d) == 0)
+      throw aliasing_error("loom: the output (shape " + shape_string(out.extents()) + ", strides " +
+                           shape_string(out.strides()) + ") repeats elements (a broadcast view); assign into a tensor");
+
+  eval_info info;
+  info.on_device = std::is_same_v<S, device>;
+  const index_t n = out.size();
+  if (n == 0) return last_eval_slot() = info;
+
+  bind_info bi;
+  const auto b = binder::bind(e, out, bi);
+  const bool contiguous = bi.contiguous && out.is_contiguous();
+
+  if constexpr (std::is_same_v<S, host>) {
+    O* const p = out.data();
+    if (contiguous) {
+      info.path = eval_path::contiguous;
+      host_for_each(n, [&](index_t i) { p[i] = convert<O>(b.at_linear(i)); });
+    } else {
+      info.path = eval_path::general;
+      general_out<O, RO> g{p, out.strides(), {}};
+      for (std::size_t d = 0; d != RO; ++d) g.div[d] = fast_divmod(static_cast<std::uint64_t>(out.extent(d)));
+      host_for_each(n, [&](index_t i) { eval_general_at(g, b, i); });
+    }
+  } else {
+#if LOOM_CUDA_COMPILER
+    const stream_ref s = current_stream();
+    const bool aligned = bi.aligned && reinterpret_cast<std::uintptr_t>(out.data()) % 16 == 0;
+    if (contiguous && aligned) {
+      constexpr std::size_t smallest = sizeof(O) < min_leaf_size<node>::value ? sizeof(O) : min_leaf_size<node>::value;
+      constexpr int V = static_cast<int>(16 / smallest);
+      info.path = eval_path::contiguous;
+      info.vector_width = V;
+      const index_t nv = n / V;
+      contiguous_kernel<V, O><<<grid_for(nv > 0 ? nv : 1, s.device()), 256, 0, s.get()>>>(out.data(), b, n);
+      LOOM_CUDA_CHECK(cudaGetLastError());
+      device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+    } else {
+      info.path = eval_path::general;
+      general_out<O, RO> g{out.data(), out.strides(), {}};
+      for (std::size_t d = 0; d != RO; ++d) g.div[d] = fast_divmod(static_cast<std::uint64_t>(out.extent(d)));
+      general_kernel<O, RO><<<grid_for(n, s.device()), 256, 0, s.get()>>>(g, b, n);
+      LOOM_CUDA_CHECK(cudaGetLastError());
+      device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+    }
+#endif
+  }
+  return last_eval_slot() = info;
+}
+}  // namespace detail
+}  // namespace loom
+
+namespace loom {
+//! Evaluates `e` into `out` (a tensor or view of the same space): ONE launch
+//! on the host executor or on the current CUDA stream, reading each input
+//! element once and writing each output element once, with no temporary.
+//! `e` broadcasts to `out`'s shape (shape_error naming both otherwise). An
+//! output that overlaps an input under another index map throws
+//! aliasing_error (`x = x * 2` is fine; `x = x.t()` is not). Returns which path
+//! ran. Device outputs need nvcc for the translation unit.
+//! Example: `loom::assign(y, gelu(x * w + b));` (same as `y = gelu(x * w + b);`)
+template <tensor_like Out, operand E>
+eval_info assign(Out&& out, const E& e) {
+  return detail::assign_impl(detail::as_view(out), e);
+}
+
+//! The path the calling thread's last assignment took.
+inline eval_info last_eval() { return detail::last_eval_slot(); }
+
+//! Allocates a tensor of the expression's shape, element type and space and
+//! evaluates the expression into it (one allocation, one launch).
+//! Example: `auto y = loom::materialize(exp(x) + 1);`
+template <expression E>
+[[nodiscard]] auto materialize(const E& e) {
+  using node = detail::node_t<E>;
+  static_assert(!std::is_void_v<typename node::space> && !std::is_same_v<typename node::space, detail::mixed_space>,
+                "loom: materialize() needs an expression over tensors of one memory space");
+  const node n = detail::as_node(e);
+  tensor<typename node::value_type, node::rank, typename node::space> t(n.extents());
+  assign(t, n);
+  return t;
+}
+}  // namespace loom

@@ -1,0 +1,309 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "loom/config.hpp"
+#include "loom/core/dtype.hpp"
+#include "loom/core/error.hpp"
+#include "loom/core/shape.hpp"
+#include "loom/core/space.hpp"
+#include "loom/detail/tuple.hpp"
+#include "loom/expr/promote.hpp"
+#include "loom/tensor/tensor.hpp"
+#include "loom/tensor/view.hpp"
+
+namespace loom {
+namespace detail {
+//! Base of every expression node type.
+struct node_tag {};
+template <class T>
+inline constexpr bool is_node = std::is_base_of_v<node_tag, std::remove_cvref_t<T>>;
+
+//! Space of an expression made of two operands whose spaces are A and B
+//! (void: a scalar, which fits either; mixed_space: a compile error later).
+struct mixed_space {};
+template <class A, class B>
+using common_space_t =
+    std::conditional_t<std::is_void_v<A>, B,
+                       std::conditional_t<std::is_void_v<B> || std::is_same_v<A, B>, A, mixed_space>>;
+}  // namespace detail
+
+//! Satisfied by everything that can stand in an expression as a tensor-valued
+//! operand: expression nodes, views and tensors (which enter as views).
+template <class E>
+concept expression = detail::is_node<E> || any_view<E> || detail::is_tensor<std::remove_cvref_t<E>>::value;
+
+//! Satisfied by C++ scalars that may appear in an expression (`x * 2.0f`).
+template <class S>
+concept scalar = std::is_arithmetic_v<std::remove_cvref_t<S>> || std::is_same_v<std::remove_cvref_t<S>, half> ||
+                 std::is_same_v<std::remove_cvref_t<S>, bf16>;
+
+//! An expression or a scalar.
+template <class X>
+concept operand = expression<X> || scalar<X>;
+
+//! A tensor-valued operand that is a leaf of the tree: a view of memory.
+template <class T, std::size_t R, class S>
+struct leaf_node : detail::node_tag {
+  using value_type = std::remove_const_t<T>;
+  using space = S;
+  static constexpr std::size_t rank = R;
+  view<const value_type, R, S> v;
+
+  explicit leaf_node(const view<const value_type, R, S>& v_) : v(v_) {}
+  shape<R> extents() const { return v.extents(); }
+};
+
+//! A C++ scalar inside an expression (broadcasts to any shape).
+template <class C>
+struct scalar_node : detail::node_tag {
+  using value_type = detail::scalar_element_t<C>;
+  using space = void;
+  static constexpr std::size_t rank = 0;
+  C value;
+
+  explicit scalar_node(C v) : value(v) {}
+  shape<0> extents() const { return {}; }
+};
+
+namespace detail {
+template <class X>
+inline constexpr bool is_scalar_node = false;
+template <class C>
+inline constexpr bool is_scalar_node<scalar_node<C>> = true;
+
+//! Turns an operand into a node: views and tensors become leaves, scalars scalar nodes.
+template <class X>
+auto as_node(const X& x) {
+  if constexpr (is_node<X>) {
+    return x;
+  } else if constexpr (scalar<X>) {
+    return scalar_node<X>(x);
+  } else {
+    auto v = as_view(x);
+    using V = decltype(v);
+    return leaf_node<typename V::value_type, V::rank, typename V::space>(v);
+  }
+}
+template <class X>
+using node_t = decltype(as_node(std::declval<const X&>()));
+
+// Promotion over the children of a map: tensors first, then scalars.
+template <class P, class... Ch>
+struct promote_children;
+template <class P>
+struct promote_children<P> {
+  using type = P;
+};
+template <class P, class C, class... Rest>
+struct promote_children<P, C, Rest...> {
+  using next = std::conditional_t<is_scalar_node<C>, P,
+                                  std::conditional_t<std::is_void_v<P>, typename C::value_type,
+                                                     promote_t<std::conditional_t<std::is_void_v<P>, bool, P>,
+                                                               typename C::value_type>>>;
+  using type = typename promote_children<next, Rest...>::type;
+};
+template <class P, class... Ch>
+struct apply_scalars;
+template <class P>
+struct apply_scalars<P> {
+  using type = P;
+};
+template <class P, class C, class... Rest>
+struct apply_scalars<P, C, Rest...> {
+  using next = std::conditional_t<is_scalar_node<C>, apply_scalar_t<P, typename C::value_type>, P>;
+  using type = typename apply_scalars<next, Rest...>::type;
+};
+
+// F::result_type when the functor fixes its result type (cast_to), else D.
+template <class F, class D, class = void>
+struct result_type_or {
+  using type = D;
+};
+template <class F, class D>
+struct result_type_or<F, D, std::void_t<typename F::result_type>> {
+  using type = typename F::result_type;
+};
+template <class F, class = void>
+inline constexpr bool floating_op = false;
+template <class F>
+inline constexpr bool floating_op<F, std::void_t<decltype(F::floating)>> = F::floating;
+
+template <class, class T>
+using repeat_t = T;
+
+// The types of a map node: P (the promoted input type), Cin (what the functor
+// receives), value_type (the element type of the result).
+template <class F, class... Ch>
+struct map_types {
+  using tensors = typename promote_children<void, Ch...>::type;
+  static_assert(!std::is_void_v<tensors>, "loom: an expression needs at least one tensor operand");
+  using promoted0 = typename apply_scalars<tensors, Ch...>::type;
+  using promoted = std::conditional_t<floating_op<F> && !is_floating_v<promoted0>, float, promoted0>;
+  using cin = compute_t<promoted>;
+  using result = std::remove_cvref_t<decltype(std::declval<const F&>()(std::declval<repeat_t<Ch, cin>>()...))>;
+  using value_type =
+      typename result_type_or<F, std::conditional_t<std::is_same_v<result, cin>, promoted, result>>::type;
+  static_assert(element<value_type>,
+                "loom: a function used in loom::map must return one of loom's element types "
+                "(bool, int8_t, uint8_t, int32_t, int64_t, half, bf16, float, double)");
+};
+
+template <class... S>
+struct common_space_of {
+  using type = void;
+};
+template <class A, class... Rest>
+struct common_space_of<A, Rest...> {
+  using type = common_space_t<A, typename common_space_of<Rest...>::type>;
+};
+
+template <class... Ch>
+inline constexpr std::size_t max_rank_of = std::max({std::size_t{0}, Ch::rank...});
+
+//! NumPy broadcasting of `b` into the running shape `acc` (right-aligned).
+template <std::size_t R, std::size_t RB>
+void broadcast_into(shape<R>& acc, const shape<RB>& b, bool& first) {
+  static_assert(RB <= R);
+  if (first) {
+    acc.fill(1);
+    first = false;
+  }
+  const shape<R> before = acc;
+  for (std::size_t d = 0; d != RB; ++d) {
+    const std::size_t o = R - RB + d;
+    if (acc[o] == b[d] || b[d] == 1) continue;
+    if (acc[o] == 1) {
+      acc[o] = b[d];
+      continue;
+    }
+    throw shape_error("loom: cannot broadcast shapes " + shape_string(before) + " and " + shape_string(b) +
+                      " (axis " + std::to_string(o) + ": " + std::to_string(acc[o]) + " vs " + std::to_string(b[d]) +
+                      ")");
+  }
+}
+}  // namespace detail
+
+//! The generic n-ary node: applies the stateless (or small, trivially
+//! copyable) functor F to the children's values element by element, after
+//! promoting them (see promote.hpp). One node type serves every elementwise
+//! op; new ops are new functors. Lazy: nothing runs until assignment.
+template <class F, class... Ch>
+struct map_node : detail::node_tag {
+  using types = detail::map_types<F, Ch...>;
+  using value_type = typename types::value_type;
+  using space = typename detail::common_space_of<typename Ch::space...>::type;
+  static constexpr std::size_t rank = detail::max_rank_of<Ch...>;
+  F f;
+  detail::tuple<Ch...> children;
+
+  map_node(const F& f_, const Ch&... ch) : f(f_), children(ch...) {}
+
+  //! The broadcast shape of the children; throws shape_error naming the shapes.
+  shape<rank> extents() const {
+    shape<rank> s{};
+    bool first = true;
+    extents_impl(s, first, std::index_sequence_for<Ch...>{});
+    if (first) s.fill(1);
+    return s;
+  }
+
+ private:
+  template <std::size_t... I>
+  void extents_impl(shape<rank>& s, bool& first, std::index_sequence<I...>) const {
+    (detail::broadcast_into(s, detail::get<I>(children).extents(), first), ...);
+  }
+};
+}  // namespace loom
+
+namespace loom {
+//! Presents an expression with a larger, broadcast shape (NumPy rules); a
+//! shape annotation only: it adds no work to the kernel.
+template <class E, std::size_t R>
+struct broadcast_node : detail::node_tag {
+  using value_type = typename E::value_type;
+  using space = typename E::space;
+  static constexpr std::size_t rank = R;
+  E e;
+  shape<R> ext;
+
+  broadcast_node(const E& e_, const shape<R>& s) : e(e_), ext(s) {
+    static_assert(E::rank <= R, "loom: broadcast_to() cannot lower the rank");
+    shape<R> acc{};
+    bool first = true;
+    detail::broadcast_into(acc, s, first);
+    detail::broadcast_into(acc, e.extents(), first);
+    if (acc != s)
+      throw shape_error("loom: cannot broadcast shape " + shape_string(e.extents()) + " to " + shape_string(s));
+  }
+  shape<R> extents() const { return ext; }
+};
+
+//! Lazily applies `f` to the elements of the operands, broadcast together:
+//! the way to write a new fused op. `f` is any callable usable on both
+//! executors (`LOOM_HD` operator(), trivially copyable). Operands are promoted
+//! as PyTorch does (promote.hpp) and half/bf16 are passed as float.
+//! Evaluates in one kernel as part of the assignment that contains it.
+//! Example: `y = loom::map(my_fn{}, x, w);`
+template <class F, operand... X>
+  requires(expression<X> || ...)
+[[nodiscard]] auto map(const F& f, const X&... x) {
+  using node = map_node<F, detail::node_t<X>...>;
+  static_assert(!std::is_same_v<typename node::space, detail::mixed_space>,
+                "loom: an expression mixes host and device tensors; copy one side first with loom::to_device(x) or "
+                "loom::to_host(x)");
+  return node(f, detail::as_node(x)...);
+}
+
+//! Broadcasts an expression to `s` (NumPy rules), lazily.
+template <expression E, std::size_t R>
+[[nodiscard]] auto broadcast_to(const E& e, const shape<R>& s) {
+  return broadcast_node<detail::node_t<E>, R>(detail::as_node(e), s);
+}
+
+namespace fn {
+//! Converts to T (rounding to T's precision), then computes in compute_t<T>.
+template <class T>
+struct cast_to {
+  using result_type = T;
+  template <class U>
+  LOOM_HD compute_t<T> operator()(U x) const {
+    if constexpr (std::is_same_v<T, bool>)
+      return x != U(0);
+    else
+      return static_cast<compute_t<T>>(static_cast<T>(x));
+  }
+};
+
+//! cond ? a : b, with cond already promoted with a and b (non-zero is true).
+struct where {
+  template <class T>
+  LOOM_HD T operator()(T c, T a, T b) const {
+    return c != T(0) ? a : b;
+  }
+};
+}  // namespace fn
+
+//! Lazily converts the elements of `e` to T (float to int truncates; to bool
+//! is `!= 0`; to half/bf16 rounds to nearest even).
+//! Example: `y = loom::cast<loom::bf16>(x * 2);`
+template <class T, expression E>
+[[nodiscard]] auto cast(const E& e) {
+  static_assert(element<T>, "loom: cast<T> needs one of loom's element types");
+  return map(fn::cast_to<T>{}, e);
+}
+
+//! Elementwise `cond ? a : b`; a and b are promoted together, cond is any
+//! type (non-zero is true). Example: `y = where(x > 0, x, 0.1f * x);`
+template <operand C, operand A, operand B>
+  requires(expression<C> || expression<A> || expression<B>)
+[[nodiscard]] auto where(const C& cond, const A& a, const B& b) {
+  return map(fn::where{}, cond, a, b);
+}
+}  // namespace loom

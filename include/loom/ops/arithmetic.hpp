@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <type_traits>
+
+#include "loom/config.hpp"
+#include "loom/detail/math.hpp"
+#include "loom/expr/expression.hpp"
+
+namespace loom {
+namespace fn {
+//! a + b (integers wrap in their type, as PyTorch's do).
+struct add {
+  template <class T>
+  LOOM_HD T operator()(T a, T b) const {
+    return static_cast<T>(a + b);
+  }
+};
+//! a - b.
+struct sub {
+  template <class T>
+  LOOM_HD T operator()(T a, T b) const {
+    return static_cast<T>(a - b);
+  }
+};
+//! a * b.
+struct mul {
+  template <class T>
+  LOOM_HD T operator()(T a, T b) const {
+    return static_cast<T>(a * b);
+  }
+};
+//! True division: integer operands give float32, as in PyTorch.
+struct div {
+  static constexpr bool floating = true;
+  template <class T>
+  LOOM_HD T operator()(T a, T b) const {
+    return a / b;
+  }
+};
+//! Python-style remainder: the result has the sign of the divisor (PyTorch's
+//! remainder). Integer remainder by zero gives 0 (a kernel cannot raise).
+struct mod {
+  template <class T>
+  LOOM_HD T operator()(T a, T b) const {
+    if constexpr (std::is_same_v<T, bool>) {
+      return a && !b;
+    } else if constexpr (std::is_integral_v<T>) {
+      if (b == 0) return T(0);
+      T r = static_cast<T>(a % b);
+      if (r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
+      return r;
+    } else {
+      T r = detail::m::fmod(a, b);
+      if (r != T(0) && ((r < T(0)) != (b < T(0)))) r += b;
+      return r;
+    }
+  }
+};
+//! -a.
+struct neg {
+  template <class T>
+  LOOM_HD T operator()(T a) const {
+    static_assert(!std::is_same_v<T, bool>, "loom: negation of a bool tensor; use logical_not (operator!)");
+    return static_cast<T>(-a);
+  }
+};
+}  // namespace fn
+
+#define LOOM_BINARY_OPERATOR(op, functor)                               \
+  template <operand A, operand B>                                       \
+    requires(expression<A> || expression<B>)                            \
+  [[nodiscard]] auto operator op(const A& a, const B& b) {              \
+    return map(fn::functor{}, a, b);                                    \
+  }
+
+//! Elementwise arithmetic with NumPy broadcasting and PyTorch promotion; lazy.
+//! Example: `y = x * w + b;`
+LOOM_BINARY_OPERATOR(+, add)
+LOOM_BINARY_OPERATOR(-, sub)
+LOOM_BINARY_OPERATOR(*, mul)
+LOOM_BINARY_OPERATOR(/, div)
+LOOM_BINARY_OPERATOR(%, mod)
+
+//! Elementwise negation; lazy.
+template <expression E>
+[[nodiscard]] auto operator-(const E& e) {
+  return map(fn::neg{}, e);
+}
+}  // namespace loom

@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <type_traits>
+
+#include "loom/config.hpp"
+#include "loom/detail/math.hpp"
+#include "loom/expr/expression.hpp"
+
+namespace loom {
+namespace fn {
+// Floating-point functions: integer and bool inputs are computed in float32
+// (PyTorch's rule); half and bf16 in float.
+#define LOOM_FLOAT_FN(name, body)          \
+  struct name {                            \
+    static constexpr bool floating = true; \
+    template <class T>                     \
+    LOOM_HD T operator()(T x) const {      \
+      return body;                         \
+    }                                      \
+  };
+LOOM_FLOAT_FN(exp, detail::m::exp(x))
+LOOM_FLOAT_FN(exp2, detail::m::exp2(x))
+LOOM_FLOAT_FN(log, detail::m::log(x))
+LOOM_FLOAT_FN(log1p, detail::m::log1p(x))
+LOOM_FLOAT_FN(log2, detail::m::log2(x))
+LOOM_FLOAT_FN(sqrt, detail::m::sqrt(x))
+LOOM_FLOAT_FN(rsqrt, detail::m::rsqrt(x))
+LOOM_FLOAT_FN(sin, detail::m::sin(x))
+LOOM_FLOAT_FN(cos, detail::m::cos(x))
+LOOM_FLOAT_FN(tanh, detail::m::tanh(x))
+LOOM_FLOAT_FN(erf, detail::m::erf(x))
+#undef LOOM_FLOAT_FN
+
+//! |x|.
+struct abs {
+  template <class T>
+  LOOM_HD T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>)
+      return detail::m::fabs(x);
+    else if constexpr (std::is_same_v<T, bool> || std::is_unsigned_v<T>)
+      return x;
+    else
+      return static_cast<T>(x < 0 ? -x : x);
+  }
+};
+//! -1, 0 or 1; NaN gives NaN (as NumPy; PyTorch currently gives 0).
+struct sign {
+  template <class T>
+  LOOM_HD T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (x != x) return x;
+      return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
+    } else {
+      return static_cast<T>((T(0) < x) - (x < T(0)));
+    }
+  }
+};
+#define LOOM_ROUNDING_FN(name, call)                  \
+  struct name {                                       \
+    template <class T>                                \
+    LOOM_HD T operator()(T x) const {                 \
+      if constexpr (std::is_floating_point_v<T>)      \
+        return detail::m::call(x);                    \
+      else                                            \
+        return x;                                     \
+    }                                                 \
+  };
+LOOM_ROUNDING_FN(floor, floor)
+LOOM_ROUNDING_FN(ceil, ceil)
+//! Rounds half to even, like torch.round.
+LOOM_ROUNDING_FN(round, rint)
+#undef LOOM_ROUNDING_FN
+
+//! a ** b. Integers stay integers; a negative integer exponent gives 0 unless
+//! |a| == 1 (PyTorch raises instead).
+struct pow {
+  template <class T>
+  LOOM_HD T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      return detail::m::pow(a, b);
+    } else if constexpr (std::is_same_v<T, bool>) {
+      return a || !b;
+    } else {
+      if (b < 0) return static_cast<T>(a == 1 ? 1 : (a == -1 ? ((b % 2) ? -1 : 1) : 0));
+      T r = 1, base = a;
+      for (T e = b; e > 0; e = static_cast<T>(e >> 1)) {
+        if (e & 1) r = static_cast<T>(r * base);
+        base = static_cast<T>(base * base);
+      }
+      return r;
+    }
+  }
+};
+//! The smaller of a and b; NaN if either is NaN (torch.minimum).
+struct minimum {
+  template <class T>
+  LOOM_HD T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>)
+      if (a != a || b != b) return a + b;
+    return b < a ? b : a;
+  }
+};
+//! The larger of a and b; NaN if either is NaN (torch.maximum).
+struct maximum {
+  template <class T>
+  LOOM_HD T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>)
+      if (a != a || b != b) return a + b;
+    return a < b ? b : a;
+  }
+};
+//! min(max(x, lo), hi), NaN-propagating (torch.clamp).
+struct clamp {
+  template <class T>
+  LOOM_HD T operator()(T x, T lo, T hi) const {
+    return minimum{}(maximum{}(x, lo), hi);
+  }
+};
+}  // namespace fn
+
+#define LOOM_UNARY_FUNCTION(name)               \
+  template <expression E>                       \
+  [[nodiscard]] auto name(const E& e) {         \
+    return map(fn::name{}, e);                  \
+  }
+//! Elementwise math, lazy; integer inputs compute in float32, half/bf16 in float.
+//! Example: `y = exp(x - 1) + sqrt(abs(x));`
+LOOM_UNARY_FUNCTION(exp)
+LOOM_UNARY_FUNCTION(exp2)
+LOOM_UNARY_FUNCTION(log)
+LOOM_UNARY_FUNCTION(log1p)
+LOOM_UNARY_FUNCTION(log2)
+LOOM_UNARY_FUNCTION(sqrt)
+LOOM_UNARY_FUNCTION(rsqrt)
+LOOM_UNARY_FUNCTION(sin)
+LOOM_UNARY_FUNCTION(cos)
+LOOM_UNARY_FUNCTION(tanh)
+LOOM_UNARY_FUNCTION(erf)
+LOOM_UNARY_FUNCTION(abs)
+LOOM_UNARY_FUNCTION(sign)
+LOOM_UNARY_FUNCTION(floor)
+LOOM_UNARY_FUNCTION(ceil)
+LOOM_UNARY_FUNCTION(round)
+
+#define LOOM_BINARY_FUNCTION(name, functor)              \
+  template <operand A, operand B>                        \
+    requires(expression<A> || expression<B>)             \
+  [[nodiscard]] auto name(const A& a, const B& b) {      \
+    return map(fn::functor{}, a, b);                     \
+  }
+//! Elementwise a ** b, lazy. Example: `y = pow(x, 2.0f);`
+LOOM_BINARY_FUNCTION(pow, pow)
+//! Elementwise NaN-propagating minimum and maximum, lazy (also spelled min/max).
+LOOM_BINARY_FUNCTION(minimum, minimum)
+LOOM_BINARY_FUNCTION(maximum, maximum)
+LOOM_BINARY_FUNCTION(min, minimum)
+LOOM_BINARY_FUNCTION(max, maximum)
+#undef LOOM_BINARY_FUNCTION
+
+//! Elementwise clamp to [lo, hi], lazy. Example: `y = clamp(x, -1.0f, 1.0f);`
+template <operand E, operand L, operand H>
+  requires(expression<E> || expression<L> || expression<H>)
+[[nodiscard]] auto clamp(const E& x, const L& lo, const H& hi) {
+  return map(fn::clamp{}, x, lo, hi);
+}
+}  // namespace loom

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Static evidence of fusion without a GPU.
+
+Compiles each case of ptx_cases.cu to PTX (nvcc) and to SASS (ptxas -v) and
+checks, per case: exactly one contiguous-path kernel and one general-path
+kernel and no other kernel (no temporaries, no second pass); on the contiguous
+path the expected number of 16-byte global loads (one per input) and stores;
+no register spills and no local memory. Prints one report line per kernel.
+Exit status 0 when every check holds.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+# case: (description, 16-byte loads, 16-byte stores) on the contiguous path.
+# One load per leaf occurrence: a tensor named twice in an elementwise
+# expression is loaded twice by the same thread (the second load hits L1, so
+# device memory is still read once).
+CASES = {
+    0: ("float  y = a * b + c", 3, 1),
+    1: ("bf16   y = gelu(a * b + c)", 3, 1),
+    2: ("float  y = silu(x * w_row + 1)", 2, 1),
+    3: ("bf16   y = gelu(x * g_row + b_row) + r", 4, 1),
+    4: ("half   y = 16-node tree, a x5 and b x4", 9, 1),
+}
+
+ENTRY = re.compile(r"^\.(?:visible )?\.entry\s+(\S+?)\(", re.M)
+V4_LOAD = re.compile(r"\bld\.global(?:\.nc)?(?:\.L1::\S+)?\.v4\.")
+V4_STORE = re.compile(r"\bst\.global(?:\.\S+)?\.v4\.")
+PTXAS = re.compile(r"Compiling entry function '(\S+)'.*?(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                   r"(\d+) bytes spill loads.*?Used (\d+) registers", re.S)
+
+
+def entries(ptx):
+    """Splits PTX into {entry name: body}."""
+    out = {}
+    marks = [(m.start(), m.group(1)) for m in ENTRY.finditer(ptx)]
+    for i, (start, name) in enumerate(marks):
+        end = marks[i + 1][0] if i + 1 < len(marks) else len(ptx)
+        out[name] = ptx[start:end]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nvcc", required=True)
+    ap.add_argument("--source", required=True)
+    ap.add_argument("--include", required=True)
+    ap.add_argument("--arch", default="90")
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+
+    failures = []
+    print(f"{'case':<42} {'kernel':<11} {'v4 ld':>5} {'v4 st':>5} {'regs':>4} {'spill':>5} {'stack':>5}")
+    for case, (desc, want_loads, want_stores) in CASES.items():
+        ptx_path = f"{args.workdir}/case{case}.ptx"
+        cmd = [args.nvcc, "-std=c++20", "--expt-relaxed-constexpr", "--extended-lambda", f"-arch=sm_{args.arch}",
+               "-I", args.include, f"-DLOOM_PTX_CASE={case}", "-ptx", args.source, "-o", ptx_path]
+        subprocess.run(cmd, check=True)
+        with open(ptx_path) as f:
+            ptx = f.read()
+        sass = subprocess.run([os.path.join(os.path.dirname(args.nvcc), "ptxas"), f"-arch=sm_{args.arch}", "-v", ptx_path, "-o",
+                               f"{args.workdir}/case{case}.cubin"], check=True, capture_output=True, text=True)
+        stats = {m.group(1): (int(m.group(2)), int(m.group(3)) + int(m.group(4)), int(m.group(5)))
+                 for m in PTXAS.finditer(sass.stdout + sass.stderr)}
+        ents = entries(ptx)
+        contiguous = [n for n in ents if "contiguous_kernel" in n]
+        general = [n for n in ents if "general_kernel" in n]
+        others = [n for n in ents if n not in contiguous and n not in general]
+        if len(contiguous) != 1 or len(general) != 1 or others:
+            failures.append(f"case {case} ({desc}): expected one contiguous and one general kernel, found "
+                            f"{len(contiguous)} contiguous, {len(general)} general, others {others}")
+            continue
+        for kind, name in (("contiguous", contiguous[0]), ("general", general[0])):
+            body = ents[name]
+            loads, stores = len(V4_LOAD.findall(body)), len(V4_STORE.findall(body))
+            stack, spill, regs = stats.get(name, (-1, -1, -1))
+            print(f"{desc:<42} {kind:<11} {loads:>5} {stores:>5} {regs:>4} {spill:>5} {stack:>5}")
+            if name not in stats:
+                failures.append(f"case {case}: no ptxas report for {kind} kernel")
+            if spill != 0 or stack != 0:
+                failures.append(f"case {case} ({desc}): {kind} kernel spills {spill} bytes, stack {stack} bytes")
+            if kind == "contiguous" and (loads != want_loads or stores != want_stores):
+                failures.append(f"case {case} ({desc}): contiguous kernel has {loads} 16-byte loads and {stores} "
+                                f"16-byte stores, expected {want_loads} and {want_stores}")
+            if kind == "general" and (loads or stores):
+                failures.append(f"case {case} ({desc}): general kernel uses vector accesses")
+    for f in failures:
+        print("FAIL:", f)
+    print(f"{len(CASES)} cases, {len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

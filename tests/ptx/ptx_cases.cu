@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: Apache-2.0
+// Representative assignments, one per LOOM_PTX_CASE, compiled to PTX by
+// check_ptx.py, which asserts what fusion and vectorization promise: one
+// kernel per compiled path, one 16-byte load per input and 16-byte stores on
+// the contiguous path, and no register spills.
+#include <loom/loom.hpp>
+
+using namespace loom;
+
+#if LOOM_PTX_CASE == 0  // float, three contiguous inputs
+void run(device_tensor<float, 2>& y, const device_tensor<float, 2>& a, const device_tensor<float, 2>& b,
+         const device_tensor<float, 2>& c) {
+  y = a * b + c;
+}
+#elif LOOM_PTX_CASE == 1  // bf16 fused layer body: 8 elements per 16-byte load
+void run(device_tensor<bf16, 2>& y, const device_tensor<bf16, 2>& a, const device_tensor<bf16, 2>& b,
+         const device_tensor<bf16, 2>& c) {
+  y = gelu(a * b + c);
+}
+#elif LOOM_PTX_CASE == 2  // float with a broadcast row and a scalar
+void run(device_tensor<float, 2>& y, const device_tensor<float, 2>& x, const device_tensor<float, 1>& w) {
+  y = silu(x * w + 1.0f);
+}
+#elif LOOM_PTX_CASE == 3  // bf16 with broadcast scale and shift, residual add
+void run(device_tensor<bf16, 2>& y, const device_tensor<bf16, 2>& x, const device_tensor<bf16, 1>& g,
+         const device_tensor<bf16, 1>& b, const device_tensor<bf16, 2>& r) {
+  y = gelu(x * g + b) + r;
+}
+#elif LOOM_PTX_CASE == 4  // half activations, deep tree over two inputs
+void run(device_tensor<half, 2>& y, const device_tensor<half, 2>& a, const device_tensor<half, 2>& b) {
+  y = tanh(a) * sigmoid(b) + relu(a - b) * 0.5f - exp(-abs(a)) + where(a > b, a, b);
+}
+#else
+#error "unknown LOOM_PTX_CASE"
+#endif
