@@ -20,5 +20,7 @@
 #include "loom/ops/compare.hpp"
 #include "loom/ops/math.hpp"
 #include "loom/tensor/copy.hpp"
+#include "loom/tensor/npy.hpp"
+#include "loom/tensor/print.hpp"
 #include "loom/tensor/tensor.hpp"
 #include "loom/tensor/view.hpp"

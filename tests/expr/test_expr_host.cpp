@@ -32,3 +32,14 @@ TEST_CASE("expression nodes are trivially copyable", "[expr]") {
   STATIC_REQUIRE(!loom::expression<float>);
   STATIC_REQUIRE(decltype(e)::rank == 2);
 }
+
+TEST_CASE("bind_for_read evaluates an expression without an output", "[expr][detail]") {
+  loom::host_tensor<float, 2> x({3, 4});
+  for (loom::index_t i = 0; i < 12; ++i) x.data()[i] = static_cast<float>(i);
+  loom::host_tensor<float, 1> b({4}, {1, 2, 3, 4});
+  loom::detail::bind_info info;
+  const auto bound = loom::detail::bind_for_read(x * b + 1, loom::shape<2>{3, 4}, info);
+  CHECK_FALSE(info.contiguous);  // b is broadcast
+  const loom::index_t idx[2] = {2, 3};
+  CHECK(bound.at(idx) == 11.0f * 4 + 1);
+}

@@ -186,9 +186,24 @@ bool same_index_map(const view<A, R, S>& a, const view<B, R, S>& b) {
   return true;
 }
 
-// Binds a node tree to an output view: broadcasts leaves to the output's
-// shape, checks aliasing, and returns the kernel-side tree.
+//! A shape to bind an expression to when nothing is written (reductions read
+//! an expression without an output view).
+template <std::size_t R, class S>
+struct read_only_target {
+  shape<R> ext;
+  const shape<R>& extents() const { return ext; }
+};
+
+// Binds a node tree to an output view (or a read_only_target): broadcasts
+// leaves to the output's shape, checks aliasing, and returns the kernel-side tree.
 struct binder {
+  template <class T, std::size_t R, class S, std::size_t RO>
+  static auto bind(const leaf_node<T, R, S>& l, const read_only_target<RO, S>& out, bind_info& info) {
+    const auto b = l.v.broadcast_to(out.extents());
+    info.contiguous = info.contiguous && b.is_contiguous();
+    info.aligned = info.aligned && reinterpret_cast<std::uintptr_t>(b.data()) % 16 == 0;
+    return bound_leaf<T, RO>{b.data(), b.strides()};
+  }
   template <class T, std::size_t R, class S, class O, std::size_t RO>
   static auto bind(const leaf_node<T, R, S>& l, const view<O, RO, S>& out, bind_info& info) {
     const auto b = l.v.broadcast_to(out.extents());
@@ -220,6 +235,17 @@ struct binder {
                            bind(detail::get<I>(m.children), out, info)...)};
   }
 };
+
+//! Binds expression `e` for reading over its own shape (or a broadcast
+//! shape `s`): the kernel-side tree (at_linear(i) / at(idx) give element
+//! values in compute precision) plus what binding learned. For reductions
+//! and other readers that write no elementwise output.
+template <class E, std::size_t R>
+auto bind_for_read(const E& e, const shape<R>& s, bind_info& info) {
+  const auto n = as_node(e);
+  using S = typename decltype(n)::space;
+  return binder::bind(n, read_only_target<R, S>{s}, info);
+}
 
 // One parameter block for the general path: output pointer and strides, and
 // the divisors that turn a linear index into coordinates.

@@ -384,7 +384,7 @@ tensor<T, Rank, Space> zeros(const shape<Rank>& s) {
   if constexpr (std::is_same_v<Space, device>)
     LOOM_CUDA_CHECK(cudaMemsetAsync(t.data(), 0, t.nbytes(), t.stream().get()));
   else
-    std::memset(t.data(), 0, t.nbytes());
+    std::memset(static_cast<void*>(t.data()), 0, t.nbytes());
   return t;
 }
 

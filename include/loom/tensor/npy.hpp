@@ -1,0 +1,477 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <vector>
+
+#include "loom/config.hpp"
+#include "loom/core/dtype.hpp"
+#include "loom/core/error.hpp"
+#include "loom/core/shape.hpp"
+#include "loom/core/space.hpp"
+#include "loom/tensor/tensor.hpp"
+#include "loom/tensor/view.hpp"
+
+namespace loom {
+namespace detail {
+
+// .npy data is written and read as raw little-endian bytes; a big-endian host
+// would need byte swaps that loom does not do.
+static_assert(std::endian::native == std::endian::little, "loom: .npy files are supported on little-endian hosts only");
+
+inline constexpr std::string_view npy_magic = "\x93NUMPY";
+
+// NumPy's kind and item size of each loom dtype (the descr without its byte-order
+// character). bfloat16 has no NumPy dtype: raw 2-byte void, as ml_dtypes writes it.
+constexpr std::string_view npy_type_code(dtype d) {
+  switch (d) {
+    case dtype::bool_: return "b1";
+    case dtype::int8: return "i1";
+    case dtype::uint8: return "u1";
+    case dtype::int32: return "i4";
+    case dtype::int64: return "i8";
+    case dtype::float16: return "f2";
+    case dtype::bfloat16: return "V2";
+    case dtype::float32: return "f4";
+    case dtype::float64: return "f8";
+  }
+  return "";
+}
+
+// The descr loom writes: '|' (no byte order) for one-byte types, '<' otherwise.
+inline std::string npy_descr(dtype d) {
+  std::string out(1, dtype_size(d) == 1 ? '|' : '<');
+  return out.append(npy_type_code(d));
+}
+
+// A readable name for a type code such as "i8" -> "int64", for error messages.
+inline std::string npy_type_name(std::string_view code) {
+  if (code == "V2") return "void16, how loom stores bfloat16";
+  if (code.size() < 2) return "unknown";
+  int bytes = 0;
+  for (char c : code.substr(1)) {
+    if (c < '0' || c > '9' || bytes > 1000) return "unknown";
+    bytes = bytes * 10 + (c - '0');
+  }
+  const std::string bits = std::to_string(bytes * 8);
+  switch (code[0]) {
+    case 'b': return bytes == 1 ? "bool" : "unknown";
+    case 'i': return "int" + bits;
+    case 'u': return "uint" + bits;
+    case 'f': return "float" + bits;
+    case 'c': return "complex" + bits;
+    case 'V': return "void" + bits;
+    case 'U': return "unicode string";
+    case 'S': return "byte string";
+    default: return "unknown";
+  }
+}
+
+// The OS's text for an errno value (what strerror says, but thread-safe).
+inline std::string os_error_text(int e) { return std::generic_category().message(e); }
+
+// Bytes shown in messages: printable ASCII as is, anything else as \xNN.
+inline std::string printable_bytes(std::string_view b) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  for (char c : b) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f && u != '\\') {
+      out += c;
+    } else {
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    }
+  }
+  return out;
+}
+
+struct file_closer {
+  void operator()(std::FILE* f) const noexcept { std::fclose(f); }
+};
+using file_ptr = std::unique_ptr<std::FILE, file_closer>;
+
+// Writes `path + ".tmp"` and renames it over `path` on commit(), so readers of
+// `path` never see a half-written file. Without commit() (an exception on the
+// way) the temporary file is closed and removed.
+class atomic_file_writer {
+ public:
+  atomic_file_writer(std::string path, std::string where)
+      : path_(std::move(path)), tmp_(path_ + ".tmp"), where_(std::move(where)), f_(std::fopen(tmp_.c_str(), "wb")) {
+    if (!f_) fail("cannot create the temporary file '" + tmp_ + "'", errno);
+  }
+  atomic_file_writer(const atomic_file_writer&) = delete;
+  atomic_file_writer& operator=(const atomic_file_writer&) = delete;
+  ~atomic_file_writer() {
+    if (!committed_) {
+      f_.reset();
+      std::remove(tmp_.c_str());
+    }
+  }
+
+  void write(const void* p, std::size_t bytes) {
+    if (bytes != 0 && std::fwrite(p, 1, bytes, f_.get()) != bytes) fail("write to '" + tmp_ + "' failed", errno);
+  }
+
+  void commit() {
+    // fclose flushes; a full disk often shows up only here.
+    const int rc = std::fclose(f_.release());
+    if (rc != 0) fail("write to '" + tmp_ + "' failed", errno);
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);  // replaces an existing file, also on Windows
+    if (ec) throw io_error(where_ + ": cannot rename '" + tmp_ + "' to it: " + ec.message());
+    committed_ = true;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what, int err) const {
+    throw io_error(where_ + ": " + what + ": " + os_error_text(err));
+  }
+
+  std::string path_, tmp_, where_;
+  file_ptr f_;
+  bool committed_ = false;
+};
+
+// Magic, version, header length and the padded header dict of a .npy file.
+template <std::size_t R>
+std::string npy_preamble(dtype d, const shape<R>& s) {
+  // Format 1.0 limits the header to 65535 bytes (2.0 lifts that). With at most
+  // max_rank extents of at most 19 digits, loom's header stays under 300 bytes,
+  // so 1.0, which every NumPy reads, always suffices.
+  static_assert(max_rank * 21 + 128 < 0xffff, "loom: .npy headers of this rank need format 2.0");
+  std::string dict = "{'descr': '" + npy_descr(d) + "', 'fortran_order': False, 'shape': (";
+  for (std::size_t i = 0; i < R; ++i) {
+    if (i) dict += ", ";
+    dict += std::to_string(s[i]);
+  }
+  dict += R == 1 ? ",), }" : "), }";
+  // Pad with spaces so the data starts at a multiple of 64 bytes, as NumPy does
+  // (so the data can be memory-mapped aligned); the header ends in '\n'.
+  constexpr std::size_t fixed = 10;  // magic, version and the 2-byte length
+  dict.append((64 - (fixed + dict.size() + 1) % 64) % 64, ' ');
+  dict += '\n';
+  std::string out(npy_magic);
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(dict.size() & 0xffu);
+  out += static_cast<char>(dict.size() >> 8);
+  return out + dict;
+}
+
+// The three entries of a .npy header dict.
+struct npy_header {
+  std::string descr;
+  bool structured = false;  // descr is a list (a record dtype)
+  bool fortran_order = false;
+  std::vector<index_t> shape;
+};
+
+// Reads the Python literal dict NumPy writes, e.g.
+// {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+// Accepts either quote, any key order and whitespace, trailing commas and
+// Python 2's "3L" integers. Anything else is malformed.
+class npy_header_parser {
+ public:
+  npy_header_parser(std::string_view text, std::string where) : s_(text), where_(std::move(where)) {}
+
+  npy_header parse() {
+    npy_header h;
+    bool seen_descr = false, seen_fortran = false, seen_shape = false;
+    expect('{');
+    while (peek() != '}') {
+      const std::string key = string_literal();
+      expect(':');
+      if (key == "descr" && !seen_descr) {
+        seen_descr = true;
+        if (peek() == '[') {
+          h.structured = true;
+          skip_list();
+        } else {
+          h.descr = string_literal();
+        }
+      } else if (key == "fortran_order" && !seen_fortran) {
+        seen_fortran = true;
+        h.fortran_order = boolean();
+      } else if (key == "shape" && !seen_shape) {
+        seen_shape = true;
+        h.shape = tuple();
+      } else {
+        bad("unexpected or repeated key '" + key + "' (expected 'descr', 'fortran_order' and 'shape')");
+      }
+      if (peek() != ',') break;
+      ++i_;
+    }
+    expect('}');
+    if (peek() != '\0') bad("text after the closing '}'");
+    if (!seen_descr || !seen_fortran || !seen_shape)
+      bad("missing key (expected 'descr', 'fortran_order' and 'shape')");
+    return h;
+  }
+
+ private:
+  [[noreturn]] void bad(const std::string& what) const {
+    throw io_error(where_ + ": malformed .npy header: " + what + ", at offset " + std::to_string(i_) +
+                   " of header \"" + printable_bytes(s_.substr(0, 256)) + (s_.size() > 256 ? "..." : "") + "\"");
+  }
+  // The next non-blank character, or '\0' at the end.
+  char peek() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
+    return i_ < s_.size() ? s_[i_] : '\0';
+  }
+  void expect(char c) {
+    if (peek() != c) bad(std::string("expected '") + c + "'");
+    ++i_;
+  }
+  std::string string_literal() {
+    const char q = peek();
+    if (q != '\'' && q != '"') bad("expected a quoted string");
+    const std::size_t end = s_.find(q, ++i_);
+    if (end == std::string_view::npos) bad("unterminated string");
+    std::string out(s_.substr(i_, end - i_));
+    i_ = end + 1;
+    return out;
+  }
+  bool boolean() {
+    peek();
+    for (std::string_view w : {"True", "False"})
+      if (s_.substr(i_, w.size()) == w) {
+        i_ += w.size();
+        return w == "True";
+      }
+    bad("expected True or False");
+  }
+  std::vector<index_t> tuple() {
+    std::vector<index_t> out;
+    expect('(');
+    while (peek() != ')') {
+      if (s_[i_] < '0' || s_[i_] > '9') bad("expected a non-negative integer in the shape");
+      index_t v = 0;
+      for (; i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9'; ++i_) {
+        if (v > (std::numeric_limits<index_t>::max() - 9) / 10) bad("shape entry does not fit in 64 bits");
+        v = v * 10 + (s_[i_] - '0');
+      }
+      if (i_ < s_.size() && s_[i_] == 'L') ++i_;
+      out.push_back(v);
+      if (peek() != ',') break;
+      ++i_;
+    }
+    expect(')');
+    return out;
+  }
+  // A structured dtype's descr (a list of tuples); only skipped, to report it.
+  void skip_list() {
+    int depth = 0;
+    for (; i_ < s_.size(); ++i_) {
+      if (s_[i_] == '[') ++depth;
+      if (s_[i_] == ']' && --depth == 0) {
+        ++i_;
+        return;
+      }
+    }
+    bad("unterminated list");
+  }
+
+  std::string_view s_;
+  std::string where_;
+  std::size_t i_ = 0;
+};
+
+// Reads exactly n bytes or says how many were there.
+inline std::size_t read_bytes(std::FILE* f, void* p, std::size_t n) { return n ? std::fread(p, 1, n, f) : 0; }
+}  // namespace detail
+
+//! Writes a host view to a NumPy .npy file: format 1.0 (loom's ranks never
+//! need 2.0's longer header), little-endian descr ('<f4', '<f8', '<f2', '|i1',
+//! '|u1', '<i4', '<i8', '|b1'), C order, data aligned to 64 bytes. bf16 has no
+//! NumPy dtype and is written as '<V2' (raw 2 bytes, as ml_dtypes does): NumPy
+//! reads it as void16, and `np.load(p).view(ml_dtypes.bfloat16)` recovers it.
+//! Non-contiguous (strided, negative-stride, broadcast) views are written in
+//! row-major element order. The file is written as `path + ".tmp"` and then
+//! renamed over `path`, so a failed call never leaves a half-written file at
+//! `path` (no fsync: a power loss may still lose the new file). Throws io_error
+//! naming the path and the OS error. One pass over the data; no kernel.
+//! Example: `loom::save_npy("w.npy", h.view().t());`
+template <class T, std::size_t R>
+void save_npy(const std::string& path, const view<T, R, host>& v) {
+  using value_type = std::remove_const_t<T>;
+  const std::string where = "loom: save_npy('" + path + "')";
+  if (v.size() != 0 && v.data() == nullptr)
+    throw value_error(where + ": the tensor holds no data (default-constructed?)");
+  detail::atomic_file_writer out(path, where);
+  const std::string preamble = detail::npy_preamble(dtype_of<value_type>, v.extents());
+  out.write(preamble.data(), preamble.size());
+  const auto n = static_cast<std::size_t>(v.size());
+  if (v.is_contiguous()) {
+    out.write(v.data(), n * sizeof(value_type));
+  } else {
+    // Gather into a bounded buffer so a strided view needs no full-size copy.
+    const std::size_t chunk = std::min<std::size_t>(n, std::size_t{1} << 16);
+    const auto buf = std::make_unique_for_overwrite<value_type[]>(chunk);
+    for (std::size_t done = 0; done < n; done += chunk) {
+      const std::size_t m = std::min(chunk, n - done);
+      for (std::size_t j = 0; j < m; ++j) buf[j] = v.data()[v.offset_of(static_cast<index_t>(done + j))];
+      out.write(buf.get(), m * sizeof(value_type));
+    }
+  }
+  out.commit();
+}
+
+//! Writes a host tensor to a .npy file; see save_npy(path, view).
+//! Example: `loom::save_npy("x.npy", h);`
+template <class T, std::size_t R>
+void save_npy(const std::string& path, const tensor<T, R, host>& t) {
+  save_npy(path, t.view());
+}
+
+//! Writes a device tensor to a .npy file: copies it to the host with
+//! loom::to_host first (one transfer; synchronizes the current stream), then
+//! as save_npy(path, view). Example: `loom::save_npy("y.npy", y);`
+template <class T, std::size_t R>
+void save_npy(const std::string& path, const tensor<T, R, device>& t) {
+  if constexpr (R == 0)
+    if (t.data() == nullptr)
+      throw value_error("loom: save_npy('" + path + "'): the tensor holds no data (default-constructed?)");
+  save_npy(path, to_host(t));
+}
+
+//! Device views are not saved directly, so that the copy stays visible:
+//! `loom::save_npy(path, loom::to_host(v))`.
+template <class T, std::size_t R>
+void save_npy(const std::string&, const view<T, R, device>&) {
+  static_assert(detail::always_false<T>,
+                "loom: save_npy() cannot read a device view; copy it first: loom::save_npy(path, loom::to_host(v))");
+}
+
+//! Reads a NumPy .npy file (format 1.0, 2.0 or 3.0) into a new row-major host
+//! tensor of element type T and rank R (pageable, or pinned with `kind`).
+//! Byte order '<', '|' or '=' is accepted ('>' only for one-byte types, where
+//! it means nothing); `fortran_order: True` files are read and transposed into
+//! row-major order (a second host buffer for the conversion). bf16 reads
+//! '<V2'/'|V2' files (ml_dtypes' bfloat16). Bytes after the data are ignored
+//! (NumPy writes none). Throws, naming the path and both the expected and the
+//! actual value, and returning nothing on error: io_error when the file cannot
+//! be opened (with the OS error), has a bad magic string or version, a
+//! truncated or malformed header, or less data than the shape needs (bytes
+//! expected vs present); dtype_error for another dtype or big-endian data;
+//! shape_error for another rank. One read of the file; no kernel.
+//! Example: `auto w = loom::load_npy<float, 2>("w.npy");`
+template <class T, std::size_t R>
+tensor<T, R, host> load_npy(const std::string& path, host_memory kind = host_memory::pageable) {
+  static_assert(element<T> && !std::is_const_v<T>,
+                "loom: load_npy<T, R>() needs a non-const element type T (bool, int8_t, uint8_t, int32_t, int64_t, "
+                "loom::half, loom::bf16, float, double)");
+  const std::string where = "loom: load_npy('" + path + "')";
+  const detail::file_ptr f(std::fopen(path.c_str(), "rb"));
+  if (!f) throw io_error(where + ": cannot open the file: " + detail::os_error_text(errno));
+
+  std::array<char, 12> pre{};
+  std::size_t got = detail::read_bytes(f.get(), pre.data(), 8);
+  if (got < 8 || std::string_view(pre.data(), 6) != detail::npy_magic)
+    throw io_error(where + ": not a .npy file: expected it to start with \"\\x93NUMPY\" and a version, it starts with \"" +
+                   detail::printable_bytes(std::string_view(pre.data(), std::min<std::size_t>(got, 8))) + "\"");
+  const int major = static_cast<unsigned char>(pre[6]), minor = static_cast<unsigned char>(pre[7]);
+  if (minor != 0 || major < 1 || major > 3)
+    throw io_error(where + ": unsupported .npy format version " + std::to_string(major) + "." +
+                   std::to_string(minor) + " (expected 1.0, 2.0 or 3.0)");
+  const std::size_t len_bytes = major == 1 ? 2 : 4;
+  got = detail::read_bytes(f.get(), pre.data() + 8, len_bytes);
+  if (got < len_bytes)
+    throw io_error(where + ": truncated header: expected a " + std::to_string(len_bytes) +
+                   "-byte header length after the version, the file ends after " + std::to_string(got));
+  std::size_t header_len = 0;
+  for (std::size_t i = 0; i < len_bytes; ++i)
+    header_len |= static_cast<std::size_t>(static_cast<unsigned char>(pre[8 + i])) << (8 * i);
+  // The file's size, when the OS knows it (not for a pipe), lets a truncated
+  // file fail before anything as large as its header or shape claims is allocated.
+  std::error_code size_ec;
+  const std::uintmax_t file_size = std::filesystem::file_size(path, size_ec);
+  const std::size_t data_start = 8 + len_bytes + header_len;
+  auto truncated_header = [&](std::size_t present) {
+    return io_error(where + ": truncated header: expected " + std::to_string(header_len) + " bytes, the file has " +
+                    std::to_string(present));
+  };
+  if (!size_ec && file_size < data_start) throw truncated_header(static_cast<std::size_t>(file_size - 8 - len_bytes));
+  std::string text(header_len, '\0');
+  got = detail::read_bytes(f.get(), text.data(), header_len);
+  if (got < header_len) throw truncated_header(got);
+  const detail::npy_header h = detail::npy_header_parser(text, where).parse();
+
+  constexpr dtype want = dtype_of<T>;
+  const std::string want_descr = detail::npy_descr(want);
+  const std::string want_text = "'" + want_descr + "' (" + std::string(dtype_name(want)) + ")";
+  if (h.structured)
+    throw dtype_error(where + ": expected " + want_text + ", file has a structured dtype (a list of fields)");
+  const bool has_order = !h.descr.empty() && std::string_view("<>|=").find(h.descr[0]) != std::string_view::npos;
+  const std::string_view code = std::string_view(h.descr).substr(has_order ? 1 : 0);
+  const std::string have_text = "'" + h.descr + "' (" + detail::npy_type_name(code) + ")";
+  if (code != detail::npy_type_code(want))
+    throw dtype_error(where + ": expected " + want_text + ", file has " + have_text);
+  if (h.descr[0] == '>' && sizeof(T) > 1)
+    throw dtype_error(where + ": expected little-endian " + want_text + ", file has big-endian " + have_text +
+                      "; convert it in NumPy with arr.astype('" + want_descr + "')");
+  if (h.shape.size() != R)
+    throw shape_error(where + ": expected rank " + std::to_string(R) + ", file has shape " + shape_string(h.shape));
+
+  shape<R> ext{};
+  std::copy(h.shape.begin(), h.shape.end(), ext.begin());
+  std::size_t n = 1;
+  for (index_t e : ext) {
+    if (e != 0 && n > static_cast<std::size_t>(std::numeric_limits<index_t>::max()) / sizeof(T) /
+                          static_cast<std::size_t>(e))
+      throw io_error(where + ": shape " + shape_string(ext) + " is too large to hold in memory");
+    n *= static_cast<std::size_t>(e);
+  }
+  const std::size_t bytes = n * sizeof(T);
+  auto truncated = [&](std::size_t present) {
+    return io_error(where + ": truncated data: shape " + shape_string(ext) + " of " + std::string(dtype_name(want)) +
+                    " needs " + std::to_string(bytes) + " bytes after the header, the file has " +
+                    std::to_string(present));
+  };
+  if (!size_ec && file_size - data_start < bytes)
+    throw truncated(static_cast<std::size_t>(file_size - data_start));
+
+  // A Fortran-order file holds the row-major data of the reversed shape.
+  const bool fortran = h.fortran_order && R > 1 && n > 0;
+  shape<R> file_ext = ext;
+  if (fortran) std::reverse(file_ext.begin(), file_ext.end());
+  tensor<T, R, host> t(file_ext, kind);
+  got = detail::read_bytes(f.get(), t.data(), bytes);
+  if (got < bytes) {
+    if (std::ferror(f.get()))
+      throw io_error(where + ": reading the data failed after " + std::to_string(got) + " of " +
+                     std::to_string(bytes) + " bytes: " + detail::os_error_text(errno));
+    throw truncated(got);
+  }
+  if constexpr (std::is_same_v<T, bool>) {
+    // Any byte other than 0 or 1 in a bool is undefined behaviour; NumPy treats non-zero as True.
+    auto* b = reinterpret_cast<unsigned char*>(t.data());
+    for (std::size_t i = 0; i < n; ++i) b[i] = b[i] != 0;
+  }
+  if (!fortran) return t;
+  shape<R> col_major{};
+  index_t acc = 1;
+  for (std::size_t d = 0; d < R; ++d) {
+    col_major[d] = acc;
+    acc *= ext[d];
+  }
+  tensor<T, R, host> out(ext, kind);
+  copy(view<const T, R, host>(t.data(), ext, col_major), out);
+  return out;
+}
+}  // namespace loom
