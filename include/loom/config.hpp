@@ -23,6 +23,13 @@
 #define LOOM_DEVICE inline
 #endif
 
+// Asks nvcc to unroll the next loop; nothing for host compilers.
+#if defined(__CUDACC__)
+#define LOOM_UNROLL _Pragma("unroll")
+#else
+#define LOOM_UNROLL
+#endif
+
 // True while compiling the device side of a CUDA translation unit.
 #if defined(__CUDA_ARCH__)
 #define LOOM_DEVICE_CODE 1

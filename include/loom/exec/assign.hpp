@@ -27,7 +27,8 @@ namespace loom {
 enum class eval_path : std::uint8_t {
   empty,       //!< nothing to do (zero elements); no launch
   contiguous,  //!< every operand contiguous, same shape (and 16-byte aligned on the device): linear indexing, vector loads
-  general      //!< broadcast, strided or unaligned operands: coordinates from fast integer division
+  general,     //!< broadcast, strided or unaligned operands: coordinates from fast integer division
+  rows         //!< the tree holds row reductions: one group of threads per row, reductions then the output
 };
 
 //! What an assignment did: its path, and on the device the elements each
@@ -36,6 +37,8 @@ struct eval_info {
   eval_path path = eval_path::empty;
   int vector_width = 1;
   bool on_device = false;
+  int threads_per_row = 0;  //!< on the rows path: threads that share one row (1 on the host)
+  int row_passes = 0;       //!< on the rows path: reduction passes over each row before the output pass
 };
 
 namespace detail {
@@ -91,16 +94,22 @@ LOOM_HD To convert(From v) {
     return static_cast<To>(v);
 }
 
+//! Evaluation context of a row kernel: the finished row reductions of the
+//! current row; elementwise kernels pass none.
+struct no_ctx {};
+
 template <class T, std::size_t R>
 struct bound_leaf {
   using compute = compute_t<T>;
   template <int V>
   using regs = vec_regs<T, V>;
+  static constexpr std::size_t slots = 0;
   const T* p;
   shape<R> st;
 
   LOOM_HD compute at_linear(index_t i) const { return static_cast<compute>(p[i]); }
-  LOOM_HD compute at(const index_t* idx) const {
+  template <class Ctx = no_ctx>
+  LOOM_HD compute at(const index_t* idx, const Ctx& = {}) const {
     index_t off = 0;
     for (std::size_t d = R; d-- > 0;) off += idx[d] * st[d];
     return static_cast<compute>(p[off]);
@@ -109,10 +118,36 @@ struct bound_leaf {
   LOOM_HD void load(index_t i0, regs<V>& r) const {
     vec_load<T, V>(p + i0, r);
   }
+  //! Loads columns [c0, c0 + V) of the row whose leading coordinates are
+  //! `lead`: one 16-byte load when the last stride is 1; a repeated value
+  //! when it is 0 (an input broadcast along the row).
   template <int V>
-  LOOM_HD compute elem(const regs<V>& r, int j) const {
+  LOOM_HD void row_load(const index_t* lead, index_t c0, regs<V>& r) const {
+    index_t off = 0;
+    for (std::size_t d = R - 1; d-- > 0;) off += lead[d] * st[d];
+    if (st[R - 1] == 0) {
+      const T v = p[off];
+      LOOM_UNROLL
+      for (int j = 0; j < V; ++j) r.v[j] = v;
+    } else {
+      vec_load<T, V>(p + off + c0, r);
+    }
+  }
+  //! True when row_load can serve this leaf for the given row layout: last
+  //! stride 0 or 1, every row start 16-byte aligned.
+  bool row_vector_ok() const {
+    if (st[R - 1] != 0 && st[R - 1] != 1) return false;
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+    for (std::size_t d = 0; d + 1 < R; ++d)
+      if ((st[d] * static_cast<index_t>(sizeof(T))) % 16 != 0) return false;
+    return true;
+  }
+  template <int V, class Ctx = no_ctx>
+  LOOM_HD compute elem(const regs<V>& r, int j, const Ctx& = {}) const {
     return static_cast<compute>(r.v[j]);
   }
+  //! Same data under the same index map (so the values are the same).
+  bool same_as(const bound_leaf& o) const { return p == o.p && st == o.st; }
 };
 
 template <class C>
@@ -120,16 +155,24 @@ struct bound_scalar {
   using compute = C;
   template <int V>
   struct regs {};
+  static constexpr std::size_t slots = 0;
   C value;
 
   LOOM_HD C at_linear(index_t) const { return value; }
-  LOOM_HD C at(const index_t*) const { return value; }
+  template <class Ctx = no_ctx>
+  LOOM_HD C at(const index_t*, const Ctx& = {}) const {
+    return value;
+  }
   template <int V>
   LOOM_HD void load(index_t, regs<V>&) const {}
   template <int V>
-  LOOM_HD C elem(const regs<V>&, int) const {
+  LOOM_HD void row_load(const index_t*, index_t, regs<V>&) const {}
+  bool row_vector_ok() const { return true; }
+  template <int V, class Ctx = no_ctx>
+  LOOM_HD C elem(const regs<V>&, int, const Ctx& = {}) const {
     return value;
   }
+  bool same_as(const bound_scalar& o) const { return std::memcmp(&value, &o.value, sizeof(C)) == 0; }
 };
 
 template <class F, class Cin, class... B>
@@ -139,18 +182,38 @@ struct bound_map {
   struct regs {
     tuple<typename B::template regs<V>...> c;
   };
+  static constexpr std::size_t slots = (std::size_t{0} + ... + B::slots);
   F f;
   tuple<B...> ch;
 
   LOOM_HD compute at_linear(index_t i) const { return linear_impl(i, std::index_sequence_for<B...>{}); }
-  LOOM_HD compute at(const index_t* idx) const { return at_impl(idx, std::index_sequence_for<B...>{}); }
+  template <class Ctx = no_ctx>
+  LOOM_HD compute at(const index_t* idx, const Ctx& ctx = {}) const {
+    return at_impl(idx, ctx, std::index_sequence_for<B...>{});
+  }
   template <int V>
   LOOM_HD void load(index_t i0, regs<V>& r) const {
     load_impl<V>(i0, r, std::index_sequence_for<B...>{});
   }
   template <int V>
-  LOOM_HD compute elem(const regs<V>& r, int j) const {
-    return elem_impl<V>(r, j, std::index_sequence_for<B...>{});
+  LOOM_HD void row_load(const index_t* lead, index_t c0, regs<V>& r) const {
+    row_load_impl<V>(lead, c0, r, std::index_sequence_for<B...>{});
+  }
+  bool row_vector_ok() const { return row_ok_impl(std::index_sequence_for<B...>{}); }
+  template <int V, class Ctx = no_ctx>
+  LOOM_HD compute elem(const regs<V>& r, int j, const Ctx& ctx = {}) const {
+    return elem_impl<V>(r, j, ctx, std::index_sequence_for<B...>{});
+  }
+  //! Same functor state and the same children: the same values.
+  bool same_as(const bound_map& o) const {
+    if constexpr (!std::is_empty_v<F>)
+      if (std::memcmp(&f, &o.f, sizeof(F)) != 0) return false;
+    return same_impl(o, std::index_sequence_for<B...>{});
+  }
+  //! Calls g(node) on the row-reduction node of slot S inside this subtree.
+  template <std::size_t S, class G>
+  LOOM_HD void with_slot(G&& g) const {
+    with_slot_impl<S>(g, std::index_sequence_for<B...>{});
   }
 
  private:
@@ -158,17 +221,37 @@ struct bound_map {
   LOOM_HD compute linear_impl(index_t i, std::index_sequence<I...>) const {
     return f(static_cast<Cin>(detail::get<I>(ch).at_linear(i))...);
   }
-  template <std::size_t... I>
-  LOOM_HD compute at_impl(const index_t* idx, std::index_sequence<I...>) const {
-    return f(static_cast<Cin>(detail::get<I>(ch).at(idx))...);
+  template <class Ctx, std::size_t... I>
+  LOOM_HD compute at_impl(const index_t* idx, const Ctx& ctx, std::index_sequence<I...>) const {
+    return f(static_cast<Cin>(detail::get<I>(ch).at(idx, ctx))...);
   }
   template <int V, std::size_t... I>
   LOOM_HD void load_impl(index_t i0, regs<V>& r, std::index_sequence<I...>) const {
     (detail::get<I>(ch).template load<V>(i0, detail::get<I>(r.c)), ...);
   }
   template <int V, std::size_t... I>
-  LOOM_HD compute elem_impl(const regs<V>& r, int j, std::index_sequence<I...>) const {
-    return f(static_cast<Cin>(detail::get<I>(ch).template elem<V>(detail::get<I>(r.c), j))...);
+  LOOM_HD void row_load_impl(const index_t* lead, index_t c0, regs<V>& r, std::index_sequence<I...>) const {
+    (detail::get<I>(ch).template row_load<V>(lead, c0, detail::get<I>(r.c)), ...);
+  }
+  template <std::size_t... I>
+  bool same_impl(const bound_map& o, std::index_sequence<I...>) const {
+    return (true && ... && detail::get<I>(ch).same_as(detail::get<I>(o.ch)));
+  }
+  template <std::size_t... I>
+  bool row_ok_impl(std::index_sequence<I...>) const {
+    return (true && ... && detail::get<I>(ch).row_vector_ok());
+  }
+  template <int V, class Ctx, std::size_t... I>
+  LOOM_HD compute elem_impl(const regs<V>& r, int j, const Ctx& ctx, std::index_sequence<I...>) const {
+    return f(static_cast<Cin>(detail::get<I>(ch).template elem<V>(detail::get<I>(r.c), j, ctx))...);
+  }
+  template <std::size_t S, class G, std::size_t... I>
+  LOOM_HD void with_slot_impl(G& g, std::index_sequence<I...>) const {
+    (with_slot_child<S>(detail::get<I>(ch), g), ...);
+  }
+  template <std::size_t S, class Child, class G>
+  LOOM_HD static void with_slot_child(const Child& c, G& g) {
+    if constexpr (Child::slots > 0) c.template with_slot<S>(g);
   }
 };
 
@@ -190,21 +273,50 @@ bool same_index_map(const view<A, R, S>& a, const view<B, R, S>& b) {
 //! an expression without an output view).
 template <std::size_t R, class S>
 struct read_only_target {
+  using space = S;
   shape<R> ext;
   const shape<R>& extents() const { return ext; }
 };
 
+// Number of row-reduction nodes in a node tree (0 for purely elementwise
+// trees): nodes that are not leaves, scalars, maps or broadcasts declare
+// their own `slot_count`.
+template <class N, class = void>
+struct node_slots {
+  static constexpr std::size_t value = 0;
+};
+template <class N>
+struct node_slots<N, std::void_t<decltype(N::slot_count)>> {
+  static constexpr std::size_t value = N::slot_count;
+};
+template <class F, class... Ch>
+struct node_slots<map_node<F, Ch...>> {
+  static constexpr std::size_t value = (std::size_t{0} + ... + node_slots<Ch>::value);
+};
+template <class E, std::size_t R>
+struct node_slots<broadcast_node<E, R>> : node_slots<E> {};
+
+template <std::size_t I, class... Ch>
+constexpr std::size_t slots_before() {
+  constexpr std::size_t counts[] = {node_slots<Ch>::value..., 0};
+  std::size_t s = 0;
+  for (std::size_t k = 0; k != I; ++k) s += counts[k];
+  return s;
+}
+
 // Binds a node tree to an output view (or a read_only_target): broadcasts
-// leaves to the output's shape, checks aliasing, and returns the kernel-side tree.
+// leaves to the output's shape, checks aliasing, and returns the kernel-side
+// tree. Row reductions get slots Base, Base + 1, ... in post-order, so a
+// reduction's own dependencies have smaller slots.
 struct binder {
-  template <class T, std::size_t R, class S, std::size_t RO>
+  template <std::size_t Base, class T, std::size_t R, class S, std::size_t RO>
   static auto bind(const leaf_node<T, R, S>& l, const read_only_target<RO, S>& out, bind_info& info) {
     const auto b = l.v.broadcast_to(out.extents());
     info.contiguous = info.contiguous && b.is_contiguous();
     info.aligned = info.aligned && reinterpret_cast<std::uintptr_t>(b.data()) % 16 == 0;
     return bound_leaf<T, RO>{b.data(), b.strides()};
   }
-  template <class T, std::size_t R, class S, class O, std::size_t RO>
+  template <std::size_t Base, class T, std::size_t R, class S, class O, std::size_t RO>
   static auto bind(const leaf_node<T, R, S>& l, const view<O, RO, S>& out, bind_info& info) {
     const auto b = l.v.broadcast_to(out.extents());
     if (may_overlap(b, out) && !same_index_map(b, out))
@@ -215,24 +327,31 @@ struct binder {
     info.aligned = info.aligned && reinterpret_cast<std::uintptr_t>(b.data()) % 16 == 0;
     return bound_leaf<T, RO>{b.data(), b.strides()};
   }
-  template <class C, class Out>
+  template <std::size_t Base, class C, class Out>
   static auto bind(const scalar_node<C>& s, const Out&, bind_info&) {
     return bound_scalar<C>{s.value};
   }
-  template <class E, std::size_t R, class Out>
+  template <std::size_t Base, class E, std::size_t R, class Out>
   static auto bind(const broadcast_node<E, R>& b, const Out& out, bind_info& info) {
-    return bind(b.e, out, info);
+    return bind<Base>(b.e, out, info);
   }
-  template <class F, class... Ch, class Out>
+  template <std::size_t Base, class F, class... Ch, class Out>
   static auto bind(const map_node<F, Ch...>& m, const Out& out, bind_info& info) {
-    return bind_map(m, out, info, std::index_sequence_for<Ch...>{});
+    return bind_map<Base>(m, out, info, std::index_sequence_for<Ch...>{});
   }
-  template <class F, class... Ch, class Out, std::size_t... I>
+  // Other node kinds (row reductions) bind themselves.
+  template <std::size_t Base, class N, class Out>
+    requires requires(const N& n, const Out& o, bind_info& i) { n.template bind_node<Base>(o, i); }
+  static auto bind(const N& n, const Out& out, bind_info& info) {
+    return n.template bind_node<Base>(out, info);
+  }
+  template <std::size_t Base, class F, class... Ch, class Out, std::size_t... I>
   static auto bind_map(const map_node<F, Ch...>& m, const Out& out, bind_info& info, std::index_sequence<I...>) {
     using cin = typename map_node<F, Ch...>::types::cin;
-    using result = bound_map<F, cin, decltype(bind(detail::get<I>(m.children), out, info))...>;
-    return result{m.f, tuple<decltype(bind(detail::get<I>(m.children), out, info))...>(
-                           bind(detail::get<I>(m.children), out, info)...)};
+    using children = tuple<decltype(bind<Base + slots_before<I, Ch...>()>(detail::get<I>(m.children), out, info))...>;
+    using result = bound_map<F, cin, decltype(bind<Base + slots_before<I, Ch...>()>(detail::get<I>(m.children), out,
+                                                                                     info))...>;
+    return result{m.f, children(bind<Base + slots_before<I, Ch...>()>(detail::get<I>(m.children), out, info)...)};
   }
 };
 
@@ -244,7 +363,10 @@ template <class E, std::size_t R>
 auto bind_for_read(const E& e, const shape<R>& s, bind_info& info) {
   const auto n = as_node(e);
   using S = typename decltype(n)::space;
-  return binder::bind(n, read_only_target<R, S>{s}, info);
+  static_assert(node_slots<std::remove_const_t<decltype(n)>>::value == 0,
+                "loom: this operation cannot read an expression that contains row reductions (row_sum, row_max, ...); "
+                "materialize it first");
+  return binder::bind<0>(n, read_only_target<R, S>{s}, info);
 }
 
 // One parameter block for the general path: output pointer and strides, and
@@ -326,6 +448,10 @@ struct min_leaf_size<map_node<F, Ch...>> {
   static constexpr std::size_t value = std::min({std::size_t{16}, min_leaf_size<Ch>::value...});
 };
 
+// Executes an assignment whose tree contains row reductions (exec/rows.hpp).
+template <class O, std::size_t RO, class S, class N>
+eval_info row_assign_impl(const view<O, RO, S>& out, const N& e);
+
 template <class O, std::size_t RO, class S, class E>
 eval_info assign_impl(const view<O, RO, S>& out, const E& e_in) {
   static_assert(!std::is_const_v<O>, "loom: cannot assign to a view of const elements");
@@ -363,8 +489,11 @@ eval_info assign_impl(const view<O, RO, S>& out, const E& e_in) {
   const index_t n = out.size();
   if (n == 0) return last_eval_slot() = info;
 
+  if constexpr (node_slots<node>::value > 0) {
+    return last_eval_slot() = row_assign_impl(out, e);
+  } else {
   bind_info bi;
-  const auto b = binder::bind(e, out, bi);
+  const auto b = binder::bind<0>(e, out, bi);
   const bool contiguous = bi.contiguous && out.is_contiguous();
 
   if constexpr (std::is_same_v<S, host>) {
@@ -402,6 +531,7 @@ eval_info assign_impl(const view<O, RO, S>& out, const E& e_in) {
 #endif
   }
   return last_eval_slot() = info;
+  }
 }
 }  // namespace detail
 }  // namespace loom

@@ -245,6 +245,40 @@ struct broadcast_node : detail::node_tag {
   shape<R> extents() const { return ext; }
 };
 
+namespace detail {
+// Calls g(leaf) for every leaf_node of a tree.
+struct leaf_visitor {
+  template <class T, std::size_t R, class S, class G>
+  static void visit(const leaf_node<T, R, S>& l, G& g) {
+    g(l);
+  }
+  template <class C, class G>
+  static void visit(const scalar_node<C>&, G&) {}
+  template <class E, std::size_t R, class G>
+  static void visit(const broadcast_node<E, R>& b, G& g) {
+    visit(b.e, g);
+  }
+  template <class F, class... Ch, class G>
+  static void visit(const map_node<F, Ch...>& m, G& g) {
+    visit_children(m, g, std::index_sequence_for<Ch...>{});
+  }
+  // Other nodes (row reductions) hold their argument as `e`.
+  template <class N, class G>
+    requires requires(const N& n) { n.e; }
+  static void visit(const N& n, G& g) {
+    visit(n.e, g);
+  }
+  template <class F, class... Ch, class G, std::size_t... I>
+  static void visit_children(const map_node<F, Ch...>& m, G& g, std::index_sequence<I...>) {
+    (visit(detail::get<I>(m.children), g), ...);
+  }
+};
+template <class N, class G>
+void for_each_leaf(const N& n, G&& g) {
+  leaf_visitor::visit(n, g);
+}
+}  // namespace detail
+
 //! Lazily applies `f` to the elements of the operands, broadcast together:
 //! the way to write a new fused op. `f` is any callable usable on both
 //! executors (`LOOM_HD` operator(), trivially copyable). Operands are promoted

@@ -1,0 +1,573 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "loom/config.hpp"
+#include "loom/core/error.hpp"
+#include "loom/core/shape.hpp"
+#include "loom/core/space.hpp"
+#include "loom/core/stream.hpp"
+#include "loom/detail/fast_divmod.hpp"
+#include "loom/exec/assign.hpp"
+#include "loom/exec/launch.hpp"
+#include "loom/expr/expression.hpp"
+#include "loom/ops/arithmetic.hpp"
+
+namespace loom {
+namespace fn {
+// Row reduction operations: an identity, a combine and a finalize.
+//! Sum along the row.
+struct row_sum_op {
+  template <class A>
+  LOOM_HD static A identity() {
+    return A(0);
+  }
+  template <class A>
+  LOOM_HD static A combine(A a, A b) {
+    return a + b;
+  }
+  template <class A>
+  LOOM_HD static A finalize(A a, index_t) {
+    return a;
+  }
+};
+//! Mean along the row (the sum divided by the row length; NaN for an empty row).
+struct row_mean_op : row_sum_op {
+  template <class A>
+  LOOM_HD static A finalize(A a, index_t n) {
+    return a / static_cast<A>(n);
+  }
+};
+//! Maximum along the row; NaN if any element is NaN (as torch.amax).
+struct row_max_op {
+  template <class A>
+  LOOM_HD static A identity() {
+    return -std::numeric_limits<A>::infinity();
+  }
+  template <class A>
+  LOOM_HD static A combine(A a, A b) {
+    if (a != a || b != b) return a + b;
+    return a < b ? b : a;
+  }
+  template <class A>
+  LOOM_HD static A finalize(A a, index_t) {
+    return a;
+  }
+};
+//! Minimum along the row; NaN if any element is NaN.
+struct row_min_op {
+  template <class A>
+  LOOM_HD static A identity() {
+    return std::numeric_limits<A>::infinity();
+  }
+  template <class A>
+  LOOM_HD static A combine(A a, A b) {
+    if (a != a || b != b) return a + b;
+    return b < a ? b : a;
+  }
+  template <class A>
+  LOOM_HD static A finalize(A a, index_t) {
+    return a;
+  }
+};
+}  // namespace fn
+
+namespace detail {
+// The accumulation type of a row reduction over values of type T: float for
+// everything but double (so half/bf16/int rows accumulate in float).
+template <class T>
+using row_acc_t = std::conditional_t<std::is_same_v<compute_t<T>, double>, double, float>;
+
+template <std::size_t S, class A>
+struct row_ctx {
+  A v[S > 0 ? S : 1];
+};
+
+template <class Op, class A, std::size_t Slot, class B>
+struct bound_row_reduce {
+  using compute = A;
+  using acc = A;
+  using op = Op;
+  template <int V>
+  struct regs {};
+  static constexpr std::size_t slots = B::slots + 1;
+  static constexpr std::size_t slot = Slot;
+  B arg;
+  index_t cols;  // length of the reduced rows
+
+  template <class Ctx>
+  LOOM_HD A at(const index_t*, const Ctx& ctx) const {
+    return static_cast<A>(ctx.v[Slot]);
+  }
+  template <int V>
+  LOOM_HD void row_load(const index_t*, index_t, regs<V>&) const {}
+  bool row_vector_ok() const { return arg.row_vector_ok(); }
+  template <int V, class Ctx>
+  LOOM_HD A elem(const regs<V>&, int, const Ctx& ctx) const {
+    return static_cast<A>(ctx.v[Slot]);
+  }
+  //! The same reduction of the same values (the slot number aside).
+  template <std::size_t Other>
+  bool same_as(const bound_row_reduce<Op, A, Other, B>& o) const {
+    return cols == o.cols && arg.same_as(o.arg);
+  }
+  template <std::size_t S, class G>
+  LOOM_HD void with_slot(G&& g) const {
+    if constexpr (S == Slot)
+      g(*this);
+    else if constexpr (B::slots > 0)
+      arg.template with_slot<S>(g);
+  }
+};
+
+// The smallest element size among a bound tree's leaves (16 without leaves).
+template <class B>
+struct min_bound_leaf_size {
+  static constexpr std::size_t value = 16;
+};
+template <class T, std::size_t R>
+struct min_bound_leaf_size<bound_leaf<T, R>> {
+  static constexpr std::size_t value = sizeof(T);
+};
+template <class F, class Cin, class... B>
+struct min_bound_leaf_size<bound_map<F, Cin, B...>> {
+  static constexpr std::size_t value = std::min({std::size_t{16}, min_bound_leaf_size<B>::value...});
+};
+template <class Op, class A, std::size_t Slot, class B>
+struct min_bound_leaf_size<bound_row_reduce<Op, A, Slot, B>> : min_bound_leaf_size<B> {};
+
+// The type of the row-reduction node with slot S in a bound tree (void if none).
+template <class B, std::size_t S>
+struct slot_type {
+  using type = void;
+};
+template <class Op, class A, std::size_t Slot, class B, std::size_t S>
+struct slot_type<bound_row_reduce<Op, A, Slot, B>, S> {
+  using type = std::conditional_t<S == Slot, bound_row_reduce<Op, A, Slot, B>, typename slot_type<B, S>::type>;
+};
+template <class F, class Cin, class... B, std::size_t S>
+struct slot_type<bound_map<F, Cin, B...>, S> {
+  template <class X, class Y>
+  using first_non_void = std::conditional_t<std::is_void_v<X>, Y, X>;
+  template <class... T>
+  struct fold {
+    using type = void;
+  };
+  template <class T, class... Rest>
+  struct fold<T, Rest...> {
+    using type = first_non_void<T, typename fold<Rest...>::type>;
+  };
+  using type = typename fold<typename slot_type<B, S>::type...>::type;
+};
+
+// The same reduction node type, slot number aside.
+template <class X>
+struct slot_kind;
+template <class Op, class A, std::size_t Slot, class B>
+struct slot_kind<bound_row_reduce<Op, A, Slot, B>> {
+  template <std::size_t N>
+  using with = bound_row_reduce<Op, A, N, B>;
+};
+
+// The first slot before S whose reduction has the same type as slot S (S if
+// none): a candidate to reuse instead of recomputing. Identical row
+// reductions (the two row_max(x) of a plainly written softmax) have
+// identical types; a run-time check confirms they also read the same data.
+template <class B, std::size_t S, std::size_t T = 0>
+constexpr std::size_t first_same_slot() {
+  if constexpr (T >= S) {
+    return S;
+  } else {
+    using st = typename slot_type<B, S>::type;
+    using tt = typename slot_type<B, T>::type;
+    if constexpr (std::is_same_v<typename slot_kind<st>::template with<0>, typename slot_kind<tt>::template with<0>>)
+      return T;
+    else
+      return first_same_slot<B, S, T + 1>();
+  }
+}
+
+// Bit S set: slot S is computed by copying slot first_same_slot<S>.
+template <class B, std::size_t... S>
+std::uint64_t reuse_mask(const B& b, std::index_sequence<S...>) {
+  static_assert(sizeof...(S) <= 64, "loom: more than 64 row reductions in one assignment");
+  std::uint64_t mask = 0;
+  auto one = [&](auto s_const) {
+    constexpr std::size_t s = decltype(s_const)::value;
+    constexpr std::size_t t = first_same_slot<B, s>();
+    if constexpr (t != s) {
+      b.template with_slot<s>([&](const auto& rs) {
+        b.template with_slot<t>([&](const auto& rt) {
+          if (rs.same_as(rt)) mask |= std::uint64_t{1} << s;
+        });
+      });
+    }
+  };
+  (one(std::integral_constant<std::size_t, S>{}), ...);
+  return mask;
+}
+
+// The longest reduced row among the slots of a bound tree.
+template <class B, std::size_t... S>
+index_t longest_row(const B& b, index_t at_least, std::index_sequence<S...>) {
+  (b.template with_slot<S>([&](const auto& red) { at_least = red.cols > at_least ? red.cols : at_least; }), ...);
+  return at_least;
+}
+
+template <class B>
+struct has_double_leaf : std::false_type {};
+template <std::size_t R>
+struct has_double_leaf<bound_leaf<double, R>> : std::true_type {};
+template <class F, class Cin, class... B>
+struct has_double_leaf<bound_map<F, Cin, B...>> : std::bool_constant<(has_double_leaf<B>::value || ...)> {};
+template <class Op, class A, std::size_t Slot, class B>
+struct has_double_leaf<bound_row_reduce<Op, A, Slot, B>> : has_double_leaf<B> {};
+}  // namespace detail
+
+//! A reduction along the last axis of `e` that keeps that axis with extent 1,
+//! so it broadcasts back along the row: `x - row_max(x)`. Usable anywhere in
+//! an elementwise expression, nested, depending on other row reductions. An
+//! assignment whose tree holds row reductions is ONE kernel: each row is
+//! reduced (in dependency order) and then written by one group of threads.
+template <class Op, class E>
+struct row_reduce_node : detail::node_tag {
+  using value_type = std::conditional_t<std::is_same_v<Op, fn::row_mean_op> && !is_floating_v<typename E::value_type>,
+                                        float, typename E::value_type>;
+  using space = typename E::space;
+  static constexpr std::size_t rank = E::rank > 0 ? E::rank : 1;
+  static constexpr std::size_t slot_count = detail::node_slots<E>::value + 1;
+  E e;
+
+  explicit row_reduce_node(const E& e_) : e(e_) {}
+  shape<rank> extents() const {
+    shape<rank> s{};
+    s.fill(1);
+    const auto in = e.extents();
+    for (std::size_t d = 0; d != E::rank; ++d) s[rank - E::rank + d] = in[d];
+    s[rank - 1] = 1;
+    return s;
+  }
+
+  //! Binds the argument over the output's leading axes and its own row length.
+  template <std::size_t Base, class O, std::size_t RO, class S>
+  auto bind_node(const view<O, RO, S>& out, detail::bind_info& info) const {
+    const auto target = row_target(out.extents());
+    detail::bind_info inner;
+    info.contiguous = false;
+    if (target == out.extents()) {
+      // Reading the output's own memory is fine under the same index map: a
+      // row is reduced completely before any of it is written.
+      return finish<Base>(detail::binder::bind<Base>(e, out, inner), target);
+    }
+    detail::for_each_leaf(e, [&](const auto& leaf) {
+      if (may_overlap(leaf.v, out))
+        throw aliasing_error("loom: a row reduction over rows of length " + std::to_string(target[RO - 1]) +
+                             " reads memory that the output (shape " + shape_string(out.extents()) +
+                             ") overwrites; evaluate into a new tensor (loom::materialize) first");
+    });
+    return finish<Base>(detail::binder::bind<Base>(e, detail::read_only_target<RO, S>{target}, inner), target);
+  }
+  template <std::size_t Base, std::size_t RO, class S>
+  auto bind_node(const detail::read_only_target<RO, S>& out, detail::bind_info& info) const {
+    const auto target = row_target(out.extents());
+    detail::bind_info inner;
+    info.contiguous = false;
+    return finish<Base>(detail::binder::bind<Base>(e, detail::read_only_target<RO, S>{target}, inner), target);
+  }
+
+ private:
+  // The argument's binding shape: the output's leading axes, the argument's row length.
+  template <std::size_t RO>
+  shape<RO> row_target(const shape<RO>& out_ext) const {
+    static_assert(rank <= RO, "loom: a row reduction has a higher rank than the output");
+    const auto in = e.extents();
+    const index_t cols = E::rank > 0 ? in[E::rank - 1] : 1;
+    if (cols == 0 && (std::is_same_v<Op, fn::row_max_op> || std::is_same_v<Op, fn::row_min_op>))
+      throw shape_error("loom: row_max/row_min over empty rows (shape " + shape_string(in) + ")");
+    shape<RO> target = out_ext;
+    target[RO - 1] = cols;
+    return target;
+  }
+  template <std::size_t Base, class B, std::size_t RO>
+  static auto finish(const B& arg, const shape<RO>& target) {
+    using A = detail::row_acc_t<typename E::value_type>;
+    return detail::bound_row_reduce<Op, A, Base + detail::node_slots<E>::value, B>{arg, target[RO - 1]};
+  }
+};
+}  // namespace loom
+
+namespace loom {
+#define LOOM_ROW_REDUCTION(name, op)                                   \
+  template <expression E>                                              \
+  [[nodiscard]] auto name(const E& e) {                                \
+    using node = detail::node_t<E>;                                    \
+    return row_reduce_node<fn::op, node>(detail::as_node(e));          \
+  }
+//! Row reductions: over the last axis, keeping it with extent 1 (so they
+//! broadcast back along the row). Accumulate in float (double for double
+//! inputs); max/min propagate NaN. Inside an assignment they cost no extra
+//! kernel: the whole assignment is one kernel with one pass per reduction
+//! over each row (re-reads hit L1/L2), then the output pass.
+//! Example: `y = exp(x - row_max(x)) / row_sum(exp(x - row_max(x)));`
+LOOM_ROW_REDUCTION(row_sum, row_sum_op)
+LOOM_ROW_REDUCTION(row_mean, row_mean_op)
+LOOM_ROW_REDUCTION(row_max, row_max_op)
+LOOM_ROW_REDUCTION(row_min, row_min_op)
+#undef LOOM_ROW_REDUCTION
+
+namespace detail {
+// Coordinates of row `row` over the output's leading axes.
+template <std::size_t R>
+struct row_layout {
+  index_t rows = 0;
+  index_t cols = 0;
+  fast_divmod div[R > 1 ? R - 1 : 1];
+  LOOM_HD void lead_of(index_t row, index_t* lead) const {
+    std::uint64_t rest = static_cast<std::uint64_t>(row);
+    for (std::size_t d = R - 1; d-- > 0;) {
+      std::uint64_t q, r;
+      div[d].divmod(rest, q, r);
+      lead[d] = static_cast<index_t>(r);
+      rest = q;
+    }
+  }
+};
+
+template <class O, std::size_t R>
+struct row_out {
+  O* p;
+  shape<R> st;
+  LOOM_HD index_t offset(const index_t* lead, index_t c) const {
+    index_t off = c * st[R - 1];
+    for (std::size_t d = R - 1; d-- > 0;) off += lead[d] * st[d];
+    return off;
+  }
+};
+
+// Host executor: one row at a time (rows in parallel). Each reduction sums 32
+// interleaved partial results and then combines them pairwise, the order the
+// device's warps use, so long rows keep float accuracy.
+template <class B, class Ctx, std::size_t R, class RR>
+void host_reduce_slot(const RR& red, const index_t* lead, Ctx& ctx) {
+  using A = typename RR::acc;
+  using Op = typename RR::op;
+  constexpr int lanes = 32;
+  A part[lanes];
+  for (int l = 0; l < lanes; ++l) part[l] = Op::template identity<A>();
+  index_t idx[R];
+  for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
+  for (index_t c = 0; c < red.cols; ++c) {
+    idx[R - 1] = c;
+    part[c % lanes] = Op::combine(part[c % lanes], static_cast<A>(red.arg.at(idx, ctx)));
+  }
+  for (int w = lanes / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) part[l] = Op::combine(part[l], part[l + w]);
+  ctx.v[RR::slot] = static_cast<typename std::remove_cvref_t<decltype(ctx.v[0])>>(Op::finalize(part[0], red.cols));
+}
+
+template <class B, class Ctx, std::size_t R, std::size_t S>
+void host_reduce_one(const B& b, const index_t* lead, Ctx& ctx, std::uint64_t reuse) {
+  constexpr std::size_t t = first_same_slot<B, S>();
+  if constexpr (t != S) {
+    if ((reuse >> S) & 1) {
+      ctx.v[S] = ctx.v[t];
+      return;
+    }
+  }
+  b.template with_slot<S>([&](const auto& red) { host_reduce_slot<B, Ctx, R>(red, lead, ctx); });
+}
+
+template <class B, class Ctx, std::size_t R, std::size_t... S>
+void host_reduce_all(const B& b, const index_t* lead, Ctx& ctx, std::uint64_t reuse, std::index_sequence<S...>) {
+  (host_reduce_one<B, Ctx, R, S>(b, lead, ctx, reuse), ...);
+}
+
+#if LOOM_CUDA_COMPILER
+// Deterministic reduction of one value per thread over a group of G threads
+// (a warp when G == 32, else the whole block): a fixed shuffle tree per warp,
+// then warp results combined in order by every thread. All threads get the
+// same bits.
+template <class Op, class A>
+__device__ __forceinline__ A group_reduce(A v, int G, A* smem) {
+  for (int o = 16; o > 0; o >>= 1) v = Op::combine(v, __shfl_down_sync(0xffffffffu, v, o));
+  if (G == 32) return __shfl_sync(0xffffffffu, v, 0);
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int nw = static_cast<int>(blockDim.x) / 32;
+  __syncthreads();  // the previous reduction's readers are done with smem
+  if ((threadIdx.x & 31) == 0) smem[warp] = v;
+  __syncthreads();
+  A r = smem[0];
+  for (int w = 1; w < nw; ++w) r = Op::combine(r, smem[w]);
+  return r;
+}
+
+template <int V, bool Vec, class RR, class Ctx, std::size_t R>
+__device__ __forceinline__ void device_reduce_slot(const RR& red, const index_t* lead, Ctx& ctx, int lane, int G,
+                                                   typename RR::acc* smem) {
+  using A = typename RR::acc;
+  using Op = typename RR::op;
+  A acc = Op::template identity<A>();
+  index_t idx[R];
+  for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
+  index_t c = lane;
+  if constexpr (Vec) {
+    const index_t full = red.cols / V * V;
+#pragma unroll 1
+    for (index_t c0 = static_cast<index_t>(lane) * V; c0 < full; c0 += static_cast<index_t>(G) * V) {
+      typename decltype(red.arg)::template regs<V> r;
+      red.arg.template row_load<V>(lead, c0, r);
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc = Op::combine(acc, static_cast<A>(red.arg.template elem<V>(r, j, ctx)));
+    }
+    c = full + lane;
+  }
+#pragma unroll 1
+  for (; c < red.cols; c += G) {
+    idx[R - 1] = c;
+    acc = Op::combine(acc, static_cast<A>(red.arg.at(idx, ctx)));
+  }
+  ctx.v[RR::slot] = static_cast<std::remove_cvref_t<decltype(ctx.v[0])>>(Op::finalize(group_reduce<Op>(acc, G, smem), red.cols));
+}
+
+template <int V, bool Vec, class A, class B, class Ctx, std::size_t R, std::size_t S>
+__device__ __forceinline__ void device_reduce_one(const B& b, const index_t* lead, Ctx& ctx, int lane, int G,
+                                                  A* smem, std::uint64_t reuse) {
+  constexpr std::size_t t = first_same_slot<B, S>();
+  if constexpr (t != S) {
+    if ((reuse >> S) & 1) {
+      ctx.v[S] = ctx.v[t];
+      return;
+    }
+  }
+  b.template with_slot<S>([&](const auto& red) {
+    using RR = std::remove_cvref_t<decltype(red)>;
+    device_reduce_slot<V, Vec, RR, Ctx, R>(red, lead, ctx, lane, G, reinterpret_cast<typename RR::acc*>(smem));
+  });
+}
+
+template <int V, bool Vec, class A, class B, class Ctx, std::size_t R, std::size_t... S>
+__device__ __forceinline__ void device_reduce_all(const B& b, const index_t* lead, Ctx& ctx, int lane, int G,
+                                                  A* smem, std::uint64_t reuse, std::index_sequence<S...>) {
+  (device_reduce_one<V, Vec, A, B, Ctx, R, S>(b, lead, ctx, lane, G, smem, reuse), ...);
+}
+
+// One group of G threads per row (G = 32: a warp per row; G = blockDim: a
+// block per row); every reduction slot in order, then the output pass.
+template <int V, bool Vec, class A, class O, std::size_t R, class B>
+__global__ void __launch_bounds__(256) row_kernel(row_out<O, R> out, B b, row_layout<R> lay, int G,
+                                                  std::uint64_t reuse) {
+  __shared__ A smem[32];
+  const int lane = static_cast<int>(threadIdx.x) % G;
+  const index_t groups_per_block = blockDim.x / G;
+  const index_t group = static_cast<index_t>(blockIdx.x) * groups_per_block + threadIdx.x / G;
+  const index_t step = static_cast<index_t>(gridDim.x) * groups_per_block;
+#pragma unroll 1
+  for (index_t row = group; row < lay.rows; row += step) {
+    index_t lead[R > 1 ? R - 1 : 1];
+    lay.lead_of(row, lead);
+    row_ctx<B::slots, A> ctx;
+    device_reduce_all<V, Vec, A, B, row_ctx<B::slots, A>, R>(b, lead, ctx, lane, G, smem, reuse,
+                                                             std::make_index_sequence<B::slots>{});
+    index_t c = lane;
+    if constexpr (Vec) {
+      const index_t full = lay.cols / V * V;
+      const index_t base = out.offset(lead, 0);
+#pragma unroll 1
+      for (index_t c0 = static_cast<index_t>(lane) * V; c0 < full; c0 += static_cast<index_t>(G) * V) {
+        typename B::template regs<V> r;
+        b.template row_load<V>(lead, c0, r);
+        vec_regs<O, V> o;
+#pragma unroll
+        for (int j = 0; j < V; ++j) o.v[j] = convert<O>(b.template elem<V>(r, j, ctx));
+        vec_store<O, V>(out.p + base + c0, o);
+      }
+      c = full + lane;
+    }
+    index_t idx[R];
+    for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
+#pragma unroll 1
+    for (; c < lay.cols; c += G) {
+      idx[R - 1] = c;
+      out.p[out.offset(lead, c)] = convert<O>(b.at(idx, ctx));
+    }
+  }
+}
+#endif
+
+template <class B>
+constexpr int row_vector_width() {
+  return 16 / static_cast<int>(min_bound_leaf_size<B>::value);
+}
+
+template <class O, std::size_t RO, class S, class N>
+eval_info row_assign_impl(const view<O, RO, S>& out, const N& e) {
+  static_assert(RO >= 1, "loom: row reductions need an output of rank 1 or more");
+  bind_info bi;
+  const auto b = binder::bind<0>(e, out, bi);
+  using B = std::remove_const_t<decltype(b)>;
+  using A = std::conditional_t<has_double_leaf<B>::value, double, float>;
+  row_layout<RO> lay;
+  lay.cols = out.extent(RO - 1);
+  lay.rows = lay.cols ? out.size() / lay.cols : 0;
+  for (std::size_t d = 0; d + 1 < RO; ++d) lay.div[d] = fast_divmod(static_cast<std::uint64_t>(out.extent(d)));
+  const row_out<O, RO> ro{out.data(), out.strides()};
+  eval_info info;
+  info.path = eval_path::rows;
+  info.on_device = std::is_same_v<S, device>;
+  const std::uint64_t reuse = reuse_mask(b, std::make_index_sequence<B::slots>{});
+  info.row_passes = static_cast<int>(B::slots) - std::popcount(reuse);
+  if constexpr (std::is_same_v<S, host>) {
+    info.threads_per_row = 1;
+    host_for_each(lay.rows, [&](index_t row) {
+      index_t lead[RO > 1 ? RO - 1 : 1];
+      lay.lead_of(row, lead);
+      row_ctx<B::slots, A> ctx;
+      host_reduce_all<B, row_ctx<B::slots, A>, RO>(b, lead, ctx, reuse, std::make_index_sequence<B::slots>{});
+      index_t idx[RO];
+      for (std::size_t d = 0; d + 1 < RO; ++d) idx[d] = lead[d];
+      for (index_t c = 0; c < lay.cols; ++c) {
+        idx[RO - 1] = c;
+        ro.p[ro.offset(lead, c)] = convert<O>(b.at(idx, ctx));
+      }
+    });
+  } else {
+#if LOOM_CUDA_COMPILER
+    constexpr int V = row_vector_width<B>() < 16 / static_cast<int>(sizeof(O)) ? row_vector_width<B>()
+                                                                                : 16 / static_cast<int>(sizeof(O));
+    const index_t longest = longest_row(b, lay.cols, std::make_index_sequence<B::slots>{});
+    // A warp per row for short rows, a block of 256 per row for long ones.
+    const int G = longest <= 2048 ? 32 : 256;
+    const bool out_ok = out.stride(RO - 1) == 1 && reinterpret_cast<std::uintptr_t>(out.data()) % 16 == 0 && [&] {
+      for (std::size_t d = 0; d + 1 < RO; ++d)
+        if ((out.stride(d) * static_cast<index_t>(sizeof(O))) % 16 != 0) return false;
+      return true;
+    }();
+    const bool vec = out_ok && b.row_vector_ok();
+    const stream_ref s = current_stream();
+    const index_t groups = 256 / G;
+    const index_t want = (lay.rows + groups - 1) / groups;
+    const index_t cap = static_cast<index_t>(sm_count(s.device())) * (G == 32 ? 8 : 4);
+    const unsigned grid = static_cast<unsigned>(want < cap ? (want > 0 ? want : 1) : cap);
+    info.threads_per_row = G;
+    info.vector_width = vec ? V : 1;
+    if (lay.rows > 0) {
+      if (vec)
+        row_kernel<V, true, A, O, RO><<<grid, 256, 0, s.get()>>>(ro, b, lay, G, reuse);
+      else
+        row_kernel<V, false, A, O, RO><<<grid, 256, 0, s.get()>>>(ro, b, lay, G, reuse);
+      LOOM_CUDA_CHECK(cudaGetLastError());
+      device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+    }
+#endif
+  }
+  return info;
+}
+}  // namespace detail
+}  // namespace loom
