@@ -12,6 +12,7 @@
 #include "loom/core/stream.hpp"
 #include "loom/exec/assign.hpp"
 #include "loom/exec/launch.hpp"
+#include "loom/exec/rows.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/expr/promote.hpp"
 #include "loom/memory/memory.hpp"
