@@ -23,8 +23,9 @@
 #define LOOM_DEVICE inline
 #endif
 
-// Asks nvcc to unroll the next loop; nothing for host compilers.
-#if defined(__CUDACC__)
+// Asks nvcc to unroll the next loop in device code; nothing in host code
+// (host compilers warn about the unknown pragma).
+#if defined(__CUDA_ARCH__)
 #define LOOM_UNROLL _Pragma("unroll")
 #else
 #define LOOM_UNROLL

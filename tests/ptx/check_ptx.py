@@ -15,7 +15,9 @@ import re
 import subprocess
 import sys
 
-# case: (description, 16-byte loads, 16-byte stores) on the contiguous path.
+# case: (description, 16-byte loads, 16-byte stores) on the contiguous path
+# (elementwise) or on the vector form of the row kernel (rows: one pass per
+# distinct reduction, then the output pass).
 # One load per leaf occurrence: a tensor named twice in an elementwise
 # expression is loaded twice by the same thread (the second load hits L1, so
 # device memory is still read once).
@@ -25,7 +27,12 @@ CASES = {
     2: ("float  y = silu(x * w_row + 1)", 2, 1),
     3: ("bf16   y = gelu(x * g_row + b_row) + r", 4, 1),
     4: ("half   y = 16-node tree, a x5 and b x4", 9, 1),
+    # softmax: code for max, max (the duplicate, skipped at run time after
+    # its check), sum, output: 4 loads in the code, 3 row reads at run time.
+    5: ("bf16   rows: y = softmax(x)", 4, 1),
+    6: ("bf16   rows: y = rms_norm(x, w)", 4, 1),
 }
+ROW_CASES = {5, 6}
 
 ENTRY = re.compile(r"^\.(?:visible )?\.entry\s+(\S+?)\(", re.M)
 V4_LOAD = re.compile(r"\bld\.global(?:\.nc)?(?:\.L1::\S+)?\.v4\.")
@@ -55,7 +62,7 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
 
     failures = []
-    print(f"{'case':<42} {'kernel':<11} {'v4 ld':>5} {'v4 st':>5} {'regs':>4} {'spill':>5} {'stack':>5}")
+    print(f"{'case':<42} {'kernel':<12} {'v4 ld':>5} {'v4 st':>5} {'regs':>4} {'spill':>5} {'stack':>5}")
     for case, (desc, want_loads, want_stores) in CASES.items():
         ptx_path = f"{args.workdir}/case{case}.ptx"
         cmd = [args.nvcc, "-std=c++20", "--expt-relaxed-constexpr", "--extended-lambda", f"-arch=sm_{args.arch}",
@@ -68,27 +75,34 @@ def main():
         stats = {m.group(1): (int(m.group(2)), int(m.group(3)) + int(m.group(4)), int(m.group(5)))
                  for m in PTXAS.finditer(sass.stdout + sass.stderr)}
         ents = entries(ptx)
-        contiguous = [n for n in ents if "contiguous_kernel" in n]
-        general = [n for n in ents if "general_kernel" in n]
-        others = [n for n in ents if n not in contiguous and n not in general]
-        if len(contiguous) != 1 or len(general) != 1 or others:
-            failures.append(f"case {case} ({desc}): expected one contiguous and one general kernel, found "
-                            f"{len(contiguous)} contiguous, {len(general)} general, others {others}")
+        if case in ROW_CASES:
+            kinds = {"vector rows": [n for n in ents if "row_kernel" in n and "Lb1E" in n],
+                     "general rows": [n for n in ents if "row_kernel" in n and "Lb0E" in n]}
+        else:
+            kinds = {"contiguous": [n for n in ents if "contiguous_kernel" in n],
+                     "general": [n for n in ents if "general_kernel" in n]}
+        found = [n for names in kinds.values() for n in names]
+        others = [n for n in ents if n not in found]
+        if any(len(names) != 1 for names in kinds.values()) or others:
+            failures.append(f"case {case} ({desc}): expected one kernel of each of {list(kinds)}, found "
+                            f"{ {k: len(v) for k, v in kinds.items()} }, others {others}")
             continue
-        for kind, name in (("contiguous", contiguous[0]), ("general", general[0])):
+        for kind, names in kinds.items():
+            name = names[0]
             body = ents[name]
             loads, stores = len(V4_LOAD.findall(body)), len(V4_STORE.findall(body))
             stack, spill, regs = stats.get(name, (-1, -1, -1))
-            print(f"{desc:<42} {kind:<11} {loads:>5} {stores:>5} {regs:>4} {spill:>5} {stack:>5}")
+            print(f"{desc:<42} {kind:<12} {loads:>5} {stores:>5} {regs:>4} {spill:>5} {stack:>5}")
             if name not in stats:
                 failures.append(f"case {case}: no ptxas report for {kind} kernel")
             if spill != 0 or stack != 0:
                 failures.append(f"case {case} ({desc}): {kind} kernel spills {spill} bytes, stack {stack} bytes")
-            if kind == "contiguous" and (loads != want_loads or stores != want_stores):
-                failures.append(f"case {case} ({desc}): contiguous kernel has {loads} 16-byte loads and {stores} "
+            vector_kind = kind in ("contiguous", "vector rows")
+            if vector_kind and (loads != want_loads or stores != want_stores):
+                failures.append(f"case {case} ({desc}): {kind} kernel has {loads} 16-byte loads and {stores} "
                                 f"16-byte stores, expected {want_loads} and {want_stores}")
-            if kind == "general" and (loads or stores):
-                failures.append(f"case {case} ({desc}): general kernel uses vector accesses")
+            if not vector_kind and (loads or stores):
+                failures.append(f"case {case} ({desc}): {kind} kernel uses vector accesses")
     for f in failures:
         print("FAIL:", f)
     print(f"{len(CASES)} cases, {len(failures)} failures")

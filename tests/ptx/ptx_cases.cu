@@ -30,6 +30,12 @@ void run(device_tensor<bf16, 2>& y, const device_tensor<bf16, 2>& x, const devic
 void run(device_tensor<half, 2>& y, const device_tensor<half, 2>& a, const device_tensor<half, 2>& b) {
   y = tanh(a) * sigmoid(b) + relu(a - b) * 0.5f - exp(-abs(a)) + where(a > b, a, b);
 }
+#elif LOOM_PTX_CASE == 5  // bf16 softmax rows: one row kernel (vector and general forms)
+void run(device_tensor<bf16, 2>& y, const device_tensor<bf16, 2>& x) { y = softmax(x); }
+#elif LOOM_PTX_CASE == 6  // bf16 rms_norm rows with a broadcast weight
+void run(device_tensor<bf16, 2>& y, const device_tensor<bf16, 2>& x, const device_tensor<bf16, 1>& w) {
+  y = rms_norm(x, w, 1e-6);
+}
 #else
 #error "unknown LOOM_PTX_CASE"
 #endif

@@ -205,7 +205,8 @@ struct bound_map {
     return elem_impl<V>(r, j, ctx, std::index_sequence_for<B...>{});
   }
   //! Same functor state and the same children: the same values.
-  bool same_as(const bound_map& o) const {
+  template <class... B2>
+  bool same_as(const bound_map<F, Cin, B2...>& o) const {
     if constexpr (!std::is_empty_v<F>)
       if (std::memcmp(&f, &o.f, sizeof(F)) != 0) return false;
     return same_impl(o, std::index_sequence_for<B...>{});
@@ -233,8 +234,8 @@ struct bound_map {
   LOOM_HD void row_load_impl(const index_t* lead, index_t c0, regs<V>& r, std::index_sequence<I...>) const {
     (detail::get<I>(ch).template row_load<V>(lead, c0, detail::get<I>(r.c)), ...);
   }
-  template <std::size_t... I>
-  bool same_impl(const bound_map& o, std::index_sequence<I...>) const {
+  template <class M, std::size_t... I>
+  bool same_impl(const M& o, std::index_sequence<I...>) const {
     return (true && ... && detail::get<I>(ch).same_as(detail::get<I>(o.ch)));
   }
   template <std::size_t... I>

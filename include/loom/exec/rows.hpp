@@ -114,8 +114,8 @@ struct bound_row_reduce {
     return static_cast<A>(ctx.v[Slot]);
   }
   //! The same reduction of the same values (the slot number aside).
-  template <std::size_t Other>
-  bool same_as(const bound_row_reduce<Op, A, Other, B>& o) const {
+  template <std::size_t Other, class B2>
+  bool same_as(const bound_row_reduce<Op, A, Other, B2>& o) const {
     return cols == o.cols && arg.same_as(o.arg);
   }
   template <std::size_t S, class G>
@@ -167,13 +167,19 @@ struct slot_type<bound_map<F, Cin, B...>, S> {
   using type = typename fold<typename slot_type<B, S>::type...>::type;
 };
 
-// The same reduction node type, slot number aside.
+// A bound type with every slot number set to 0: two reductions whose erased
+// types agree compute the same function of their inputs.
 template <class X>
-struct slot_kind;
+struct erase_slots {
+  using type = X;
+};
 template <class Op, class A, std::size_t Slot, class B>
-struct slot_kind<bound_row_reduce<Op, A, Slot, B>> {
-  template <std::size_t N>
-  using with = bound_row_reduce<Op, A, N, B>;
+struct erase_slots<bound_row_reduce<Op, A, Slot, B>> {
+  using type = bound_row_reduce<Op, A, 0, typename erase_slots<B>::type>;
+};
+template <class F, class Cin, class... B>
+struct erase_slots<bound_map<F, Cin, B...>> {
+  using type = bound_map<F, Cin, typename erase_slots<B>::type...>;
 };
 
 // The first slot before S whose reduction has the same type as slot S (S if
@@ -187,7 +193,7 @@ constexpr std::size_t first_same_slot() {
   } else {
     using st = typename slot_type<B, S>::type;
     using tt = typename slot_type<B, T>::type;
-    if constexpr (std::is_same_v<typename slot_kind<st>::template with<0>, typename slot_kind<tt>::template with<0>>)
+    if constexpr (std::is_same_v<typename erase_slots<st>::type, typename erase_slots<tt>::type>)
       return T;
     else
       return first_same_slot<B, S, T + 1>();
@@ -304,6 +310,77 @@ struct row_reduce_node : detail::node_tag {
 }  // namespace loom
 
 namespace loom {
+namespace detail {
+// Kernel-side column index: the coordinate along the last axis.
+template <std::size_t R>
+struct bound_column_index {
+  using compute = std::int64_t;
+  template <int V>
+  using regs = vec_regs<std::int64_t, V>;
+  static constexpr std::size_t slots = 0;
+  fast_divmod cols;  // for linear indexing: column = i % cols
+
+  LOOM_HD std::int64_t at_linear(index_t i) const {
+    std::uint64_t q, r;
+    cols.divmod(static_cast<std::uint64_t>(i), q, r);
+    return static_cast<std::int64_t>(r);
+  }
+  template <class Ctx = no_ctx>
+  LOOM_HD std::int64_t at(const index_t* idx, const Ctx& = {}) const {
+    return idx[R - 1];
+  }
+  template <int V>
+  LOOM_HD void load(index_t i0, regs<V>& r) const {
+    for (int j = 0; j < V; ++j) r.v[j] = at_linear(i0 + j);
+  }
+  template <int V>
+  LOOM_HD void row_load(const index_t*, index_t c0, regs<V>& r) const {
+    for (int j = 0; j < V; ++j) r.v[j] = c0 + j;
+  }
+  bool row_vector_ok() const { return true; }
+  template <int V, class Ctx = no_ctx>
+  LOOM_HD std::int64_t elem(const regs<V>& r, int j, const Ctx& = {}) const {
+    return r.v[j];
+  }
+  bool same_as(const bound_column_index& o) const { return cols.d == o.cols.d; }
+};
+template <std::size_t R>
+struct min_bound_leaf_size<bound_column_index<R>> {
+  static constexpr std::size_t value = 16;
+};
+}  // namespace detail
+
+//! The column (last-axis) coordinate of every element of a shape, as int64;
+//! reads no memory. With a target per row it selects one element per row:
+//! `row_sum(where(column_index(x) == t, x, 0))` is x[r, t[r]].
+template <std::size_t R, class S>
+struct column_index_node : detail::node_tag {
+  using value_type = std::int64_t;
+  using space = S;
+  static constexpr std::size_t rank = R;
+  static constexpr bool is_generator = true;
+  shape<R> ext;
+
+  explicit column_index_node(const shape<R>& s) : ext(s) {}
+  shape<R> extents() const { return ext; }
+  template <std::size_t Base, class Out>
+  auto bind_node(const Out& out, detail::bind_info& info) const {
+    constexpr std::size_t RO = std::tuple_size_v<std::remove_cvref_t<decltype(out.extents())>>;
+    info.contiguous = false;  // its values depend on the coordinates, not on a memory layout
+    const index_t cols = out.extents()[RO - 1];
+    return detail::bound_column_index<RO>{detail::fast_divmod(static_cast<std::uint64_t>(cols > 0 ? cols : 1))};
+  }
+};
+
+//! Column coordinates shaped like `e` (in e's memory space).
+//! Example: `auto causal = column_index(scores) <= row_index;`
+template <expression E>
+[[nodiscard]] auto column_index(const E& e) {
+  using node = detail::node_t<E>;
+  static_assert(node::rank >= 1, "loom: column_index needs a rank of 1 or more");
+  return column_index_node<node::rank, typename node::space>(detail::as_node(e).extents());
+}
+
 #define LOOM_ROW_REDUCTION(name, op)                                   \
   template <expression E>                                              \
   [[nodiscard]] auto name(const E& e) {                                \

@@ -262,12 +262,16 @@ struct leaf_visitor {
   static void visit(const map_node<F, Ch...>& m, G& g) {
     visit_children(m, g, std::index_sequence_for<Ch...>{});
   }
-  // Other nodes (row reductions) hold their argument as `e`.
+  // Other nodes (row reductions) hold their argument as `e`; generators
+  // (column_index) read no memory.
   template <class N, class G>
     requires requires(const N& n) { n.e; }
   static void visit(const N& n, G& g) {
     visit(n.e, g);
   }
+  template <class N, class G>
+    requires(N::is_generator)
+  static void visit(const N&, G&) {}
   template <class F, class... Ch, class G, std::size_t... I>
   static void visit_children(const map_node<F, Ch...>& m, G& g, std::index_sequence<I...>) {
     (visit(detail::get<I>(m.children), g), ...);

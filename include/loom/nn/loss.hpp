@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "loom/core/error.hpp"
+#include "loom/exec/assign.hpp"
+#include "loom/exec/rows.hpp"
+#include "loom/expr/expression.hpp"
+#include "loom/ops/arithmetic.hpp"
+#include "loom/ops/compare.hpp"
+#include "loom/ops/math.hpp"
+#include "loom/tensor/tensor.hpp"
+
+namespace loom {
+//! How cross_entropy combines the per-row losses.
+enum class loss_reduction { mean, sum };
+
+//! Options of cross_entropy, as PyTorch's: rows whose target is
+//! `ignore_index` contribute nothing (and are not counted by the mean);
+//! `label_smoothing` mixes the one-hot target with the uniform distribution.
+struct cross_entropy_options {
+  std::int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+  loss_reduction reduction = loss_reduction::mean;
+};
+
+//! The per-row cross-entropy of logits [..., C] against integer targets
+//! [..., 1] (one class index per row), as a lazy expression of shape [..., 1]
+//! computed in float. A target outside [0, C) that is not ignore_index gives
+//! NaN for its row (a kernel cannot raise). One kernel when assigned: passes
+//! for the row max, the sum of exponentials, the target logit (and the row
+//! mean with label smoothing).
+template <expression L, expression T>
+[[nodiscard]] auto cross_entropy_rows(const L& logits, const T& target, const cross_entropy_options& o = {}) {
+  const auto z = detail::as_node(logits);
+  const auto t = detail::as_node(target);
+  const auto col = column_index(z);
+  const auto lse = log(row_sum(exp(z - row_max(z)))) + row_max(z);
+  const auto picked = row_sum(where(col == t, z, 0.0f));
+  const auto hits = row_sum(where(col == t, 1.0f, 0.0f));
+  const double eps = o.label_smoothing;
+  const auto loss = (1.0 - eps) * (lse - picked) + eps * (lse - row_mean(z));
+  return where(t == o.ignore_index, 0.0f, where(hits == 0.0f, std::numeric_limits<float>::quiet_NaN(), loss));
+}
+
+namespace detail {
+template <class X>
+void check_ce_shapes(const X& logits, const auto& target) {
+  if (target.extent(0) != logits.extent(0))
+    throw shape_error("loom: cross_entropy: logits of shape " + shape_string(logits.extents()) + " and targets of shape " +
+                      shape_string(target.extents()) + " have different numbers of rows");
+}
+}  // namespace detail
+
+//! Cross-entropy loss per row: logits [N, C], targets [N] (int64 class
+//! indices) -> a float tensor [N] in the same space. One kernel.
+//! Example: `auto l = loom::cross_entropy_per_row(logits, labels);`
+template <tensor_like L, tensor_like T>
+[[nodiscard]] auto cross_entropy_per_row(const L& logits, const T& target, const cross_entropy_options& o = {}) {
+  const auto lv = detail::as_view(logits);
+  const auto tv = detail::as_view(target);
+  static_assert(decltype(lv)::rank == 2 && decltype(tv)::rank == 1,
+                "loom: cross_entropy takes logits [N, C] and targets [N]");
+  static_assert(std::is_same_v<typename decltype(tv)::value_type, std::int64_t>,
+                "loom: cross_entropy targets are int64 class indices");
+  detail::check_ce_shapes(lv, tv);
+  tensor<float, 1, typename decltype(lv)::space> out({lv.extent(0)});
+  assign(out.view().unsqueeze(1), cross_entropy_rows(lv, tv.unsqueeze(1), o));
+  return out;
+}
+
+//! Cross-entropy loss reduced over the rows (mean over non-ignored rows, or
+//! sum): a 0-d float tensor in the logits' space. Two kernels: the per-row
+//! losses into a pool temporary, then one row reduction over them. The mean
+//! of zero counted rows is NaN, as in PyTorch.
+//! Example: `float loss = loom::to_host(loom::cross_entropy(logits, labels))();`
+template <tensor_like L, tensor_like T>
+[[nodiscard]] auto cross_entropy(const L& logits, const T& target, const cross_entropy_options& o = {}) {
+  const auto per_row = cross_entropy_per_row(logits, target, o);
+  const auto tv = detail::as_view(target);
+  const index_t n = tv.extent(0);
+  tensor<float, 0, typename decltype(tv)::space> out(shape<0>{});
+  const auto losses = per_row.view().reshape(shape<2>{1, n});
+  const auto t_row = tv.reshape(shape<2>{1, n});
+  const auto dst = out.view().reshape(shape<2>{1, 1});
+  if (o.reduction == loss_reduction::sum)
+    assign(dst, row_sum(losses));
+  else
+    assign(dst, row_sum(losses) / row_sum(where(t_row == o.ignore_index, 0.0f, 1.0f)));
+  return out;
+}
+
+//! Gradient of cross_entropy (reduced as `o.reduction` says) with respect to
+//! the logits, for an output gradient `grad` (1 for a plain loss):
+//! (softmax(z) - ((1 - s) onehot + s / C)) * grad / count, zero rows for
+//! ignored targets. A tensor shaped and typed like the logits. Two kernels
+//! for the mean (the count of rows, then the gradient), one for the sum.
+template <tensor_like L, tensor_like T>
+[[nodiscard]] auto cross_entropy_backward(const L& logits, const T& target, double grad = 1.0,
+                                          const cross_entropy_options& o = {}) {
+  const auto lv = detail::as_view(logits);
+  const auto tv = detail::as_view(target);
+  detail::check_ce_shapes(lv, tv);
+  using S = typename decltype(lv)::space;
+  const index_t n = lv.extent(0), c = lv.extent(1);
+  tensor<float, 2, S> count({1, 1});
+  const auto t_row = tv.reshape(shape<2>{1, n});
+  if (o.reduction == loss_reduction::mean)
+    assign(count, row_sum(where(t_row == o.ignore_index, 0.0f, 1.0f)));
+  else
+    assign(count, 1.0f);
+  const auto z = detail::as_node(lv);
+  const auto t = detail::as_node(tv.unsqueeze(1));
+  const auto p = exp(z - row_max(z)) / row_sum(exp(z - row_max(z)));
+  const double s = o.label_smoothing;
+  const auto target_dist = where(column_index(z) == t, 1.0 - s + s / static_cast<double>(c), s / static_cast<double>(c));
+  tensor<typename decltype(lv)::value_type, 2, S> dz(lv.extents());
+  assign(dz, where(t == o.ignore_index, 0.0f, (p - target_dist) * grad / count));
+  return dz;
+}
+}  // namespace loom

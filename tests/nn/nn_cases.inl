@@ -1,0 +1,450 @@
+// SPDX-License-Identifier: Apache-2.0
+// Row reductions and the layers built on them, checked on both executors
+// against double-precision references (and central finite differences for
+// the backward passes). The including file defines LOOM_TEST_SPACE and
+// LOOM_TEST_TAG.
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "loom_test.hpp"
+
+using Catch::Matchers::Contains;
+using loom::index_t;
+using loom::none;
+using loom::range;
+using loom::whole;
+using space_t = LOOM_TEST_SPACE;
+
+namespace {
+constexpr bool on_device = std::is_same_v<space_t, loom::device>;
+constexpr double inf = std::numeric_limits<double>::infinity();
+
+template <class T, std::size_t R>
+loom::tensor<T, R, space_t> in_space(const loom::host_tensor<T, R>& h) {
+  if constexpr (on_device)
+    return loom::to_device(h);
+  else
+    return h;
+}
+
+template <class T, std::size_t R>
+loom::host_tensor<T, R> random_host(const loom::shape<R>& s, std::mt19937_64& g, double lo = -3, double hi = 3) {
+  loom::host_tensor<T, R> h(s);
+  for (index_t i = 0; i < h.size(); ++i) h.data()[i] = loom_test::random_value<T>(g, lo, hi);
+  return h;
+}
+
+template <class T, std::size_t R>
+loom::tensor<T, R, space_t> poisoned(const loom::shape<R>& s) {
+  loom::host_tensor<T, R> h(s);
+  for (index_t i = 0; i < h.size(); ++i) h.data()[i] = loom_test::poison_value<T>();
+  return in_space(h);
+}
+
+template <class T>
+double tol() {
+  if constexpr (std::is_same_v<T, loom::half>)
+    return 3e-3;
+  else if constexpr (std::is_same_v<T, loom::bf16>)
+    return 2e-2;
+  else if constexpr (std::is_same_v<T, float>)
+    return 2e-5;
+  else
+    return 1e-12;
+}
+
+// Rows of a host tensor as doubles: rows[r][c].
+template <class T, std::size_t R>
+std::vector<std::vector<double>> rows_of(const loom::host_tensor<T, R>& h) {
+  const index_t c = h.extent(R - 1), n = c ? h.size() / c : 0;
+  std::vector<std::vector<double>> out(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(c)));
+  for (index_t i = 0; i < h.size(); ++i)
+    out[static_cast<std::size_t>(i / c)][static_cast<std::size_t>(i % c)] = loom_test::as_double(h.data()[i]);
+  return out;
+}
+
+template <class T, std::size_t R>
+void check_rows(const loom::tensor<T, R, space_t>& y, const std::vector<std::vector<double>>& want, double rel,
+                double abs_tol) {
+  const auto got = rows_of(loom::to_host(y));
+  REQUIRE(got.size() == want.size());
+  for (std::size_t r = 0; r < want.size(); ++r)
+    for (std::size_t c = 0; c < want[r].size(); ++c) {
+      const double g = got[r][c], w = want[r][c];
+      const bool ok = std::isnan(w) ? std::isnan(g) : (std::isinf(w) ? g == w : std::fabs(g - w) <= abs_tol + rel * std::fabs(w));
+      if (!ok) {
+        INFO("row " << r << ", column " << c << ": got " << g << ", want " << w);
+        REQUIRE(ok);
+      }
+    }
+}
+
+using row_fn = std::function<std::vector<double>(const std::vector<double>&)>;
+
+std::vector<std::vector<double>> map_rows(const std::vector<std::vector<double>>& x, const row_fn& f) {
+  std::vector<std::vector<double>> out;
+  for (const auto& r : x) out.push_back(f(r));
+  return out;
+}
+
+std::vector<double> ref_softmax(const std::vector<double>& x) {
+  double m = -inf;
+  for (double v : x) m = std::max(m, v);
+  double s = 0;
+  for (double v : x) s += std::exp(v - m);
+  std::vector<double> y;
+  for (double v : x) y.push_back(std::exp(v - m) / s);
+  return y;
+}
+std::vector<double> ref_log_softmax(const std::vector<double>& x) {
+  double m = -inf;
+  for (double v : x) m = std::max(m, v);
+  double s = 0;
+  for (double v : x) s += std::exp(v - m);
+  std::vector<double> y;
+  for (double v : x) y.push_back(v - m - std::log(s));
+  return y;
+}
+std::vector<double> ref_layer_norm(const std::vector<double>& x, const std::vector<double>& w,
+                                   const std::vector<double>& b, double eps) {
+  double mean = 0, var = 0;
+  for (double v : x) mean += v;
+  mean /= static_cast<double>(x.size());
+  for (double v : x) var += (v - mean) * (v - mean);
+  var /= static_cast<double>(x.size());
+  std::vector<double> y;
+  for (std::size_t i = 0; i < x.size(); ++i) y.push_back((x[i] - mean) / std::sqrt(var + eps) * w[i] + b[i]);
+  return y;
+}
+std::vector<double> ref_rms_norm(const std::vector<double>& x, const std::vector<double>& w, double eps) {
+  double ms = 0;
+  for (double v : x) ms += v * v;
+  ms /= static_cast<double>(x.size());
+  std::vector<double> y;
+  for (std::size_t i = 0; i < x.size(); ++i) y.push_back(x[i] / std::sqrt(ms + eps) * w[i]);
+  return y;
+}
+
+// d/dx of sum_i dy_i f(x)_i by central differences, in double.
+std::vector<double> fd_grad(const row_fn& f, std::vector<double> x, const std::vector<double>& dy, double h = 1e-6) {
+  std::vector<double> g(x.size());
+  for (std::size_t j = 0; j < x.size(); ++j) {
+    const double keep = x[j];
+    x[j] = keep + h;
+    const auto up = f(x);
+    x[j] = keep - h;
+    const auto dn = f(x);
+    x[j] = keep;
+    double s = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) s += dy[i] * (up[i] - dn[i]);
+    g[j] = s / (2 * h);
+  }
+  return g;
+}
+
+template <class F>
+void expect_one_launch(F&& f) {
+  const auto before = loom::launches();
+  f();
+  const auto after = loom::launches();
+  CHECK((on_device ? after.device - before.device : after.host - before.host) == 1);
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("row reductions reduce the last axis and broadcast back", "[nn][rows]" LOOM_TEST_TAG, float,
+                   loom::half, loom::bf16, double) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("row reductions"));
+  for (index_t cols : {1, 7, 32, 33, 1000, 5000}) {
+    INFO("cols " << cols);
+    auto xh = random_host<T, 3>({2, 3, cols}, g);
+    auto x = in_space(xh);
+    const auto rows = rows_of(xh);
+    auto y = poisoned<T, 3>({2, 3, cols});
+    expect_one_launch([&] { y = x - row_max(x) + row_sum(x) * 0.5f - row_mean(x) + row_min(x); });
+    CHECK(loom::last_eval().path == loom::eval_path::rows);
+    check_rows(y, map_rows(rows, [](const std::vector<double>& r) {
+      double mx = -inf, mn = inf, s = 0;
+      for (double v : r) mx = std::max(mx, v), mn = std::min(mn, v), s += v;
+      std::vector<double> o;
+      for (double v : r) o.push_back(v - mx + s * 0.5 - s / static_cast<double>(r.size()) + mn);
+      return o;
+    }), tol<T>(), tol<T>() * (1 + 0.05 * std::sqrt(static_cast<double>(cols))));
+    // A reduction assigned to a [..., 1] output: rows of another length than the output's.
+    auto s = poisoned<T, 3>({2, 3, 1});
+    s = row_sum(x * x);
+    check_rows(s, map_rows(rows, [](const std::vector<double>& r) {
+      double a = 0;
+      for (double v : r) a += v * v;
+      return std::vector<double>{a};
+    }), tol<T>() * 2, 1e-4);
+  }
+}
+
+TEST_CASE("row max propagates NaN and row reductions accept strided rows", "[nn][rows]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("row nan"));
+  auto xh = random_host<float, 2>({9, 40}, g);
+  xh(3, 17) = std::numeric_limits<float>::quiet_NaN();
+  auto x = in_space(xh);
+  auto m = poisoned<float, 2>({9, 1});
+  m = row_max(x);
+  const auto mh = loom::to_host(m);
+  for (index_t r = 0; r < 9; ++r) {
+    if (r == 3) {
+      CHECK(std::isnan(mh(r, 0)));
+      continue;
+    }
+    double want = -inf;
+    for (index_t c = 0; c < 40; ++c) want = std::max(want, static_cast<double>(xh(r, c)));
+    CHECK(mh(r, 0) == want);
+  }
+  // Columns of x as rows: a transposed (strided) input.
+  auto t = poisoned<float, 2>({40, 9});
+  t = loom::softmax(x.t());
+  const auto th = loom::to_host(t);
+  for (index_t c = 0; c < 40; ++c) {
+    std::vector<double> col;
+    for (index_t r = 0; r < 9; ++r) col.push_back(xh(r, c));
+    const auto want = ref_softmax(col);
+    for (index_t r = 0; r < 9; ++r) {
+      if (std::isnan(want[static_cast<std::size_t>(r)])) {
+        CHECK(std::isnan(th(c, r)));
+      } else {
+        CHECK(std::fabs(th(c, r) - want[static_cast<std::size_t>(r)]) <= 1e-6);
+      }
+    }
+  }
+}
+
+TEST_CASE("identical row reductions are computed once and in-place layers work", "[nn][rows]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("dedupe"));
+  auto xh = random_host<float, 2>({17, 300}, g);
+  auto x = in_space(xh);
+  auto y = poisoned<float, 2>({17, 300});
+  y = exp(x - row_max(x)) / row_sum(exp(x - row_max(x)));
+  CHECK(loom::last_eval().row_passes == 2);
+  check_rows(y, map_rows(rows_of(xh), ref_softmax), 2e-6, 1e-7);
+  // The same expression over two different tensors keeps both reductions.
+  auto zh = random_host<float, 2>({17, 300}, g);
+  auto z = in_space(zh);
+  y = exp(x - row_max(x)) / row_sum(exp(z - row_max(z)));
+  CHECK(loom::last_eval().row_passes == 3);
+  // In place: each row is reduced completely before it is written.
+  x = loom::softmax(x);
+  check_rows(x, map_rows(rows_of(xh), ref_softmax), 2e-6, 1e-7);
+  // Reading other rows of the output is refused.
+  auto w = in_space(random_host<float, 2>({4, 8}, g));
+  REQUIRE_THROWS_AS(w.slice(range(0, 2)) = w.slice(range(2, 4)) - row_max(w.slice(range(0, 2)).t().t()) +
+                                              row_sum(w.slice(range(0, 2), range(0, 4))),
+                    loom::aliasing_error);
+}
+
+TEMPLATE_TEST_CASE("softmax and log_softmax match double references", "[nn][softmax]" LOOM_TEST_TAG, float, loom::half,
+                   loom::bf16) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("softmax"));
+  for (index_t cols : {1, 7, 32, 33, 1000, 4096}) {
+    INFO("cols " << cols);
+    auto xh = random_host<T, 2>({5, cols}, g, -8, 8);
+    auto x = in_space(xh);
+    auto y = poisoned<T, 2>({5, cols});
+    expect_one_launch([&] { y = loom::softmax(x); });
+    check_rows(y, map_rows(rows_of(xh), ref_softmax), tol<T>(), tol<T>() * 0.01);
+    expect_one_launch([&] { y = loom::log_softmax(x); });
+    check_rows(y, map_rows(rows_of(xh), ref_log_softmax), tol<T>(), tol<T>());
+  }
+}
+
+TEST_CASE("softmax handles huge logits, masks, temperature and fully masked rows", "[nn][softmax]" LOOM_TEST_TAG) {
+  loom::host_tensor<float, 2> xh({3, 4}, {1e4f, -1e4f, 0.f, 1e4f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f, 8.f});
+  loom::host_tensor<float, 2> mh({3, 4}, {0.f, 0.f, 0.f, 0.f, 0.f, -INFINITY, 0.f, -INFINITY, -INFINITY, -INFINITY,
+                                          -INFINITY, -INFINITY});
+  auto x = in_space(xh);
+  auto mask = in_space(mh);
+  auto y = poisoned<float, 2>({3, 4});
+  y = loom::softmax(x, mask, 2.0);
+  const auto yh = loom::to_host(y);
+  CHECK(yh(0, 0) == Approx(0.5));
+  CHECK(yh(0, 3) == Approx(0.5));
+  CHECK(yh(0, 1) == 0.0f);
+  const double e1 = std::exp(0.5), e3 = std::exp(1.5);
+  CHECK(yh(1, 0) == Approx(e1 / (e1 + e3)));
+  CHECK(yh(1, 1) == 0.0f);
+  CHECK(yh(1, 2) == Approx(e3 / (e1 + e3)));
+  for (index_t c = 0; c < 4; ++c) CHECK(std::isnan(yh(2, c)));  // documented: a fully masked row is NaN
+  y = loom::log_softmax(x, mask, 2.0);
+  const auto lh = loom::to_host(y);
+  CHECK(lh(0, 0) == Approx(std::log(0.5)));
+  CHECK(lh(1, 1) == -INFINITY);
+}
+
+TEMPLATE_TEST_CASE("layer_norm and rms_norm match double references", "[nn][norm]" LOOM_TEST_TAG, float, loom::half,
+                   loom::bf16) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("norms"));
+  for (index_t cols : {1, 7, 33, 1000, 5000}) {
+    INFO("cols " << cols);
+    auto xh = random_host<T, 3>({2, 3, cols}, g, -200, 300);  // x^2 overflows half: computed in float
+    auto wh = random_host<T, 1>({cols}, g, 0.5, 2);
+    auto bh = random_host<T, 1>({cols}, g);
+    auto x = in_space(xh);
+    auto w = in_space(wh);
+    auto b = in_space(bh);
+    const auto wr = rows_of(wh)[0], br = rows_of(bh)[0];
+    auto y = poisoned<T, 3>({2, 3, cols});
+    expect_one_launch([&] { y = loom::layer_norm(x, w, b, 1e-5); });
+    check_rows(y, map_rows(rows_of(xh), [&](const std::vector<double>& r) { return ref_layer_norm(r, wr, br, 1e-5); }),
+               tol<T>() * 2, tol<T>() * 4);
+    expect_one_launch([&] { y = loom::rms_norm(x, w, 1e-6); });
+    check_rows(y, map_rows(rows_of(xh), [&](const std::vector<double>& r) { return ref_rms_norm(r, wr, 1e-6); }),
+               tol<T>() * 2, tol<T>() * 4);
+  }
+  // A constant row has zero variance: the output is finite (the bias).
+  loom::host_tensor<float, 2> ch({1, 5});
+  loom::fill(ch, 3.0f);
+  auto c = in_space(ch);
+  auto y = poisoned<float, 2>({1, 5});
+  y = loom::layer_norm(c, 1.0f, 0.25f);
+  check_rows(y, {{0.25, 0.25, 0.25, 0.25, 0.25}}, 0, 1e-6);
+}
+
+TEST_CASE("backward passes match analytic and finite-difference gradients", "[nn][backward]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("backward"));
+  for (index_t cols : {1, 7, 33, 257}) {
+    INFO("cols " << cols);
+    auto xh = random_host<double, 2>({4, cols}, g);
+    auto dyh = random_host<double, 2>({4, cols}, g);
+    auto wh = random_host<double, 1>({cols}, g, 0.5, 2);
+    auto x = in_space(xh);
+    auto dy = in_space(dyh);
+    auto w = in_space(wh);
+    const auto xr = rows_of(xh), dr = rows_of(dyh);
+    const auto wr = rows_of(wh)[0];
+    const std::vector<double> zeros(static_cast<std::size_t>(cols), 0.0);
+    auto fd = [&](const row_fn& f) {
+      std::vector<std::vector<double>> out;
+      for (std::size_t r = 0; r < xr.size(); ++r) out.push_back(fd_grad(f, xr[r], dr[r]));
+      return out;
+    };
+    auto y = poisoned<double, 2>({4, cols});
+    auto dx = poisoned<double, 2>({4, cols});
+    y = loom::softmax(x);
+    expect_one_launch([&] { dx = loom::softmax_backward(y, dy); });
+    check_rows(dx, fd(ref_softmax), 1e-6, 1e-8);
+    y = loom::log_softmax(x);
+    expect_one_launch([&] { dx = loom::log_softmax_backward(y, dy); });
+    check_rows(dx, fd(ref_log_softmax), 1e-6, 1e-8);
+    expect_one_launch([&] { dx = loom::layer_norm_backward_input(x, w, dy, 1e-5); });
+    check_rows(dx, fd([&](const std::vector<double>& r) { return ref_layer_norm(r, wr, zeros, 1e-5); }), 1e-5, 1e-6);
+    expect_one_launch([&] { dx = loom::rms_norm_backward_input(x, w, dy, 1e-6); });
+    check_rows(dx, fd([&](const std::vector<double>& r) { return ref_rms_norm(r, wr, 1e-6); }), 1e-5, 1e-6);
+  }
+}
+
+namespace {
+double ref_ce_row(const std::vector<double>& z, std::int64_t t, double s) {
+  double m = -inf;
+  for (double v : z) m = std::max(m, v);
+  double sum = 0, mean = 0;
+  for (double v : z) sum += std::exp(v - m), mean += v;
+  mean /= static_cast<double>(z.size());
+  const double lse = std::log(sum) + m;
+  return (1 - s) * (lse - z[static_cast<std::size_t>(t)]) + s * (lse - mean);
+}
+}  // namespace
+
+TEST_CASE("cross_entropy matches PyTorch's definition and its gradient", "[nn][loss]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("cross entropy"));
+  const index_t n = 9, c = 33;
+  auto zh = random_host<float, 2>({n, c}, g, -5, 5);
+  loom::host_tensor<std::int64_t, 1> th({n});
+  for (index_t r = 0; r < n; ++r) th(r) = static_cast<std::int64_t>(g() % c);
+  th(2) = -100;  // ignored
+  th(5) = c + 4;  // out of range: NaN
+  auto z = in_space(zh);
+  auto t = in_space(th);
+  const auto zr = rows_of(zh);
+  for (double s : {0.0, 0.1}) {
+    INFO("label smoothing " << s);
+    loom::cross_entropy_options o;
+    o.label_smoothing = s;
+    const auto per = loom::to_host(loom::cross_entropy_per_row(z, t, o));
+    double sum = 0;
+    int counted = 0;
+    for (index_t r = 0; r < n; ++r) {
+      if (r == 2) {
+        CHECK(per(r) == 0.0f);
+      } else if (r == 5) {
+        CHECK(std::isnan(per(r)));
+      } else {
+        const double want = ref_ce_row(zr[static_cast<std::size_t>(r)], th(r), s);
+        CHECK(per(r) == Approx(want).epsilon(1e-5));
+        sum += want;
+        ++counted;
+      }
+    }
+    // Reductions over rows without the NaN row.
+    th(5) = 1;
+    auto t2 = in_space(th);
+    sum += ref_ce_row(zr[5], 1, s);
+    ++counted;
+    o.reduction = loom::loss_reduction::mean;
+    CHECK(loom::to_host(loom::cross_entropy(z, t2, o))() == Approx(sum / counted).epsilon(1e-5));
+    o.reduction = loom::loss_reduction::sum;
+    CHECK(loom::to_host(loom::cross_entropy(z, t2, o))() == Approx(sum).epsilon(1e-5));
+    // Gradient of the mean loss, against central differences of the double loss.
+    o.reduction = loom::loss_reduction::mean;
+    const auto dz = loom::to_host(loom::cross_entropy_backward(z, t2, 1.0, o));
+    for (index_t r = 0; r < n; ++r) {
+      std::vector<double> row = zr[static_cast<std::size_t>(r)];
+      for (index_t k = 0; k < c; ++k) {
+        double want = 0;
+        if (r != 2) {
+          const double keep = row[static_cast<std::size_t>(k)], h = 1e-6;
+          row[static_cast<std::size_t>(k)] = keep + h;
+          const double up = ref_ce_row(row, th(r), s);
+          row[static_cast<std::size_t>(k)] = keep - h;
+          const double dn = ref_ce_row(row, th(r), s);
+          row[static_cast<std::size_t>(k)] = keep;
+          want = (up - dn) / (2 * h) / counted;
+        }
+        REQUIRE(dz(r, k) == Approx(want).margin(1e-6));
+      }
+    }
+    th(5) = c + 4;
+  }
+  loom::host_tensor<std::int64_t, 1> short_t({n - 1});
+  REQUIRE_THROWS_WITH(loom::cross_entropy(z, in_space(short_t)), Contains("[9, 33]") && Contains("[8]"));
+}
+
+namespace {
+// A user layer: RMSNorm followed by a SwiGLU gate, in a few lines.
+constexpr auto rms_swiglu = loom::layer([](auto x, auto w, auto gate) {
+  auto n = x * loom::rsqrt(loom::row_mean(x * x) + 1e-6) * w;
+  return loom::silu(gate) * n;
+});
+}  // namespace
+
+TEST_CASE("a user-written layer fuses into one kernel", "[nn][layer]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("user layer"));
+  auto xh = random_host<loom::bf16, 2>({6, 129}, g);
+  auto wh = random_host<loom::bf16, 1>({129}, g);
+  auto gh = random_host<loom::bf16, 2>({6, 129}, g);
+  auto x = in_space(xh);
+  auto w = in_space(wh);
+  auto gt = in_space(gh);
+  auto y = poisoned<loom::bf16, 2>({6, 129});
+  expect_one_launch([&] { y = rms_swiglu(x, w, gt); });
+  CHECK(loom::last_eval().row_passes == 1);
+  const auto xr = rows_of(xh), gr = rows_of(gh);
+  const auto wr = rows_of(wh)[0];
+  std::vector<std::vector<double>> want;
+  for (std::size_t r = 0; r < xr.size(); ++r) {
+    auto n = ref_rms_norm(xr[r], wr, 1e-6);
+    for (std::size_t c = 0; c < n.size(); ++c) n[c] *= gr[r][c] / (1 + std::exp(-gr[r][c]));
+    want.push_back(n);
+  }
+  check_rows(y, want, 2e-2, 2e-2);
+}
