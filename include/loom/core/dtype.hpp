@@ -40,7 +40,7 @@ template <class T>
 LOOM_HD T from_bits(std::uint16_t b) {
   static_assert(sizeof(T) == 2);
   T v;
-  memcpy(&v, &b, 2);
+  memcpy(static_cast<void*>(&v), &b, 2);
   return v;
 }
 }  // namespace detail
