@@ -2,7 +2,7 @@
 #pragma once
 
 #include "loom/config.hpp"
-#include "loom/detail/math.hpp"
+#include "loom/core/math.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/ops/math.hpp"
 
@@ -32,8 +32,8 @@ struct gelu {
   template <class T>
   LOOM_HD T operator()(T x) const {
     if (tanh_form)
-      return T(0.5) * x * (T(1) + detail::m::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x)));
-    return T(0.5) * x * (T(1) + detail::m::erf(x * T(0.70710678118654752440)));
+      return T(0.5) * x * (T(1) + math::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x)));
+    return T(0.5) * x * (T(1) + math::erf(x * T(0.70710678118654752440)));
   }
 };
 //! 1 / (1 + exp(-x)).
@@ -41,7 +41,7 @@ struct sigmoid {
   static constexpr bool floating = true;
   template <class T>
   LOOM_HD T operator()(T x) const {
-    return T(1) / (T(1) + detail::m::exp(-x));
+    return T(1) / (T(1) + math::exp(-x));
   }
 };
 //! SiLU (swish): x * sigmoid(x).
@@ -49,7 +49,7 @@ struct silu {
   static constexpr bool floating = true;
   template <class T>
   LOOM_HD T operator()(T x) const {
-    return x / (T(1) + detail::m::exp(-x));
+    return x / (T(1) + math::exp(-x));
   }
 };
 //! log(1 + exp(beta x)) / beta, linear above `threshold` (torch.nn.functional.softplus).
@@ -60,7 +60,7 @@ struct softplus {
   template <class T>
   LOOM_HD T operator()(T x) const {
     const T bx = x * T(beta);
-    return bx > T(threshold) ? x : detail::m::log1p(detail::m::exp(bx)) / T(beta);
+    return bx > T(threshold) ? x : math::log1p(math::exp(bx)) / T(beta);
   }
 };
 //! Mish: x * tanh(softplus(x)).
@@ -68,7 +68,7 @@ struct mish {
   static constexpr bool floating = true;
   template <class T>
   LOOM_HD T operator()(T x) const {
-    return x * detail::m::tanh(softplus{}(x));
+    return x * math::tanh(softplus{}(x));
   }
 };
 }  // namespace fn

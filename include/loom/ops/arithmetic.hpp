@@ -4,7 +4,7 @@
 #include <type_traits>
 
 #include "loom/config.hpp"
-#include "loom/detail/math.hpp"
+#include "loom/core/math.hpp"
 #include "loom/expr/expression.hpp"
 
 namespace loom {
@@ -51,7 +51,7 @@ struct mod {
       if (r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
       return r;
     } else {
-      T r = detail::m::fmod(a, b);
+      T r = math::fmod(a, b);
       if (r != T(0) && ((r < T(0)) != (b < T(0)))) r += b;
       return r;
     }

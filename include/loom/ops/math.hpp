@@ -4,7 +4,7 @@
 #include <type_traits>
 
 #include "loom/config.hpp"
-#include "loom/detail/math.hpp"
+#include "loom/core/math.hpp"
 #include "loom/expr/expression.hpp"
 
 namespace loom {
@@ -19,17 +19,17 @@ namespace fn {
       return body;                         \
     }                                      \
   };
-LOOM_FLOAT_FN(exp, detail::m::exp(x))
-LOOM_FLOAT_FN(exp2, detail::m::exp2(x))
-LOOM_FLOAT_FN(log, detail::m::log(x))
-LOOM_FLOAT_FN(log1p, detail::m::log1p(x))
-LOOM_FLOAT_FN(log2, detail::m::log2(x))
-LOOM_FLOAT_FN(sqrt, detail::m::sqrt(x))
-LOOM_FLOAT_FN(rsqrt, detail::m::rsqrt(x))
-LOOM_FLOAT_FN(sin, detail::m::sin(x))
-LOOM_FLOAT_FN(cos, detail::m::cos(x))
-LOOM_FLOAT_FN(tanh, detail::m::tanh(x))
-LOOM_FLOAT_FN(erf, detail::m::erf(x))
+LOOM_FLOAT_FN(exp, math::exp(x))
+LOOM_FLOAT_FN(exp2, math::exp2(x))
+LOOM_FLOAT_FN(log, math::log(x))
+LOOM_FLOAT_FN(log1p, math::log1p(x))
+LOOM_FLOAT_FN(log2, math::log2(x))
+LOOM_FLOAT_FN(sqrt, math::sqrt(x))
+LOOM_FLOAT_FN(rsqrt, math::rsqrt(x))
+LOOM_FLOAT_FN(sin, math::sin(x))
+LOOM_FLOAT_FN(cos, math::cos(x))
+LOOM_FLOAT_FN(tanh, math::tanh(x))
+LOOM_FLOAT_FN(erf, math::erf(x))
 #undef LOOM_FLOAT_FN
 
 //! |x|.
@@ -37,7 +37,7 @@ struct abs {
   template <class T>
   LOOM_HD T operator()(T x) const {
     if constexpr (std::is_floating_point_v<T>)
-      return detail::m::fabs(x);
+      return math::fabs(x);
     else if constexpr (std::is_same_v<T, bool> || std::is_unsigned_v<T>)
       return x;
     else
@@ -61,7 +61,7 @@ struct sign {
     template <class T>                                \
     LOOM_HD T operator()(T x) const {                 \
       if constexpr (std::is_floating_point_v<T>)      \
-        return detail::m::call(x);                    \
+        return math::call(x);                    \
       else                                            \
         return x;                                     \
     }                                                 \
@@ -78,7 +78,7 @@ struct pow {
   template <class T>
   LOOM_HD T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
-      return detail::m::pow(a, b);
+      return math::pow(a, b);
     } else if constexpr (std::is_same_v<T, bool>) {
       return a || !b;
     } else {

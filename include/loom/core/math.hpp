@@ -5,10 +5,10 @@
 
 #include "loom/config.hpp"
 
-// The math functions every op uses, for float and double, callable from both
-// executors. nvcc declares the C names below for host and device alike, so one
-// spelling serves both.
-namespace loom::detail::m {
+//! Scalar math for functors: float and double overloads callable from both
+//! executors (host and CUDA), used by loom's ops and by users' own functors.
+//! Example: `LOOM_HD T operator()(T x) const { return x / (T(1) + loom::math::exp(-x)); }`
+namespace loom::math {
 #define LOOM_MATH_UNARY(name, f32, f64)              \
   LOOM_HD float name(float x) { return ::f32(x); }   \
   LOOM_HD double name(double x) { return ::f64(x); }
@@ -50,4 +50,4 @@ template <class T>
 LOOM_HD bool isnan(T x) {
   return x != x;
 }
-}  // namespace loom::detail::m
+}  // namespace loom::math
