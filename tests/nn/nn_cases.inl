@@ -448,3 +448,56 @@ TEST_CASE("a user-written layer fuses into one kernel", "[nn][layer]" LOOM_TEST_
   }
   check_rows(y, want, 2e-2, 2e-2);
 }
+
+TEMPLATE_TEST_CASE("weight and bias gradients of the norms are column sums in double", "[nn][backward]" LOOM_TEST_TAG,
+                   float, double) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("norm weight grads"));
+  for (index_t cols : {1, 7, 33, 300}) {
+    const index_t n = 37;
+    INFO("cols " << cols);
+    auto xh = random_host<T, 2>({n, cols}, g);
+    auto dyh = random_host<T, 2>({n, cols}, g);
+    auto wh = random_host<T, 1>({cols}, g, 0.5, 2);
+    auto x = in_space(xh);
+    auto dy = in_space(dyh);
+    auto w = in_space(wh);
+    const auto xr = rows_of(xh), dr = rows_of(dyh);
+    const auto wr = rows_of(wh)[0];
+    std::vector<double> dw(static_cast<std::size_t>(cols), 0.0), db(static_cast<std::size_t>(cols), 0.0),
+        dw_rms(static_cast<std::size_t>(cols), 0.0);
+    for (std::size_t r = 0; r < xr.size(); ++r) {
+      double mean = 0, var = 0, ms = 0;
+      for (double v : xr[r]) mean += v, ms += v * v;
+      mean /= static_cast<double>(cols);
+      ms /= static_cast<double>(cols);
+      for (double v : xr[r]) var += (v - mean) * (v - mean);
+      var /= static_cast<double>(cols);
+      for (std::size_t k = 0; k < xr[r].size(); ++k) {
+        dw[k] += dr[r][k] * (xr[r][k] - mean) / std::sqrt(var + 1e-5);
+        db[k] += dr[r][k];
+        dw_rms[k] += dr[r][k] * xr[r][k] / std::sqrt(ms + 1e-6);
+      }
+    }
+    const double rel = std::is_same_v<T, float> ? 2e-4 : 1e-10;
+    const auto before = loom::launches();
+    auto ln = loom::layer_norm_backward(x, w, dy, 1e-5);
+    const auto after = loom::launches();
+    CHECK((on_device ? after.device - before.device : after.host - before.host) == 4);
+    check_rows(ln.dweight, {dw}, rel, rel);
+    check_rows(ln.dbias, {db}, rel, rel);
+    // dx agrees with the one-kernel input gradient.
+    auto dx1 = poisoned<T, 2>({n, cols});
+    dx1 = loom::layer_norm_backward_input(x, w, dy, 1e-5);
+    check_rows(ln.dx, rows_of(loom::to_host(dx1)), rel, rel);
+    auto rms = loom::rms_norm_backward(x, w, dy, 1e-6);
+    check_rows(rms.dweight, {dw_rms}, rel, rel);
+    dx1 = loom::rms_norm_backward_input(x, w, dy, 1e-6);
+    check_rows(rms.dx, rows_of(loom::to_host(dx1)), rel, rel);
+    (void)wr;
+  }
+  auto x = in_space(random_host<T, 2>({3, 4}, g));
+  auto dy = in_space(random_host<T, 2>({3, 5}, g));
+  auto w = in_space(random_host<T, 1>({4}, g));
+  REQUIRE_THROWS_WITH(loom::rms_norm_backward(x, w, dy), Contains("[3, 4]") && Contains("[3, 5]"));
+}

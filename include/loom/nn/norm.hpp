@@ -1,10 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <string>
+#include <type_traits>
+
+#include "loom/exec/assign.hpp"
 #include "loom/exec/rows.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/ops/arithmetic.hpp"
+#include "loom/ops/compare.hpp"
 #include "loom/ops/math.hpp"
+#include "loom/tensor/tensor.hpp"
 
 // Normalization layers over the last axis, written as loom expressions. A
 // constant row gives a finite output (its centred values are 0; eps keeps
@@ -73,5 +79,90 @@ template <expression E, operand W, expression D>
   const auto r = rsqrt(row_mean(z * z) + eps);
   const auto g = detail::as_node(dy) * weight;
   return r * (g - z * (r * r) * row_mean(g * z));
+}
+}  // namespace loom
+
+namespace loom {
+//! Gradients of layer_norm: input, weight and bias.
+template <class T, class S>
+struct layer_norm_grads {
+  tensor<T, 2, S> dx;
+  tensor<T, 1, S> dweight;
+  tensor<T, 1, S> dbias;
+};
+
+//! Gradients of rms_norm: input and weight.
+template <class T, class S>
+struct rms_norm_grads {
+  tensor<T, 2, S> dx;
+  tensor<T, 1, S> dweight;
+};
+
+namespace detail {
+template <class X, class D>
+void check_norm_grad_shapes(const X& x, const D& dy, const char* what) {
+  if (x.extents() != dy.extents())
+    throw shape_error(std::string("loom: ") + what + ": x has shape " + shape_string(x.extents()) +
+                      " but dy has shape " + shape_string(dy.extents()));
+}
+}  // namespace detail
+
+//! All gradients of layer_norm for x, dy of shape [N, C] (reshape leading
+//! axes into N first) and a weight of shape [C]. Deterministic (no atomics).
+//! Four kernels: the row statistics (mean and rstd, one row kernel writing
+//! [N, 2]), dx (one row kernel, two passes), and the column sums dweight =
+//! sum_rows(dy * xhat) and dbias = sum_rows(dy) (one row kernel each over
+//! the transposed views; those read columns, so they are strided on the GPU).
+//! Statistics are kept in float (double for double data) in a pool temporary.
+template <tensor_like X, tensor_like W, tensor_like D>
+[[nodiscard]] auto layer_norm_backward(const X& x_in, const W& w_in, const D& dy_in, double eps = 1e-5) {
+  const auto x = detail::as_view(x_in);
+  const auto w = detail::as_view(w_in);
+  const auto dy = detail::as_view(dy_in);
+  using V = decltype(x);
+  using T = typename V::value_type;
+  using S = typename V::space;
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  static_assert(V::rank == 2 && decltype(w)::rank == 1, "loom: layer_norm_backward takes x, dy [N, C] and weight [C]");
+  detail::check_norm_grad_shapes(x, dy, "layer_norm_backward");
+  const index_t n = x.extent(0), c = x.extent(1);
+  tensor<A, 2, S> stats({n, 2});  // column 0: mean, column 1: rstd
+  assign(stats, where(column_index(stats) == 0, layer_norm_mean(x), layer_norm_rstd(x, eps)));
+  const auto mean = stats.slice(whole, range(0, 1));
+  const auto rstd = stats.slice(whole, range(1, 2));
+  const auto xhat = (detail::as_node(x) - mean) * rstd;
+  const auto g = detail::as_node(dy) * w;
+  layer_norm_grads<T, S> out{tensor<T, 2, S>(x.extents()), tensor<T, 1, S>({c}), tensor<T, 1, S>({c})};
+  assign(out.dx, rstd * (g - row_mean(g) - xhat * row_mean(g * xhat)));
+  // Column sums: rows of the transposed views; mean and rstd become [1, N].
+  const auto mean_t = mean.t(), rstd_t = rstd.t();
+  assign(out.dweight.view().unsqueeze(1), row_sum(dy.t() * (x.t() - mean_t) * rstd_t));
+  assign(out.dbias.view().unsqueeze(1), row_sum(dy.t()));
+  return out;
+}
+
+//! All gradients of rms_norm for x, dy [N, C] and weight [C]. Three kernels:
+//! rstd per row, dx (one row kernel), dweight = sum_rows(dy * x * rstd)
+//! (a row kernel over the transposed views). Deterministic.
+template <tensor_like X, tensor_like W, tensor_like D>
+[[nodiscard]] auto rms_norm_backward(const X& x_in, const W& w_in, const D& dy_in, double eps = 1e-6) {
+  const auto x = detail::as_view(x_in);
+  const auto w = detail::as_view(w_in);
+  const auto dy = detail::as_view(dy_in);
+  using V = decltype(x);
+  using T = typename V::value_type;
+  using S = typename V::space;
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  static_assert(V::rank == 2 && decltype(w)::rank == 1, "loom: rms_norm_backward takes x, dy [N, C] and weight [C]");
+  detail::check_norm_grad_shapes(x, dy, "rms_norm_backward");
+  const index_t n = x.extent(0), c = x.extent(1);
+  tensor<A, 2, S> r({n, 1});
+  assign(r, rms_norm_rstd(x, eps));
+  const auto z = detail::as_node(x);
+  const auto g = detail::as_node(dy) * w;
+  rms_norm_grads<T, S> out{tensor<T, 2, S>(x.extents()), tensor<T, 1, S>({c})};
+  assign(out.dx, r * (g - z * (r * r) * row_mean(g * z)));
+  assign(out.dweight.view().unsqueeze(1), row_sum(dy.t() * x.t() * r.view().t()));
+  return out;
 }
 }  // namespace loom
