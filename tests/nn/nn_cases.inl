@@ -501,3 +501,40 @@ TEMPLATE_TEST_CASE("weight and bias gradients of the norms are column sums in do
   auto w = in_space(random_host<T, 1>({4}, g));
   REQUIRE_THROWS_WITH(loom::rms_norm_backward(x, w, dy), Contains("[3, 4]") && Contains("[3, 5]"));
 }
+
+TEMPLATE_TEST_CASE("add_rms_norm writes the residual sum and the normalized rows in one kernel",
+                   "[nn][norm]" LOOM_TEST_TAG, float, loom::bf16) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("add rms norm"));
+  for (index_t cols : {1, 33, 1024, 4100}) {
+    INFO("cols " << cols);
+    auto xh = random_host<T, 2>({6, cols}, g);
+    auto rh = random_host<T, 2>({6, cols}, g);
+    auto wh = random_host<T, 1>({cols}, g, 0.5, 2);
+    auto x = in_space(xh);
+    auto r = in_space(rh);
+    auto w = in_space(wh);
+    auto y = poisoned<T, 2>({6, cols});
+    auto h = poisoned<T, 2>({6, cols});
+    expect_one_launch([&] { loom::add_rms_norm(y, h, x, r, w, 1e-6); });
+    CHECK(loom::last_eval().row_passes == 1);
+    const auto xr = rows_of(xh), rr = rows_of(rh);
+    const auto wr = rows_of(wh)[0];
+    std::vector<std::vector<double>> sums, want;
+    for (std::size_t k = 0; k < xr.size(); ++k) {
+      std::vector<double> s;
+      for (std::size_t c = 0; c < xr[k].size(); ++c) s.push_back(xr[k][c] + rr[k][c]);
+      sums.push_back(s);
+      want.push_back(ref_rms_norm(s, wr, 1e-6));
+    }
+    check_rows(h, sums, tol<T>(), tol<T>());
+    check_rows(y, want, tol<T>() * 2, tol<T>() * 4);
+  }
+  auto a = in_space(random_host<float, 2>({3, 8}, g));
+  auto b = in_space(random_host<float, 2>({3, 8}, g));
+  auto w = in_space(random_host<float, 1>({8}, g));
+  REQUIRE_THROWS_WITH(loom::add_rms_norm(a.slice(whole, range(0, 6)), a.slice(whole, range(2, 8)), a, b, w),
+                      Contains("overlap"));
+  auto y = poisoned<float, 2>({3, 7});
+  REQUIRE_THROWS_WITH(loom::add_rms_norm(y, b, a, b, w), Contains("[3, 8]") && Contains("[3, 7]"));
+}

@@ -449,6 +449,29 @@ struct min_leaf_size<map_node<F, Ch...>> {
   static constexpr std::size_t value = std::min({std::size_t{16}, min_leaf_size<Ch>::value...});
 };
 
+// Throws unless `e` broadcasts to `out`'s shape and `out` holds each element
+// once; shared by every assignment form.
+template <class O, std::size_t RO, class S, class N>
+void check_assignable(const view<O, RO, S>& out, const N& e) {
+  const auto ext = e.extents();
+  shape<RO> acc{};
+  bool first = true;
+  broadcast_into(acc, out.extents(), first);
+  bool ok = true;
+  try {
+    broadcast_into(acc, ext, first);
+  } catch (const shape_error&) {
+    ok = false;
+  }
+  if (!ok || acc != out.extents())
+    throw shape_error("loom: cannot assign an expression of shape " + shape_string(ext) + " to an output of shape " +
+                      shape_string(out.extents()));
+  for (std::size_t d = 0; d != RO; ++d)
+    if (out.extent(d) > 1 && out.stride(d) == 0)
+      throw aliasing_error("loom: the output (shape " + shape_string(out.extents()) + ", strides " +
+                           shape_string(out.strides()) + ") repeats elements (a broadcast view); assign into a tensor");
+}
+
 // Executes an assignment whose tree contains row reductions (exec/rows.hpp).
 template <class O, std::size_t RO, class S, class N>
 eval_info row_assign_impl(const view<O, RO, S>& out, const N& e);
@@ -467,23 +490,7 @@ eval_info assign_impl(const view<O, RO, S>& out, const E& e_in) {
   require_cuda_compiler_for<S>();
   const node e = as_node(e_in);
 
-  const auto ext = e.extents();
-  shape<RO> acc{};
-  bool first = true;
-  broadcast_into(acc, out.extents(), first);
-  bool ok = true;
-  try {
-    broadcast_into(acc, ext, first);
-  } catch (const shape_error&) {
-    ok = false;
-  }
-  if (!ok || acc != out.extents())
-    throw shape_error("loom: cannot assign an expression of shape " + shape_string(ext) + " to an output of shape " +
-                      shape_string(out.extents()));
-  for (std::size_t d = 0; d != RO; ++d)
-    if (out.extent(d) > 1 && out.stride(d) == 0)
-      throw aliasing_error("loom: the output (shape " + shape_string(out.extents()) + ", strides " +
-                           shape_string(out.strides()) + ") repeats elements (a broadcast view); assign into a tensor");
+  check_assignable(out, e);
 
   eval_info info;
   info.on_device = std::is_same_v<S, device>;

@@ -428,6 +428,68 @@ struct row_out {
   }
 };
 
+// Row outputs ("sinks"): where the output pass stores. A sink evaluates its
+// trees for one column (`one`) or V columns (`vec`, 16-byte loads and stores)
+// and computes every value before storing any, so an output may alias an
+// input under the same index map.
+template <class O, std::size_t R>
+bool row_out_vector_ok(const view<O, R, device>& v) {
+  if (v.stride(R - 1) != 1 || reinterpret_cast<std::uintptr_t>(v.data()) % 16 != 0) return false;
+  for (std::size_t d = 0; d + 1 < R; ++d)
+    if ((v.stride(d) * static_cast<index_t>(sizeof(O))) % 16 != 0) return false;
+  return true;
+}
+
+// One output, written by the root tree.
+template <class O, std::size_t R>
+struct row_sink1 {
+  static constexpr std::size_t smallest = sizeof(O);
+  row_out<O, R> o;
+  template <class B, class Ctx>
+  LOOM_HD void one(const B& b, const index_t* idx, const index_t* lead, index_t c, const Ctx& ctx) const {
+    o.p[o.offset(lead, c)] = convert<O>(b.at(idx, ctx));
+  }
+  template <int V, class B, class Ctx>
+  LOOM_HD void vec(const B& b, const index_t* lead, index_t c0, const Ctx& ctx) const {
+    typename B::template regs<V> r;
+    b.template row_load<V>(lead, c0, r);
+    vec_regs<O, V> v;
+    LOOM_UNROLL
+    for (int j = 0; j < V; ++j) v.v[j] = convert<O>(b.template elem<V>(r, j, ctx));
+    vec_store<O, V>(o.p + o.offset(lead, c0), v);
+  }
+};
+
+// Two outputs of one shape: the root is a bound_map whose two children
+// write them.
+template <class O1, class O2, std::size_t R>
+struct row_sink2 {
+  static constexpr std::size_t smallest = sizeof(O1) < sizeof(O2) ? sizeof(O1) : sizeof(O2);
+  row_out<O1, R> o1;
+  row_out<O2, R> o2;
+  template <class B, class Ctx>
+  LOOM_HD void one(const B& b, const index_t* idx, const index_t* lead, index_t c, const Ctx& ctx) const {
+    const O1 v1 = convert<O1>(detail::get<0>(b.ch).at(idx, ctx));
+    const O2 v2 = convert<O2>(detail::get<1>(b.ch).at(idx, ctx));
+    o1.p[o1.offset(lead, c)] = v1;
+    o2.p[o2.offset(lead, c)] = v2;
+  }
+  template <int V, class B, class Ctx>
+  LOOM_HD void vec(const B& b, const index_t* lead, index_t c0, const Ctx& ctx) const {
+    typename B::template regs<V> r;
+    b.template row_load<V>(lead, c0, r);
+    vec_regs<O1, V> v1;
+    vec_regs<O2, V> v2;
+    LOOM_UNROLL
+    for (int j = 0; j < V; ++j) {
+      v1.v[j] = convert<O1>(detail::get<0>(b.ch).template elem<V>(detail::get<0>(r.c), j, ctx));
+      v2.v[j] = convert<O2>(detail::get<1>(b.ch).template elem<V>(detail::get<1>(r.c), j, ctx));
+    }
+    vec_store<O1, V>(o1.p + o1.offset(lead, c0), v1);
+    vec_store<O2, V>(o2.p + o2.offset(lead, c0), v2);
+  }
+};
+
 // Host executor: one row at a time (rows in parallel). Each reduction sums 32
 // interleaved partial results and then combines them pairwise, the order the
 // device's warps use, so long rows keep float accuracy.
@@ -537,9 +599,8 @@ __device__ __forceinline__ void device_reduce_all(const B& b, const index_t* lea
 
 // One group of G threads per row (G = 32: a warp per row; G = blockDim: a
 // block per row); every reduction slot in order, then the output pass.
-template <int V, bool Vec, class A, class O, std::size_t R, class B>
-__global__ void __launch_bounds__(256) row_kernel(row_out<O, R> out, B b, row_layout<R> lay, int G,
-                                                  std::uint64_t reuse) {
+template <int V, bool Vec, class A, std::size_t R, class Sink, class B>
+__global__ void __launch_bounds__(256) row_kernel(Sink sink, B b, row_layout<R> lay, int G, std::uint64_t reuse) {
   __shared__ A smem[32];
   const int lane = static_cast<int>(threadIdx.x) % G;
   const index_t groups_per_block = blockDim.x / G;
@@ -555,16 +616,9 @@ __global__ void __launch_bounds__(256) row_kernel(row_out<O, R> out, B b, row_la
     index_t c = lane;
     if constexpr (Vec) {
       const index_t full = lay.cols / V * V;
-      const index_t base = out.offset(lead, 0);
 #pragma unroll 1
-      for (index_t c0 = static_cast<index_t>(lane) * V; c0 < full; c0 += static_cast<index_t>(G) * V) {
-        typename B::template regs<V> r;
-        b.template row_load<V>(lead, c0, r);
-        vec_regs<O, V> o;
-#pragma unroll
-        for (int j = 0; j < V; ++j) o.v[j] = convert<O>(b.template elem<V>(r, j, ctx));
-        vec_store<O, V>(out.p + base + c0, o);
-      }
+      for (index_t c0 = static_cast<index_t>(lane) * V; c0 < full; c0 += static_cast<index_t>(G) * V)
+        sink.template vec<V>(b, lead, c0, ctx);
       c = full + lane;
     }
     index_t idx[R];
@@ -572,7 +626,7 @@ __global__ void __launch_bounds__(256) row_kernel(row_out<O, R> out, B b, row_la
 #pragma unroll 1
     for (; c < lay.cols; c += G) {
       idx[R - 1] = c;
-      out.p[out.offset(lead, c)] = convert<O>(b.at(idx, ctx));
+      sink.one(b, idx, lead, c, ctx);
     }
   }
 }
@@ -583,24 +637,17 @@ constexpr int row_vector_width() {
   return 16 / static_cast<int>(min_bound_leaf_size<B>::value);
 }
 
-template <class O, std::size_t RO, class S, class N>
-eval_info row_assign_impl(const view<O, RO, S>& out, const N& e) {
-  static_assert(RO >= 1, "loom: row reductions need an output of rank 1 or more");
-  bind_info bi;
-  const auto b = binder::bind<0>(e, out, bi);
-  using B = std::remove_const_t<decltype(b)>;
+// Runs the rows path for a bound tree and a sink over the output layout.
+template <class S, class Sink, class B, std::size_t RO>
+eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool sink_vector_ok) {
   using A = std::conditional_t<has_double_leaf<B>::value, double, float>;
-  row_layout<RO> lay;
-  lay.cols = out.extent(RO - 1);
-  lay.rows = lay.cols ? out.size() / lay.cols : 0;
-  for (std::size_t d = 0; d + 1 < RO; ++d) lay.div[d] = fast_divmod(static_cast<std::uint64_t>(out.extent(d)));
-  const row_out<O, RO> ro{out.data(), out.strides()};
   eval_info info;
   info.path = eval_path::rows;
   info.on_device = std::is_same_v<S, device>;
   const std::uint64_t reuse = reuse_mask(b, std::make_index_sequence<B::slots>{});
   info.row_passes = static_cast<int>(B::slots) - std::popcount(reuse);
   if constexpr (std::is_same_v<S, host>) {
+    (void)sink_vector_ok;
     info.threads_per_row = 1;
     host_for_each(lay.rows, [&](index_t row) {
       index_t lead[RO > 1 ? RO - 1 : 1];
@@ -611,22 +658,17 @@ eval_info row_assign_impl(const view<O, RO, S>& out, const N& e) {
       for (std::size_t d = 0; d + 1 < RO; ++d) idx[d] = lead[d];
       for (index_t c = 0; c < lay.cols; ++c) {
         idx[RO - 1] = c;
-        ro.p[ro.offset(lead, c)] = convert<O>(b.at(idx, ctx));
+        sink.one(b, idx, lead, c, ctx);
       }
     });
   } else {
 #if LOOM_CUDA_COMPILER
-    constexpr int V = row_vector_width<B>() < 16 / static_cast<int>(sizeof(O)) ? row_vector_width<B>()
-                                                                                : 16 / static_cast<int>(sizeof(O));
+    constexpr int V = row_vector_width<B>() < 16 / static_cast<int>(Sink::smallest) ? row_vector_width<B>()
+                                                                                      : 16 / static_cast<int>(Sink::smallest);
     const index_t longest = longest_row(b, lay.cols, std::make_index_sequence<B::slots>{});
     // A warp per row for short rows, a block of 256 per row for long ones.
     const int G = longest <= 2048 ? 32 : 256;
-    const bool out_ok = out.stride(RO - 1) == 1 && reinterpret_cast<std::uintptr_t>(out.data()) % 16 == 0 && [&] {
-      for (std::size_t d = 0; d + 1 < RO; ++d)
-        if ((out.stride(d) * static_cast<index_t>(sizeof(O))) % 16 != 0) return false;
-      return true;
-    }();
-    const bool vec = out_ok && b.row_vector_ok();
+    const bool vec = sink_vector_ok && b.row_vector_ok();
     const stream_ref s = current_stream();
     const index_t groups = 256 / G;
     const index_t want = (lay.rows + groups - 1) / groups;
@@ -636,15 +678,113 @@ eval_info row_assign_impl(const view<O, RO, S>& out, const N& e) {
     info.vector_width = vec ? V : 1;
     if (lay.rows > 0) {
       if (vec)
-        row_kernel<V, true, A, O, RO><<<grid, 256, 0, s.get()>>>(ro, b, lay, G, reuse);
+        row_kernel<V, true, A, RO><<<grid, 256, 0, s.get()>>>(sink, b, lay, G, reuse);
       else
-        row_kernel<V, false, A, O, RO><<<grid, 256, 0, s.get()>>>(ro, b, lay, G, reuse);
+        row_kernel<V, false, A, RO><<<grid, 256, 0, s.get()>>>(sink, b, lay, G, reuse);
       LOOM_CUDA_CHECK(cudaGetLastError());
       device_launch_counter().fetch_add(1, std::memory_order_relaxed);
     }
+#else
+    (void)sink;
+    (void)sink_vector_ok;
 #endif
   }
   return info;
 }
+
+template <std::size_t RO, class O, class S>
+row_layout<RO> layout_of(const view<O, RO, S>& out) {
+  row_layout<RO> lay;
+  lay.cols = out.extent(RO - 1);
+  lay.rows = lay.cols ? out.size() / lay.cols : 0;
+  for (std::size_t d = 0; d + 1 < RO; ++d) lay.div[d] = fast_divmod(static_cast<std::uint64_t>(out.extent(d)));
+  return lay;
+}
+
+template <class O, std::size_t RO, class S>
+bool sink_vector_ok(const view<O, RO, S>& v) {
+  if constexpr (std::is_same_v<S, device>)
+    return row_out_vector_ok(v);
+  else
+    return false;
+}
+
+template <class O, std::size_t RO, class S, class N>
+eval_info row_assign_impl(const view<O, RO, S>& out, const N& e) {
+  static_assert(RO >= 1, "loom: row reductions need an output of rank 1 or more");
+  bind_info bi;
+  const auto b = binder::bind<0>(e, out, bi);
+  const row_sink1<O, RO> sink{{out.data(), out.strides()}};
+  return run_rows<S>(sink, b, layout_of(out), sink_vector_ok(out));
+}
 }  // namespace detail
+}  // namespace loom
+
+namespace loom {
+namespace fn {
+//! The first of its arguments: the root of a two-output row assignment.
+struct first_of {
+  template <class T>
+  LOOM_HD T operator()(T a, T) const {
+    return a;
+  }
+};
+}  // namespace fn
+
+//! Evaluates two expressions into two outputs of one shape in ONE kernel:
+//! row reductions are computed once per row for both, and each element of
+//! both outputs is computed before either is stored. For example a residual
+//! add that also writes its sum: `assign_pair(h, x + r, y, rms_norm(x + r, w))`.
+//! The outputs must not overlap each other; an output may be an input under
+//! the same index map.
+template <tensor_like O1, operand E1, tensor_like O2, operand E2>
+eval_info assign_pair(O1&& out1, const E1& e1, O2&& out2, const E2& e2) {
+  const auto v1 = detail::as_view(out1);
+  const auto v2 = detail::as_view(out2);
+  using V1 = decltype(v1);
+  using V2 = decltype(v2);
+  using S = typename V1::space;
+  constexpr std::size_t RO = V1::rank;
+  static_assert(std::is_same_v<S, typename V2::space> && RO == V2::rank,
+                "loom: assign_pair needs two outputs of the same rank in the same memory space");
+  static_assert(RO >= 1, "loom: assign_pair needs outputs of rank 1 or more");
+  static_assert(!std::is_const_v<typename V1::element_type> && !std::is_const_v<typename V2::element_type>,
+                "loom: cannot assign to a view of const elements");
+  detail::require_cuda_compiler_for<S>();
+  using N1 = detail::node_t<E1>;
+  using N2 = detail::node_t<E2>;
+  static_assert((std::is_void_v<typename N1::space> || std::is_same_v<typename N1::space, S>) &&
+                    (std::is_void_v<typename N2::space> || std::is_same_v<typename N2::space, S>),
+                "loom: an expression lives in another memory space than the outputs; copy it with loom::to_device(x) "
+                "or loom::to_host(x)");
+  if (v1.extents() != v2.extents())
+    throw shape_error("loom: assign_pair needs outputs of one shape, got " + shape_string(v1.extents()) + " and " +
+                      shape_string(v2.extents()));
+  if (may_overlap(v1, v2)) throw aliasing_error("loom: the two outputs of assign_pair overlap");
+  const map_node<fn::first_of, N1, N2> both(fn::first_of{}, detail::as_node(e1), detail::as_node(e2));
+  detail::check_assignable(v1, detail::get<0>(both.children));
+  detail::check_assignable(v2, detail::get<1>(both.children));
+  eval_info info;
+  info.on_device = std::is_same_v<S, device>;
+  if (v1.size() == 0) return detail::last_eval_slot() = info;
+  // Binding against the first output checks every input against it; the
+  // second output is checked here.
+  detail::for_each_leaf(both, [&](const auto& leaf) {
+    if (!may_overlap(leaf.v, v2)) return;
+    bool same = false;
+    try {
+      same = detail::same_index_map(leaf.v.broadcast_to(v2.extents()), v2);
+    } catch (const shape_error&) {
+    }
+    if (!same)
+      throw aliasing_error("loom: the second output of assign_pair (shape " + shape_string(v2.extents()) +
+                           ") overlaps an input under a different index map; evaluate into a new tensor first");
+  });
+  detail::bind_info bi;
+  const auto b = detail::binder::bind<0>(both, v1, bi);
+  const detail::row_sink2<typename V1::value_type, typename V2::value_type, RO> sink{{v1.data(), v1.strides()},
+                                                                                    {v2.data(), v2.strides()}};
+  return detail::last_eval_slot() =
+             detail::run_rows<S>(sink, b, detail::layout_of(v1), detail::sink_vector_ok(v1) && detail::sink_vector_ok(v2));
+}
 }  // namespace loom

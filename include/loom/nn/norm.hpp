@@ -64,6 +64,16 @@ template <expression E, operand W>
   return z * rsqrt(row_mean(z * z) + eps) * weight;
 }
 
+//! Residual add and RMS normalization in ONE kernel that writes both the sum
+//! h = x + residual and y = rms_norm(h, weight, eps) (the pre-norm block of a
+//! transformer). One reduction pass per row, then both outputs.
+//! Example: `loom::add_rms_norm(y, h, x, residual, gamma);`
+template <tensor_like Y, tensor_like H, operand E, operand R, operand W>
+eval_info add_rms_norm(Y&& y, H&& h, const E& x, const R& residual, const W& weight, double eps = 1e-6) {
+  const auto sum = detail::as_node(x) + residual;
+  return assign_pair(h, sum, y, rms_norm(sum, weight, eps));
+}
+
 //! 1 / sqrt(mean(x^2) + eps) of each row, shape [..., 1].
 template <expression E>
 [[nodiscard]] auto rms_norm_rstd(const E& x, double eps = 1e-6) {
