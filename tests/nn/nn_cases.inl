@@ -538,3 +538,23 @@ TEMPLATE_TEST_CASE("add_rms_norm writes the residual sum and the normalized rows
   auto y = poisoned<float, 2>({3, 7});
   REQUIRE_THROWS_WITH(loom::add_rms_norm(y, b, a, b, w), Contains("[3, 8]") && Contains("[3, 7]"));
 }
+
+TEST_CASE("long rows stay correct up to 2^20 columns", "[nn][rows]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("long rows"));
+  for (index_t cols : {index_t{65537}, (index_t{1} << 20) + 3}) {
+    INFO("cols " << cols);
+    auto xh = random_host<float, 2>({2, cols}, g, -10, 10);
+    auto x = in_space(xh);
+    auto y = poisoned<float, 2>({2, cols});
+    expect_one_launch([&] { y = loom::softmax(x); });
+    if (on_device) CHECK(loom::last_eval().threads_per_row == 256);
+    check_rows(y, map_rows(rows_of(xh), ref_softmax), 1e-4, 1e-9);
+    auto s = poisoned<float, 2>({2, 1});
+    s = loom::row_sum(x);
+    check_rows(s, map_rows(rows_of(xh), [](const std::vector<double>& r) {
+      double a = 0;
+      for (double v : r) a += v;
+      return std::vector<double>{a};
+    }), 1e-5, 1e-2);
+  }
+}
