@@ -342,6 +342,17 @@ template <class T, expression E>
 template <operand C, operand A, operand B>
   requires(expression<C> || expression<A> || expression<B>)
 [[nodiscard]] auto where(const C& cond, const A& a, const B& b) {
-  return map(fn::where{}, cond, a, b);
+  // Only a and b decide the result type (PyTorch's rule): a condition of
+  // another dtype becomes bool first, so it neither widens nor narrows it.
+  if constexpr (scalar<C>) {
+    if constexpr (std::is_same_v<C, half> || std::is_same_v<C, bf16>)
+      return map(fn::where{}, static_cast<float>(cond) != 0.0f, a, b);
+    else
+      return map(fn::where{}, cond != C(0), a, b);
+  } else if constexpr (std::is_same_v<typename detail::node_t<C>::value_type, bool>) {
+    return map(fn::where{}, cond, a, b);
+  } else {
+    return map(fn::where{}, cast<bool>(cond), a, b);
+  }
 }
 }  // namespace loom

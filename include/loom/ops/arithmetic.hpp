@@ -8,26 +8,46 @@
 #include "loom/expr/expression.hpp"
 
 namespace loom {
+namespace detail {
+// loom's integers wrap in their type, as PyTorch's do. Signed types as wide
+// as int or wider overflow with undefined behaviour in C++, so their
+// arithmetic runs in the unsigned type of the same width; narrower types are
+// promoted to int (no overflow) and wrap when converted back.
+template <class T, bool = std::is_integral_v<T> && std::is_signed_v<T> && (sizeof(T) >= sizeof(int))>
+struct wrapping {
+  using type = T;
+};
+template <class T>
+struct wrapping<T, true> {
+  using type = std::make_unsigned_t<T>;
+};
+template <class T>
+using wrapping_t = typename wrapping<T>::type;
+}  // namespace detail
+
 namespace fn {
 //! a + b (integers wrap in their type, as PyTorch's do).
 struct add {
   template <class T>
   LOOM_HD T operator()(T a, T b) const {
-    return static_cast<T>(a + b);
+    using W = detail::wrapping_t<T>;
+    return static_cast<T>(static_cast<W>(a) + static_cast<W>(b));
   }
 };
 //! a - b.
 struct sub {
   template <class T>
   LOOM_HD T operator()(T a, T b) const {
-    return static_cast<T>(a - b);
+    using W = detail::wrapping_t<T>;
+    return static_cast<T>(static_cast<W>(a) - static_cast<W>(b));
   }
 };
 //! a * b.
 struct mul {
   template <class T>
   LOOM_HD T operator()(T a, T b) const {
-    return static_cast<T>(a * b);
+    using W = detail::wrapping_t<T>;
+    return static_cast<T>(static_cast<W>(a) * static_cast<W>(b));
   }
 };
 //! True division: integer operands give float32, as in PyTorch.
@@ -46,7 +66,8 @@ struct mod {
     if constexpr (std::is_same_v<T, bool>) {
       return a && !b;
     } else if constexpr (std::is_integral_v<T>) {
-      if (b == 0) return T(0);
+      // b == -1 too: the lowest value % -1 overflows (and traps on x86).
+      if (b == 0 || (std::is_signed_v<T> && b == static_cast<T>(-1))) return T(0);
       T r = static_cast<T>(a % b);
       if (r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
       return r;
@@ -62,7 +83,8 @@ struct neg {
   template <class T>
   LOOM_HD T operator()(T a) const {
     static_assert(!std::is_same_v<T, bool>, "loom: negation of a bool tensor; use logical_not (operator!)");
-    return static_cast<T>(-a);
+    using W = detail::wrapping_t<T>;
+    return static_cast<T>(W(0) - static_cast<W>(a));
   }
 };
 }  // namespace fn

@@ -6,6 +6,7 @@
 #include "loom/config.hpp"
 #include "loom/core/math.hpp"
 #include "loom/expr/expression.hpp"
+#include "loom/ops/arithmetic.hpp"
 
 namespace loom {
 namespace fn {
@@ -41,7 +42,7 @@ struct abs {
     else if constexpr (std::is_same_v<T, bool> || std::is_unsigned_v<T>)
       return x;
     else
-      return static_cast<T>(x < 0 ? -x : x);
+      return x < 0 ? static_cast<T>(detail::wrapping_t<T>(0) - static_cast<detail::wrapping_t<T>>(x)) : x;
   }
 };
 //! -1, 0 or 1; NaN gives NaN (as NumPy; PyTorch currently gives 0).
@@ -83,12 +84,13 @@ struct pow {
       return a || !b;
     } else {
       if (b < 0) return static_cast<T>(a == 1 ? 1 : (a == -1 ? ((b % 2) ? -1 : 1) : 0));
-      T r = 1, base = a;
+      using W = detail::wrapping_t<T>;  // wraps in T, as the other integer ops
+      W r = 1, base = static_cast<W>(a);
       for (T e = b; e > 0; e = static_cast<T>(e >> 1)) {
-        if (e & 1) r = static_cast<T>(r * base);
-        base = static_cast<T>(base * base);
+        if (e & 1) r = static_cast<W>(r * base);
+        base = static_cast<W>(base * base);
       }
-      return r;
+      return static_cast<T>(r);
     }
   }
 };

@@ -1,0 +1,58 @@
+# shellcheck shell=bash
+# SPDX-License-Identifier: Apache-2.0
+# Shared by scripts/test.sh and scripts/run_example.sh (sourced, not run).
+# Settings (environment variables):
+#   LOOM_CUDA_ARCH   CUDA architectures to compile for (default 90: H100/H200)
+#   LOOM_BUILD_DIR   build directory (default build/ in the repository)
+#   LOOM_JOBS        parallel compile jobs (default: all cores)
+
+LOOM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+LOOM_CUDA_ARCH="${LOOM_CUDA_ARCH:-90}"
+LOOM_BUILD_DIR="${LOOM_BUILD_DIR:-$LOOM_ROOT/build}"
+LOOM_JOBS="${LOOM_JOBS:-$(nproc)}"
+
+section() { printf '\n=== %s [at %d s] ===\n' "$*" "$SECONDS"; }
+die() { printf 'loom: %s\n' "$*" >&2; exit 1; }
+
+# Installs cmake, ninja, Catch2, ccache and python3 (for the PTX check; standard
+# library only) from Debian when one is missing: a prepared machine does not
+# touch apt at all.
+loom_install_deps() {
+  local missing=()
+  command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+  command -v ninja >/dev/null 2>&1 || missing+=(ninja-build)
+  command -v ccache >/dev/null 2>&1 || missing+=(ccache)
+  command -v python3 >/dev/null 2>&1 || missing+=(python3)
+  dpkg -s catch2 >/dev/null 2>&1 || missing+=(catch2)
+  if ((${#missing[@]} == 0)); then
+    echo "cmake, ninja, ccache, python3 and Catch2 are installed"
+    return
+  fi
+  echo "installing from Debian: ${missing[*]}"
+  local sudo=()
+  if [[ $(id -u) != 0 ]]; then
+    command -v sudo >/dev/null 2>&1 || die "need root (or sudo) to install: ${missing[*]}"
+    sudo=(sudo)
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -q
+  "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# Puts the CUDA toolkit's nvcc on PATH when it is installed but not there yet.
+loom_find_cuda() {
+  if ! command -v nvcc >/dev/null 2>&1; then
+    local cuda_home="${CUDA_HOME:-${CUDA_PATH:-/usr/local/cuda}}"
+    [[ -x "$cuda_home/bin/nvcc" ]] || die "no CUDA toolkit: nvcc is neither on PATH nor in $cuda_home/bin (set CUDA_HOME)"
+    export PATH="$cuda_home/bin:$PATH"
+  fi
+  echo "nvcc: $(command -v nvcc) ($(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'))"
+}
+
+# Configures the build directory (Ninja, Release, tests and examples on).
+loom_configure() {
+  cmake -S "$LOOM_ROOT" -B "$LOOM_BUILD_DIR" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_ARCHITECTURES="$LOOM_CUDA_ARCH" \
+    -DLOOM_BUILD_TESTS=ON -DLOOM_BUILD_EXAMPLES=ON -DLOOM_BUILD_BENCH=ON
+}
