@@ -7,7 +7,7 @@
 set -euo pipefail
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-example="${LOOM_EXAMPLE:-01_tensors}"
+example="${LOOM_EXAMPLE:-03_custom_layer}"
 
 section "dependencies"
 loom_install_deps
