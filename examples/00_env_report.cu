@@ -11,11 +11,11 @@ int main() {
   std::cout << loom::env_report();
 
   // No GPU is not an error: env_report() has already said why there is none.
-  if (!loom::cuda::is_available()) {
+  if (!loom::gpu::is_available()) {
     std::cout << "no GPU: loom's host executor runs everything here\n";
     return 0;
   }
-  const loom::cuda::device_properties p = loom::cuda::properties();  // the current device
+  const loom::gpu::device_properties p = loom::gpu::properties();  // the current device
   std::printf("current device %d: %s\n", p.id, p.name.c_str());
   std::printf("  compute capability %d.%d, %d SMs\n", p.cc_major, p.cc_minor, p.sm_count);
   std::printf("  %.1f GiB of memory, %d-bit bus, %d KiB of L2\n", static_cast<double>(p.total_memory) / (1 << 30),

@@ -95,16 +95,16 @@ int main() {
   std::filesystem::remove(path);
 
   // --- The same computation on the device, or on the host without a GPU ------------------
-  if (cuda::is_available()) {
+  if (gpu::is_available()) {
     std::cout << "GPU found: running transpose_and_mark on device tensors\n";
     std::cout << transpose_and_mark<device>(a) << "\n";
   } else {
-    std::cout << "no GPU (" << cuda::unavailable_reason() << "): running transpose_and_mark on host tensors\n";
+    std::cout << "no GPU (" << gpu::unavailable_reason() << "): running transpose_and_mark on host tensors\n";
     std::cout << transpose_and_mark<host>(a) << "\n";
   }
 
   // --- Devices, streams and events (GPU only) ---------------------------------------------
-  if (cuda::is_available()) {
+  if (gpu::is_available()) {
     auto d = to_device(a);  // a device tensor from the current stream's pool
     auto h = to_host(d);    // synchronizes the current stream
     std::cout << "round trip to the device and back: h(2, 3) = " << h(2, 3) << "\n";

@@ -88,8 +88,8 @@ int run() {
 
 int main() {
   try {
-    if (loom::cuda::is_available()) return run<loom::device>();
-    std::printf("no GPU (%s): running on the host executor\n", loom::cuda::unavailable_reason().c_str());
+    if (loom::gpu::is_available()) return run<loom::device>();
+    std::printf("no GPU (%s): running on the host executor\n", loom::gpu::unavailable_reason().c_str());
     return run<loom::host>();
   } catch (const loom::error& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -68,10 +68,10 @@ int run(index_t tokens, index_t d_model, index_t d_ff) {
 }
 
 int main() {
-  if (cuda::is_available()) {
+  if (gpu::is_available()) {
     std::printf("running on the GPU\n");
     return run<device>(512, 256, 1024);
   }
-  std::printf("no GPU (%s): running on the host\n", cuda::unavailable_reason().c_str());
+  std::printf("no GPU (%s): running on the host\n", gpu::unavailable_reason().c_str());
   return run<host>(64, 128, 512);
 }

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Builds and runs loom's flagship example. It runs on the GPU when one is
 # present and otherwise on the host executor (the example itself checks with
-# loom::cuda::is_available() and says which). Installs cmake, ninja, Catch2 and
+# loom::gpu::is_available() and says which). Installs cmake, ninja, Catch2 and
 # ccache from Debian first when missing. Settings: see scripts/common.sh.
 set -euo pipefail
 # shellcheck source=scripts/common.sh

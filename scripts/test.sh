@@ -21,7 +21,7 @@ section "build ($LOOM_JOBS jobs)"
 cmake --build "$LOOM_BUILD_DIR" -j "$LOOM_JOBS"
 
 section "tests"
-ctest --test-dir "$LOOM_BUILD_DIR" --output-on-failure -j "$LOOM_JOBS"
+ctest --test-dir "$LOOM_BUILD_DIR" --output-on-failure --timeout 600 -j "$LOOM_JOBS"
 
 section "examples (each runs on the host executor when there is no GPU)"
 for source in "$LOOM_ROOT"/examples/[0-9][0-9]_*.cu; do
@@ -29,6 +29,9 @@ for source in "$LOOM_ROOT"/examples/[0-9][0-9]_*.cu; do
   echo "--- $example"
   "$LOOM_BUILD_DIR/examples/$example"
 done
+
+section "benchmark smoke run: CPU benchmarks and the static PTX report, tiny sizes (bench/run_cpu.sh --quick)"
+LOOM_BUILD_DIR="$LOOM_BUILD_DIR" "$LOOM_ROOT/bench/run_cpu.sh" --quick "$LOOM_BUILD_DIR/bench-results"
 
 section "install, then build examples/consumer with find_package(loom)"
 tmp="$(mktemp -d)"

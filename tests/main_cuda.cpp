@@ -8,8 +8,8 @@
 #include <loom/core/device.hpp>
 
 int main(int argc, char* argv[]) {
-  if (!loom::cuda::is_available()) {
-    std::printf("loom: skipping the [cuda] tests: %s\n", loom::cuda::unavailable_reason().c_str());
+  if (!loom::gpu::is_available()) {
+    std::printf("loom: skipping the [cuda] tests: %s\n", loom::gpu::unavailable_reason().c_str());
     return 77;
   }
   return Catch::Session().run(argc, argv);

@@ -112,11 +112,11 @@ void bench(const char* name, index_t m, index_t k, index_t n) {
 }  // namespace
 
 int main() {
-  if (!cuda::is_available()) {
-    std::printf("bench_matmul: no GPU (%s); nothing to measure\n", cuda::unavailable_reason().c_str());
+  if (!gpu::is_available()) {
+    std::printf("bench_matmul: no GPU (%s); nothing to measure\n", gpu::unavailable_reason().c_str());
     return 0;
   }
-  std::printf("bench_matmul on %s; median of %d runs after %d warm-up runs\n", cuda::properties().name.c_str(), runs,
+  std::printf("bench_matmul on %s; median of %d runs after %d warm-up runs\n", gpu::properties().name.c_str(), runs,
               warmup);
   for (auto [m, k, n] : {std::array<index_t, 3>{4096, 4096, 4096}, std::array<index_t, 3>{8192, 4096, 14336}}) {
     bench<bf16>("bf16", m, k, n);

@@ -7,10 +7,10 @@
 using Catch::Matchers::Contains;
 
 TEST_CASE("device queries answer cleanly whatever the machine", "[core][device]") {
-  const int n = loom::cuda::device_count();
+  const int n = loom::gpu::device_count();
   CHECK(n >= 0);
-  CHECK(loom::cuda::is_available() == (n > 0));
-  CHECK(loom::cuda::unavailable_reason().empty() == (n > 0));
+  CHECK(loom::gpu::is_available() == (n > 0));
+  CHECK(loom::gpu::unavailable_reason().empty() == (n > 0));
   const std::string report = loom::env_report();
   CHECK_THAT(report, Contains("loom " LOOM_VERSION_STRING));
   CHECK_THAT(report, Contains("CUDA runtime 13."));
@@ -20,17 +20,17 @@ TEST_CASE("device queries answer cleanly whatever the machine", "[core][device]"
 }
 
 TEST_CASE("device operations throw device_unavailable saying why when there is no GPU", "[core][device]") {
-  if (loom::cuda::is_available()) {
+  if (loom::gpu::is_available()) {
     SUCCEED("a GPU is present; the [cuda] programs test the device paths");
     return;
   }
-  const std::string reason = loom::cuda::unavailable_reason();
+  const std::string reason = loom::gpu::unavailable_reason();
   INFO(reason);
   CHECK((reason.find("driver") != std::string::npos || reason.find("no GPU") != std::string::npos));
   CHECK_THAT(loom::env_report(), Contains("devices: none (" + reason + ")"));
-  REQUIRE_THROWS_AS(loom::cuda::require_device(), loom::device_unavailable);
-  REQUIRE_THROWS_WITH(loom::cuda::current_device(), Contains("needs a GPU") && Contains(reason));
-  REQUIRE_THROWS_AS(loom::cuda::properties(0), loom::device_unavailable);
+  REQUIRE_THROWS_AS(loom::gpu::require_device(), loom::device_unavailable);
+  REQUIRE_THROWS_WITH(loom::gpu::current_device(), Contains("needs a GPU") && Contains(reason));
+  REQUIRE_THROWS_AS(loom::gpu::properties(0), loom::device_unavailable);
   REQUIRE_THROWS_AS(loom::stream(), loom::device_unavailable);
   REQUIRE_THROWS_AS(loom::event(), loom::device_unavailable);
   REQUIRE_THROWS_AS(loom::current_stream(), loom::device_unavailable);
@@ -40,7 +40,7 @@ TEST_CASE("device operations throw device_unavailable saying why when there is n
   REQUIRE_THROWS_AS(loom::to_device(h), loom::device_unavailable);
   REQUIRE_THROWS_AS((loom::host_tensor<float, 1>({4}, loom::host_memory::pinned)), loom::device_unavailable);
   // Errors derive from loom::error, so one handler catches them all.
-  REQUIRE_THROWS_AS(loom::cuda::require_device(), loom::error);
+  REQUIRE_THROWS_AS(loom::gpu::require_device(), loom::error);
   // Memory statistics of device 0 exist (all zero) without a GPU.
   const auto st = loom::device_memory_stats(0);
   CHECK(st.in_use == 0);

@@ -4,7 +4,7 @@
 #include "tensor_cases.inl"
 
 TEST_CASE("device tensors free on their stream and memory stats return to the start", "[tensor][cuda]") {
-  const int dev = loom::cuda::current_device();
+  const int dev = loom::gpu::current_device();
   const auto start = loom::device_memory_stats(dev);
   {
     loom::stream s;
@@ -17,16 +17,16 @@ TEST_CASE("device tensors free on their stream and memory stats return to the st
     CHECK(mid.peak >= mid.in_use);
     loom::fill(t, 1.0f);
   }
-  loom::cuda::device_synchronize();
+  loom::gpu::device_synchronize();
   const auto end = loom::device_memory_stats(dev);
   CHECK(end.in_use == start.in_use);
   CHECK(end.allocations == start.allocations);
 }
 
 TEST_CASE("an allocation larger than the device throws out_of_memory and leaks nothing", "[tensor][cuda]") {
-  const int dev = loom::cuda::current_device();
+  const int dev = loom::gpu::current_device();
   const auto start = loom::device_memory_stats(dev);
-  const auto total = loom::cuda::properties(dev).total_memory;
+  const auto total = loom::gpu::properties(dev).total_memory;
   const loom::index_t n = static_cast<loom::index_t>(total / sizeof(float)) * 2;
   try {
     loom::device_tensor<float, 1> t({n});
@@ -73,10 +73,10 @@ TEST_CASE("stream_guard makes a stream current and restores the previous one", "
     CHECK(loom::current_stream() == loom::stream_ref(a));
   }
   CHECK(loom::current_stream() == outer);
-  const auto p = loom::cuda::properties();
+  const auto p = loom::gpu::properties();
   CHECK(p.sm_count > 0);
   CHECK(p.total_memory > 0);
   CHECK(!p.name.empty());
   CHECK(p.cc_major >= 5);
-  CHECK(loom::cuda::device_count() >= 1);
+  CHECK(loom::gpu::device_count() >= 1);
 }

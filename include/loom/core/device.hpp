@@ -8,7 +8,7 @@
 
 #include "loom/core/error.hpp"
 
-namespace loom::cuda {
+namespace loom::gpu {
 
 //! What a GPU is, as loom reports it.
 struct device_properties {
@@ -62,7 +62,7 @@ inline const probe_result& cached_probe() {
 inline int device_count() noexcept { return detail::cached_probe().count; }
 
 //! True when at least one GPU can be used. Never throws.
-//! Example: `if (loom::cuda::is_available()) { ... }`
+//! Example: `if (loom::gpu::is_available()) { ... }`
 inline bool is_available() noexcept { return device_count() > 0; }
 
 //! Why no GPU can be used ("" when one can): no driver, a driver older than the
@@ -77,7 +77,7 @@ inline void require_device(const char* what = "this operation") {
 
 //! The calling thread's current device (throws device_unavailable without a GPU).
 inline int current_device() {
-  require_device("cuda::current_device()");
+  require_device("gpu::current_device()");
   int d = 0;
   LOOM_CUDA_CHECK(cudaGetDevice(&d));
   return d;
@@ -85,7 +85,7 @@ inline int current_device() {
 
 //! Makes `id` the calling thread's current device.
 inline void set_device(int id) {
-  require_device("cuda::set_device()");
+  require_device("gpu::set_device()");
   if (id < 0 || id >= device_count())
     throw index_error("loom: device " + std::to_string(id) + " does not exist (" + std::to_string(device_count()) +
                       " device(s))");
@@ -95,7 +95,7 @@ inline void set_device(int id) {
 //! Properties of device `id` (default: the current one).
 inline device_properties properties(int id = -1) {
   if (id < 0) id = current_device();
-  require_device("cuda::properties()");
+  require_device("gpu::properties()");
   if (id >= device_count())
     throw index_error("loom: device " + std::to_string(id) + " does not exist (" + std::to_string(device_count()) +
                       " device(s))");
@@ -118,7 +118,7 @@ inline device_properties properties(int id = -1) {
 
 //! Blocks until all work on the current device has finished.
 inline void device_synchronize() {
-  require_device("cuda::device_synchronize()");
+  require_device("gpu::device_synchronize()");
   LOOM_CUDA_CHECK(cudaDeviceSynchronize());
 }
-}  // namespace loom::cuda
+}  // namespace loom::gpu

@@ -34,14 +34,14 @@ inline std::string env_report() {
     << (driver ? detail::cuda_version_string(driver) : std::string("none")) << "\n";
   o << "CCCL " << CCCL_MAJOR_VERSION << "." << CCCL_MINOR_VERSION << "." << CCCL_PATCH_VERSION << "\n";
   o << "cuBLAS " << CUBLAS_VER_MAJOR << "." << CUBLAS_VER_MINOR << "." << CUBLAS_VER_PATCH << " (headers)\n";
-  const int n = cuda::device_count();
+  const int n = gpu::device_count();
   if (n == 0) {
-    o << "devices: none (" << cuda::unavailable_reason() << ")\n";
+    o << "devices: none (" << gpu::unavailable_reason() << ")\n";
     return o.str();
   }
   o << "devices: " << n << "\n";
   for (int i = 0; i < n; ++i) {
-    const auto p = cuda::properties(i);
+    const auto p = gpu::properties(i);
     o << "  [" << i << "] " << p.name << ", compute capability " << p.cc_major << "." << p.cc_minor << ", "
       << p.sm_count << " SMs, " << (p.total_memory >> 20) << " MiB, L2 " << (p.l2_cache_bytes >> 10) << " KiB, "
       << p.memory_bus_width_bits << "-bit bus, memory pools " << (p.memory_pools_supported ? "yes" : "no") << "\n";

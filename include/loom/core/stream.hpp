@@ -21,7 +21,7 @@ class stream_ref {
   [[nodiscard]] int device() const noexcept { return device_; }
   //! Blocks the calling thread until all work queued on this stream is done.
   void synchronize() const {
-    cuda::require_device("stream synchronize");
+    gpu::require_device("stream synchronize");
     LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   friend bool operator==(const stream_ref&, const stream_ref&) = default;
@@ -37,7 +37,7 @@ class stream_ref {
 class stream {
  public:
   stream() {
-    device_ = cuda::current_device();
+    device_ = gpu::current_device();
     LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   stream(const stream&) = delete;
@@ -85,7 +85,7 @@ inline current_stream_state& current_stream_slot() {
 inline stream_ref current_stream() {
   auto& st = detail::current_stream_slot();
   if (st.set) return st.s;
-  return stream_ref(nullptr, cuda::current_device());
+  return stream_ref(nullptr, gpu::current_device());
 }
 
 //! Makes a stream (and its device) current for the calling thread for the
@@ -94,7 +94,7 @@ inline stream_ref current_stream() {
 class stream_guard {
  public:
   explicit stream_guard(stream_ref s) : prev_(detail::current_stream_slot()) {
-    prev_device_ = cuda::current_device();
+    prev_device_ = gpu::current_device();
     if (s.device() != prev_device_) LOOM_CUDA_CHECK(cudaSetDevice(s.device()));
     detail::current_stream_slot() = {true, s};
   }
@@ -116,7 +116,7 @@ class event {
  public:
   //! `timing`: whether the event records time (disable for cheap ordering-only events).
   explicit event(bool timing = true) {
-    cuda::require_device("loom::event");
+    gpu::require_device("loom::event");
     LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&ev_, timing ? cudaEventDefault : cudaEventDisableTiming));
   }
   event(const event&) = delete;

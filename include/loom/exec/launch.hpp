@@ -46,15 +46,19 @@ inline void reset_launch_counts() {
 }
 
 namespace detail {
-//! Runs f(i) for i in [0, n) on the host executor (OpenMP when available); one "launch".
+//! Runs f(i) for i in [0, n) on the host executor (OpenMP when available); one
+//! "launch". `grain` is the work of one iteration in elements (a row's length
+//! for row kernels): threads start when the whole loop is worth it.
 template <class F>
-void host_for_each(index_t n, const F& f) {
+void host_for_each(index_t n, const F& f, index_t grain = 1) {
   if (n <= 0) return;
   host_launch_counter().fetch_add(1, std::memory_order_relaxed);
 #if LOOM_HAS_OPENMP
-#pragma omp parallel for schedule(static) if (n > 32768)
+  const bool parallel = n > 1 && n * (grain > 0 ? grain : 1) > 32768;
+#pragma omp parallel for schedule(static) if (parallel)
   for (index_t i = 0; i < n; ++i) f(i);
 #else
+  (void)grain;
   for (index_t i = 0; i < n; ++i) f(i);
 #endif
 }

@@ -660,7 +660,7 @@ eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool
         idx[RO - 1] = c;
         sink.one(b, idx, lead, c, ctx);
       }
-    });
+    }, lay.cols * static_cast<index_t>(B::slots + 1));
   } else {
 #if LOOM_CUDA_COMPILER
     constexpr int V = row_vector_width<B>() < 16 / static_cast<int>(Sink::smallest) ? row_vector_width<B>()

@@ -230,7 +230,7 @@ inline lt_layout_ptr lt_layout(cudaDataType_t type, std::uint64_t rows, std::uin
 //! workspace comes from the stream-ordered pool and returns to it in stream
 //! order, so nothing synchronizes and the call can be captured in a graph.
 inline void lt_matmul(const lt_call& c) {
-  cuda::require_device("a matrix product on device tensors");
+  gpu::require_device("a matrix product on device tensors");
   const cublasLtHandle_t h = lt_handle(c.device);
   cublasLtMatmulDesc_t raw = nullptr;
   LOOM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw, c.compute, c.scale_type));

@@ -55,7 +55,7 @@ inline void note_free(int device, std::size_t bytes) noexcept {
 //! Throws out_of_memory (with requested/free/total) or device_unavailable.
 inline void* device_allocate(std::size_t bytes, stream_ref s) {
   if (bytes == 0) return nullptr;
-  cuda::require_device("allocating device memory");
+  gpu::require_device("allocating device memory");
   int prev = 0;
   LOOM_CUDA_CHECK(cudaGetDevice(&prev));
   if (prev != s.device()) LOOM_CUDA_CHECK(cudaSetDevice(s.device()));
@@ -86,7 +86,7 @@ inline void device_free(void* p, std::size_t bytes, stream_ref s) noexcept {
 //! Page-locked host memory (fast, truly asynchronous transfers). Needs a driver.
 inline void* pinned_allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
-  cuda::require_device("allocating pinned host memory");
+  gpu::require_device("allocating pinned host memory");
   void* p = nullptr;
   const cudaError_t e = cudaMallocHost(&p, bytes);
   if (e == cudaErrorMemoryAllocation) {
@@ -116,14 +116,14 @@ inline void host_free(void* p) noexcept { std::free(p); }
 //! loom's device-memory statistics for `device` (default: the current one).
 //! O(1), no synchronization.
 inline memory_stats device_memory_stats(int device = -1) {
-  if (device < 0) device = cuda::current_device();
+  if (device < 0) device = gpu::current_device();
   auto& c = detail::counters_for(device);
   return {c.in_use.load(), c.peak.load(), c.allocations.load()};
 }
 
 //! Resets the peak of `device` (default: current) to the bytes now in use.
 inline void reset_peak_memory(int device = -1) {
-  if (device < 0) device = cuda::current_device();
+  if (device < 0) device = gpu::current_device();
   auto& c = detail::counters_for(device);
   c.peak.store(c.in_use.load());
 }

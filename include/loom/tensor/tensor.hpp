@@ -123,7 +123,7 @@ class tensor {
   //! Uninitialized device tensor allocated on the current stream.
   explicit tensor(const shape<Rank>& s)
     requires std::is_same_v<Space, device>
-      : tensor(s, detail::checked_bytes(s, sizeof(T)) ? (cuda::require_device("allocating a device tensor"), current_stream())
+      : tensor(s, detail::checked_bytes(s, sizeof(T)) ? (gpu::require_device("allocating a device tensor"), current_stream())
                                                     : stream_ref{}) {}
 
   //! Uninitialized device tensor allocated (and later freed) on stream `st`.

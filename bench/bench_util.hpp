@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+// Shared by loom's CPU and GPU benchmark programs: command-line options,
+// medians, random never-zero data, and the one-JSON-object-per-line output
+// that bench/report.py turns into tables and plots. Not part of the library.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace loom_bench {
+
+//! What every benchmark program accepts: `--quick` (tiny sizes, one run, for
+//! CI smoke runs), `--json FILE` (append one JSON object per measurement) and
+//! `--self-test` (GPU programs: check the references and tolerances against
+//! the host executor, without a GPU, and time nothing).
+struct options {
+  bool quick = false;
+  bool self_test = false;
+  std::string json_path;
+
+  static options parse(int argc, char** argv) {
+    options o;
+    for (int i = 1; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--quick") == 0) {
+        o.quick = true;
+      } else if (std::strcmp(argv[i], "--self-test") == 0) {
+        o.self_test = true;
+      } else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
+        o.json_path = argv[++i];
+      } else {
+        std::fprintf(stderr, "usage: %s [--quick] [--self-test] [--json FILE]\n", argv[0]);
+        std::exit(2);
+      }
+    }
+    return o;
+  }
+};
+
+//! The median of the samples (the upper one of the middle two).
+inline double median(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return t.empty() ? 0.0 : t[t.size() / 2];
+}
+
+//! A random value in +-[0.25, 2): random sign, never zero, so a kernel that
+//! skips or zeroes elements cannot match the reference by accident.
+inline float nonzero_value(std::mt19937_64& g) {
+  std::uniform_real_distribution<float> d(0.25f, 2.0f);
+  const float v = d(g);
+  return (g() & 1) ? v : -v;
+}
+
+//! One measurement. `bytes` is what must move (inputs read once, outputs
+//! written once), so GB/s compares implementations on the same work.
+struct record {
+  std::string bench, op, shape, dtype, impl;
+  double ms = 0;
+  double bytes = 0;
+  double copy_gbps = 0;     //!< the copy bandwidth measured in the same run; 0 when none
+  std::string check = "ok";  //!< outcome of the comparison with the reference
+  int threads = 0;           //!< host threads; 0 for the GPU
+};
+
+inline double gbps(const record& r) { return r.ms > 0 ? r.bytes / (r.ms * 1e6) : 0.0; }
+
+//! Writes `r` as one JSON line to `path` (appending) when a path was given.
+inline void emit_json(const std::string& path, const record& r) {
+  if (path.empty()) return;
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) {
+    std::fprintf(stderr, "cannot append to %s\n", path.c_str());
+    std::exit(2);
+  }
+  std::fprintf(f,
+               "{\"bench\": \"%s\", \"op\": \"%s\", \"shape\": \"%s\", \"dtype\": \"%s\", \"impl\": \"%s\", "
+               "\"ms\": %.6g, \"bytes\": %.0f, \"gbps\": %.6g, \"copy_gbps\": %.6g, \"pct_copy\": %.4g, "
+               "\"check\": \"%s\", \"threads\": %d}\n",
+               r.bench.c_str(), r.op.c_str(), r.shape.c_str(), r.dtype.c_str(), r.impl.c_str(), r.ms, r.bytes,
+               gbps(r), r.copy_gbps, r.copy_gbps > 0 ? 100.0 * gbps(r) / r.copy_gbps : 0.0, r.check.c_str(),
+               r.threads);
+  std::fclose(f);
+}
+
+//! Prints the human table's header and rows (same columns for all programs).
+inline void print_header() {
+  std::printf("%-26s %-12s %-5s %-22s %10s %9s %7s  %s\n", "op", "shape", "dtype", "impl", "ms", "GB/s", "%copy",
+              "check");
+}
+inline void print_row(const record& r) {
+  char pct[16] = "-";
+  if (r.copy_gbps > 0) std::snprintf(pct, sizeof pct, "%.1f", 100.0 * gbps(r) / r.copy_gbps);
+  std::printf("%-26s %-12s %-5s %-22s %10.4f %9.2f %7s  %s\n", r.op.c_str(), r.shape.c_str(), r.dtype.c_str(),
+              r.impl.c_str(), r.ms, gbps(r), pct, r.check.c_str());
+  std::fflush(stdout);
+}
+
+//! Worst |got - ref| / (atol + rtol |ref|) over the samples: <= 1 passes.
+struct error_meter {
+  double atol, rtol, worst = 0;
+  void add(double got, double ref) {
+    const double e = std::isnan(got) != std::isnan(ref) ? 1e30 : std::fabs(got - ref) / (atol + rtol * std::fabs(ref));
+    worst = std::max(worst, std::isnan(e) ? 0.0 : e);
+  }
+  std::string verdict() const {
+    if (worst <= 1) return "ok";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "FAIL (error %.3g x tolerance)", worst);
+    return buf;
+  }
+};
+}  // namespace loom_bench

@@ -1,0 +1,297 @@
+// SPDX-License-Identifier: Apache-2.0
+// loom's host executor against the ways people write the same work by hand:
+//  - a fused 6-op elementwise expression over three inputs,
+//      y = (a * b + c) * 0.5 - sigmoid(a) * c      (64 Mi floats)
+//    as one loom assignment, op by op (each op materialized into a temporary,
+//    as an eager library runs it), and as a hand-written OpenMP loop with the
+//    same threads. Targets (issue 3): fused >= 0.9x the hand loop and >= 2x
+//    op by op.
+//  - row layers (issue 5): softmax and layer_norm over 4096 x 4096 floats,
+//    loom against a hand-written loop parallel over rows.
+// A parallel copy gives the ceiling (% of copy). Every result is checked
+// against a double reference before it is timed.
+// Wall time, median of several runs after a warm-up run; GB/s = bytes that
+// must move (inputs read once, output written once) / time.
+// Usage: bench_fused_cpu [--quick] [--json FILE]
+#include <loom/loom.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#if LOOM_HAS_OPENMP
+#include <omp.h>
+#endif
+
+#include "../bench_util.hpp"
+
+namespace {
+using loom::index_t;
+using loom_bench::record;
+
+int host_threads() {
+#if LOOM_HAS_OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+struct timing {
+  int warmup, runs;
+};
+
+template <class F>
+double median_ms(const timing& t, F&& f) {
+  for (int i = 0; i < t.warmup; ++i) f();
+  std::vector<double> ms;
+  for (int i = 0; i < t.runs; ++i) {
+    const auto a = std::chrono::steady_clock::now();
+    f();
+    const auto b = std::chrono::steady_clock::now();
+    ms.push_back(std::chrono::duration<double, std::milli>(b - a).count());
+  }
+  return loom_bench::median(ms);
+}
+
+template <class Tensor>
+void randomize(Tensor& t, std::mt19937_64& g) {
+  for (index_t i = 0; i < t.size(); ++i) t.data()[i] = loom_bench::nonzero_value(g);
+}
+
+template <class Tensor>
+void poison(Tensor& t) {
+  for (index_t i = 0; i < t.size(); ++i) t.data()[i] = std::nanf("");
+}
+
+class runner {
+ public:
+  runner(const loom_bench::options& o) : opt_(o), time_(o.quick ? timing{1, 1} : timing{1, 7}) {}
+
+  // Times f, checks the output with `check` (run once before timing, on a
+  // poisoned output), prints and records the result.
+  template <class F, class C>
+  double measure(const std::string& op, const std::string& shape, const std::string& impl, double bytes, F&& f,
+                 C&& check) {
+    record r{"cpu", op, shape, "f32", impl};
+    r.bytes = bytes;
+    r.copy_gbps = copy_gbps_;
+    r.threads = host_threads();
+    f();
+    r.check = check();
+    r.ms = median_ms(time_, f);
+    loom_bench::print_row(r);
+    loom_bench::emit_json(opt_.json_path, r);
+    if (r.check != "ok") failed_ = true;
+    return r.ms;
+  }
+  bool failed() const { return failed_; }
+  //! The hand copy's bandwidth: the ceiling every later row is compared with.
+  void set_copy_gbps(double g) { copy_gbps_ = g; }
+  bool quick() const { return opt_.quick; }
+
+ private:
+  loom_bench::options opt_;
+  timing time_;
+  bool failed_ = false;
+  double copy_gbps_ = 0;
+};
+
+// The ceiling: a parallel copy of 64 Mi floats (read + write), by hand and as
+// the loom assignment y = x.
+void copy(runner& run) {
+  const index_t n = run.quick() ? 65537 : (index_t{64} << 20);
+  std::mt19937_64 g(4);
+  loom::host_tensor<float, 1> x({n}), y({n});
+  randomize(x, g);
+  const double bytes = 2.0 * n * sizeof(float);
+  auto check = [&] {
+    loom_bench::error_meter m{0, 0};
+    for (index_t i = 0; i < n; ++i) m.add(y.data()[i], x.data()[i]);
+    return m.verdict();
+  };
+  poison(y);
+  const double hand = run.measure("copy", std::to_string(n), "hand copy (OpenMP)", bytes,
+                                  [&] {
+                                    const float* px = x.data();
+                                    float* py = y.data();
+#if LOOM_HAS_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+                                    for (index_t i = 0; i < n; ++i) py[i] = px[i];
+                                  },
+                                  check);
+  run.set_copy_gbps(bytes / (hand * 1e6));
+  poison(y);
+  run.measure("copy", std::to_string(n), "loom y = x", bytes, [&] { loom::assign(y, x); }, check);
+}
+
+double six_op_ref(double a, double b, double c) { return (a * b + c) * 0.5 - c / (1 + std::exp(-a)); }
+
+void elementwise(runner& run) {
+  const index_t n = run.quick() ? 65537 : (index_t{64} << 20);
+  const std::string shape = std::to_string(n);
+  std::mt19937_64 g(6);
+  loom::host_tensor<float, 1> a({n}), b({n}), c({n}), y({n});
+  randomize(a, g), randomize(b, g), randomize(c, g);
+  const double bytes = 4.0 * n * sizeof(float);  // a, b, c read; y written
+  const char* op = "(a*b+c)*0.5-sigmoid(a)*c";
+
+  auto check_y = [&] {
+    loom_bench::error_meter m{1e-6, 1e-5};
+    for (index_t i = 0; i < n; ++i) m.add(y.data()[i], six_op_ref(a.data()[i], b.data()[i], c.data()[i]));
+    return m.verdict();
+  };
+  poison(y);
+  const double fused = run.measure(op, shape, "loom fused", bytes, [&] { y = (a * b + c) * 0.5f - loom::sigmoid(a) * c; },
+                                   check_y);
+  const auto before = loom::launches().host;
+  y = (a * b + c) * 0.5f - loom::sigmoid(a) * c;
+  if (loom::launches().host != before + 1) {
+    std::printf("FAIL: the fused assignment took %llu host launches\n",
+                static_cast<unsigned long long>(loom::launches().host - before));
+    std::exit(1);
+  }
+
+  poison(y);
+  const double eager = run.measure(op, shape, "loom op by op", bytes,
+                                   [&] {
+                                     auto t1 = loom::materialize(a * b);
+                                     auto t2 = loom::materialize(t1 + c);
+                                     auto t3 = loom::materialize(t2 * 0.5f);
+                                     auto t4 = loom::materialize(loom::sigmoid(a));
+                                     auto t5 = loom::materialize(t4 * c);
+                                     y = t3 - t5;
+                                   },
+                                   check_y);
+
+  poison(y);
+  const double hand = run.measure(op, shape, "hand loop (OpenMP)", bytes,
+                                  [&] {
+                                    const float *pa = a.data(), *pb = b.data(), *pc = c.data();
+                                    float* py = y.data();
+#if LOOM_HAS_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+                                    for (index_t i = 0; i < n; ++i)
+                                      py[i] = (pa[i] * pb[i] + pc[i]) * 0.5f - pc[i] / (1.0f + std::exp(-pa[i]));
+                                  },
+                                  check_y);
+  std::printf("  fused / hand loop speed: %.2fx (target >= 0.9x); fused / op by op: %.2fx (target >= 2x)\n",
+              hand / fused, eager / fused);
+}
+
+// Double references of one row, for the checks.
+void softmax_ref(const float* x, index_t cols, std::vector<double>& out) {
+  double mx = -INFINITY, s = 0;
+  for (index_t j = 0; j < cols; ++j) mx = std::fmax(mx, x[j]);
+  for (index_t j = 0; j < cols; ++j) s += std::exp(x[j] - mx);
+  out.resize(cols);
+  for (index_t j = 0; j < cols; ++j) out[j] = std::exp(x[j] - mx) / s;
+}
+void layer_norm_ref(const float* x, const float* w, const float* b, index_t cols, double eps,
+                    std::vector<double>& out) {
+  double mean = 0, var = 0;
+  for (index_t j = 0; j < cols; ++j) mean += x[j];
+  mean /= static_cast<double>(cols);
+  for (index_t j = 0; j < cols; ++j) var += (x[j] - mean) * (x[j] - mean);
+  var /= static_cast<double>(cols);
+  out.resize(cols);
+  for (index_t j = 0; j < cols; ++j) out[j] = (x[j] - mean) / std::sqrt(var + eps) * w[j] + b[j];
+}
+
+void rows(runner& run) {
+  const index_t nr = run.quick() ? 257 : 4096, nc = run.quick() ? 1023 : 4096;
+  const std::string shape = std::to_string(nr) + "x" + std::to_string(nc);
+  std::mt19937_64 g(5);
+  loom::host_tensor<float, 2> x({nr, nc}), y({nr, nc});
+  loom::host_tensor<float, 1> w({nc}), b({nc});
+  randomize(x, g), randomize(w, g), randomize(b, g);
+  const double bytes = 2.0 * nr * nc * sizeof(float);  // x read, y written
+  constexpr double eps = 1e-5;
+  // The whole output is compared on quick runs; every 61st row otherwise.
+  const index_t row_step = run.quick() ? 1 : 61;
+
+  auto check = [&](auto ref) {
+    return [&, ref] {
+      loom_bench::error_meter m{2e-5, 1e-4};
+      std::vector<double> r;
+      for (index_t i = 0; i < nr; i += row_step) {
+        ref(x.data() + i * nc, r);
+        for (index_t j = 0; j < nc; ++j) m.add(y.data()[i * nc + j], r[j]);
+      }
+      return m.verdict();
+    };
+  };
+  auto sm_check = check([&](const float* row, std::vector<double>& r) { softmax_ref(row, nc, r); });
+  auto ln_check = check(
+      [&](const float* row, std::vector<double>& r) { layer_norm_ref(row, w.data(), b.data(), nc, eps, r); });
+
+  poison(y);
+  const double sm_loom = run.measure("softmax", shape, "loom", bytes, [&] { y = loom::softmax(x); }, sm_check);
+  poison(y);
+  const double sm_hand = run.measure("softmax", shape, "hand loop (OpenMP)", bytes,
+                                     [&] {
+#if LOOM_HAS_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+                                       for (index_t i = 0; i < nr; ++i) {
+                                         const float* px = x.data() + i * nc;
+                                         float* py = y.data() + i * nc;
+                                         float mx = -INFINITY, s = 0;
+                                         for (index_t j = 0; j < nc; ++j) mx = std::fmax(mx, px[j]);
+                                         for (index_t j = 0; j < nc; ++j) s += std::exp(px[j] - mx);
+                                         const float inv = 1.0f / s;
+                                         for (index_t j = 0; j < nc; ++j) py[j] = std::exp(px[j] - mx) * inv;
+                                       }
+                                     },
+                                     sm_check);
+  poison(y);
+  const double ln_loom = run.measure("layer_norm", shape, "loom", bytes,
+                                     [&] { y = loom::layer_norm(x, w, b, eps); }, ln_check);
+  poison(y);
+  const double ln_hand = run.measure("layer_norm", shape, "hand loop (OpenMP)", bytes,
+                                     [&] {
+#if LOOM_HAS_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+                                       for (index_t i = 0; i < nr; ++i) {
+                                         const float* px = x.data() + i * nc;
+                                         float* py = y.data() + i * nc;
+                                         float mean = 0, var = 0;
+                                         for (index_t j = 0; j < nc; ++j) mean += px[j];
+                                         mean /= static_cast<float>(nc);
+                                         for (index_t j = 0; j < nc; ++j) var += (px[j] - mean) * (px[j] - mean);
+                                         const float rstd = 1.0f / std::sqrt(var / static_cast<float>(nc) + float(eps));
+                                         for (index_t j = 0; j < nc; ++j)
+                                           py[j] = (px[j] - mean) * rstd * w.data()[j] + b.data()[j];
+                                       }
+                                     },
+                                     ln_check);
+  std::printf("  loom / hand loop speed: softmax %.2fx, layer_norm %.2fx\n", sm_hand / sm_loom, ln_hand / ln_loom);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto opt = loom_bench::options::parse(argc, argv);
+  try {
+    runner run(opt);
+    std::printf("bench_fused_cpu: host executor, %d threads%s; median of %s\n", host_threads(),
+                LOOM_HAS_OPENMP ? " (OpenMP)" : " (no OpenMP)", opt.quick ? "1 run after 1 warm-up (--quick)" : "7 runs after 1 warm-up");
+    loom_bench::print_header();
+    copy(run);
+    elementwise(run);
+    rows(run);
+    if (run.failed()) {
+      std::printf("FAIL: a result differs from its double reference\n");
+      return 1;
+    }
+    return 0;
+  } catch (const loom::error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}

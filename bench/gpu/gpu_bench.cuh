@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: Apache-2.0
+// What loom's GPU benchmark programs share: the timing method (CUDA events
+// after warm-up, median of many samples, each sample one call on each of
+// several rotating buffer sets so the working set exceeds L2), the copy
+// bandwidth measured in the same run (the ceiling), and random never-zero
+// data generated on the device by a hash that the host can recompute for the
+// reference checks. Not part of the library.
+#pragma once
+
+#include <thrust/execution_policy.h>
+#include <thrust/tabulate.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <loom/loom.hpp>
+
+#include "../bench_util.hpp"
+
+namespace loom_bench {
+
+//! Warm-up samples and timed samples (a sample calls the work once per set).
+struct gpu_timing {
+  int warmup = 3;
+  int runs = 25;
+};
+
+//! The median over `t.runs` samples of the time of one call, in ms. Each
+//! sample runs f(0), ..., f(sets - 1) between two events on the current
+//! stream, so consecutive calls touch different memory and launch overhead
+//! counts as it does in real use.
+template <class F>
+double time_rotated_ms(int sets, const gpu_timing& t, F&& f) {
+  for (int w = 0; w < t.warmup; ++w)
+    for (int s = 0; s < sets; ++s) f(s);
+  loom::event start, stop;
+  std::vector<double> ms;
+  for (int r = 0; r < t.runs; ++r) {
+    start.record();
+    for (int s = 0; s < sets; ++s) f(s);
+    stop.record();
+    stop.synchronize();
+    ms.push_back(static_cast<double>(loom::elapsed_ms(start, stop)) / sets);
+  }
+  return median(ms);
+}
+
+//! How many buffer sets of `set_bytes` to rotate through so that together
+//! they exceed twice the L2 cache; at least 1, and at most what fits in half
+//! of the free device memory.
+inline int rotation_sets(double set_bytes) {
+  const double l2 = static_cast<double>(loom::gpu::properties().l2_cache_bytes);
+  std::size_t free_b = 0, total_b = 0;
+  LOOM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const int want = static_cast<int>(std::ceil(2.0 * l2 / set_bytes));
+  const int fit = static_cast<int>(0.5 * static_cast<double>(free_b) / set_bytes);
+  return std::max(1, std::min(want, fit));
+}
+
+//! A random value in +-[0.25, 2) from (seed, i): never zero, the same on the
+//! host and the device (splitmix64), so references need no copy of inputs.
+LOOM_HD float hash_value(std::uint64_t seed, std::uint64_t i) {
+  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 1;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // 24 bits: [0, 1)
+  const float v = 0.25f + 1.75f * u;
+  return (z & 1) ? -v : v;
+}
+
+//! The element a tensor filled with `seed` holds at linear index i, as a
+//! float on the host (rounded to T first, as the device stored it).
+template <class T>
+float hashed(std::uint64_t seed, std::uint64_t i) {
+  return static_cast<float>(T(hash_value(seed, i)));
+}
+
+template <class T>
+struct hash_fill_fn {
+  std::uint64_t seed;
+  __host__ __device__ T operator()(std::uint64_t i) const { return T(hash_value(seed, i)); }
+};
+
+//! Fills a contiguous tensor with hash_value(seed, i): on the current stream
+//! for a device tensor, a plain loop for a host one (the self-tests).
+template <class Tensor>
+void hash_fill(Tensor& t, std::uint64_t seed) {
+  using X = std::remove_cvref_t<Tensor>;
+  using T = typename X::value_type;
+  if constexpr (std::is_same_v<typename X::space, loom::host>) {
+    for (loom::index_t i = 0; i < t.size(); ++i) t.data()[i] = hash_fill_fn<T>{seed}(static_cast<std::uint64_t>(i));
+  } else {
+    thrust::tabulate(thrust::cuda::par_nosync.on(loom::current_stream().get()), t.data(), t.data() + t.size(),
+                     hash_fill_fn<T>{seed});
+    LOOM_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+//! Poisons a device tensor (NaN everywhere) so an unwritten element fails the check.
+template <class Tensor>
+void poison(Tensor& t) {
+  using T = typename std::remove_cvref_t<Tensor>::value_type;
+  loom::fill(t, T(std::nanf("")));
+}
+
+//! The device-to-device copy bandwidth (bytes read + bytes written per
+//! second, in GB/s) of cudaMemcpyAsync over 1 GiB, and of the same copy
+//! written as a loom assignment `y = x`. Printed and recorded.
+struct copy_ceiling {
+  double memcpy_gbps = 0, loom_gbps = 0;
+};
+
+inline copy_ceiling measure_copy(const std::string& bench, const options& opt, const gpu_timing& t) {
+  const loom::index_t n = opt.quick ? (loom::index_t{1} << 22) : (loom::index_t{1} << 28);  // floats
+  loom::device_tensor<float, 1> x({n}), y({n});
+  hash_fill(x, 1);
+  const double bytes = 2.0 * static_cast<double>(n) * sizeof(float);
+  const cudaStream_t s = loom::current_stream().get();
+  copy_ceiling c;
+  record r{bench, "copy", std::to_string(n), "f32", "cudaMemcpyAsync D2D"};
+  r.bytes = bytes;
+  r.ms = time_rotated_ms(1, t, [&](int) {
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(y.data(), x.data(), static_cast<std::size_t>(n) * sizeof(float),
+                                    cudaMemcpyDeviceToDevice, s));
+  });
+  c.memcpy_gbps = gbps(r);
+  r.copy_gbps = c.memcpy_gbps;
+  print_row(r);
+  emit_json(opt.json_path, r);
+  record l{bench, "copy", std::to_string(n), "f32", "loom y = x"};
+  l.bytes = bytes;
+  l.ms = time_rotated_ms(1, t, [&](int) { loom::assign(y, x); });
+  c.loom_gbps = gbps(l);
+  l.copy_gbps = c.memcpy_gbps;
+  const auto yh = loom::to_host(y.view().slice(loom::range(0, 4096)));
+  error_meter m{0, 0};
+  for (loom::index_t i = 0; i < 4096; ++i) m.add(yh.data()[i], hashed<float>(1, static_cast<std::uint64_t>(i)));
+  l.check = m.worst == 0 ? "ok" : "FAIL (copy differs)";
+  print_row(l);
+  emit_json(opt.json_path, l);
+  return c;
+}
+
+//! Says why there is nothing to measure and gives the exit code 77 (ctest's
+//! "skipped") when no GPU can be used.
+inline int no_gpu(const char* program) {
+  std::printf("%s: no GPU is present (%s); nothing measured\n", program, loom::gpu::unavailable_reason().c_str());
+  return 77;
+}
+
+//! Short names for the element types in tables and JSON.
+template <class T>
+const char* dtype_name() {
+  if constexpr (std::is_same_v<T, float>) return "f32";
+  if constexpr (std::is_same_v<T, loom::bf16>) return "bf16";
+  if constexpr (std::is_same_v<T, loom::half>) return "f16";
+  return "?";
+}
+}  // namespace loom_bench

@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The whole GPU verification of loom in one command, for a machine with one
+# NVIDIA GPU, the CUDA toolkit, PyTorch and 16 cores, without network; it is
+# budgeted to finish in under 8 minutes (each stage prints its time and runs
+# under a timeout):
+#  1. configures and builds loom (tests, examples, benchmarks) for the GPU's
+#     architecture (nvidia-smi's compute capability; 90 when unknown);
+#  2. runs the whole ctest suite, [cuda] tests included: they must pass, and a
+#     [cuda] test reported "Skipped" on a GPU machine is a failure; then
+#     compute-sanitizer memcheck, racecheck and initcheck over a
+#     representative subset of the [cuda] test cases;
+#  3. measures the device-to-device copy bandwidth (the ceiling) and runs the
+#     GPU benchmarks against their baselines: fused elementwise (op by op,
+#     thrust::transform), row layers forward and backward, reductions and
+#     scans vs CUB (bench_reduce_gpu), matmul vs cuBLASLt (bench_matmul), and
+#     PyTorch eager / torch.compile (torch_layers.py, matmul_torch.py);
+#  4. writes results.json, results.md, plot.png and the logs to the output
+#     folder and prints a short table last.
+# Without a GPU it builds, then says that none is present and exits 3.
+# Usage: bench/gpu_check.sh [OUT_DIR]   (or LOOM_GPU_CHECK_OUT; default:
+#        gpu-check-results/ in the build directory)
+# Settings: LOOM_BUILD_DIR (default build-gpu/), LOOM_JOBS (default: all
+# cores), LOOM_CUDA_ARCH (default: detected). Exits non-zero when a build,
+# test, sanitizer run or benchmark check fails.
+set -uo pipefail
+user_build_dir="${LOOM_BUILD_DIR:-}"
+user_arch="${LOOM_CUDA_ARCH:-}"
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
+LOOM_BUILD_DIR="${user_build_dir:-$LOOM_ROOT/build-gpu}"
+out="${1:-${LOOM_GPU_CHECK_OUT:-$LOOM_BUILD_DIR/gpu-check-results}}"
+mkdir -p "$out" && out="$(cd "$out" && pwd)"
+rm -f "$out"/gpu.jsonl "$out"/*.log
+start=$SECONDS
+stage_start=$SECONDS
+failures=()
+stage() {
+  printf '\n=== %s [at %d s; previous stage %d s] ===\n' "$*" "$((SECONDS - start))" "$((SECONDS - stage_start))"
+  stage_start=$SECONDS
+}
+# Runs a command under a timeout, its output to the terminal and to a log;
+# records a failure under `name` when it fails or times out.
+run_logged() {
+  local name="$1" limit="$2" log="$3"
+  shift 3
+  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  if ((rc == 124 || rc == 137)); then
+    echo "TIMEOUT: $name ran past $limit s"
+    failures+=("$name (timeout after $limit s)")
+  elif ((rc != 0)); then
+    failures+=("$name (exit $rc)")
+  fi
+  return "$rc"
+}
+finish() {
+  echo
+  echo "bench/gpu_check.sh: total $((SECONDS - start)) s; results and logs in $out"
+  if ((${#failures[@]})); then
+    echo "bench/gpu_check.sh: FAILED:"
+    printf '  - %s\n' "${failures[@]}"
+    exit 1
+  fi
+  echo "bench/gpu_check.sh: all tests passed, all benchmark outputs matched their references"
+  exit 0
+}
+
+stage "machine"
+loom_find_cuda
+gpu_cc=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv 2>&1 | tee "$out/machine.log"
+  gpu_cc="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')"
+else
+  echo "nvidia-smi is not installed (no NVIDIA driver)" | tee "$out/machine.log"
+fi
+arch="${user_arch:-${gpu_cc:-90}}"
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "host: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
+  echo "nvcc: $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'); CUDA architecture built: $arch"
+  echo "loom: $(git -C "$LOOM_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$LOOM_ROOT" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "torch: $(timeout 60 python3 -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo 'not installed')"
+} | tee -a "$out/machine.log"
+
+stage "configure and build ($LOOM_BUILD_DIR, sm_$arch, $LOOM_JOBS jobs)"
+cmake -S "$LOOM_ROOT" -B "$LOOM_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+  -DLOOM_BUILD_TESTS=ON -DLOOM_BUILD_EXAMPLES=ON -DLOOM_BUILD_BENCH=ON >"$out/configure.log" 2>&1 ||
+  { cat "$out/configure.log"; failures+=("configure"); finish; }
+if ! run_logged build "${LOOM_GPU_CHECK_BUILD_TIMEOUT:-330}" "$out/build.log" \
+  cmake --build "$LOOM_BUILD_DIR" -j "$LOOM_JOBS" >/dev/null; then
+  tail -n 40 "$out/build.log"
+  finish
+fi
+tail -n 2 "$out/build.log"
+
+stage "is a GPU present?"
+# loom's own probe says why no GPU can be used (no driver, old driver, no device);
+# with a GPU this is a quick smoke run of the benchmark.
+probe_out="$("$LOOM_BUILD_DIR/bench/bench_elementwise" --quick 2>&1)"
+probe="${probe_out%%$'\n'*}"
+if [[ "$probe" == *"no GPU is present"* ]]; then
+  echo "bench/gpu_check.sh: NO GPU IS PRESENT: $probe"
+  echo "The build passed (sm_$arch, $((SECONDS - start)) s). Everything from here on (the ctest suite with its"
+  echo "[cuda] tests, compute-sanitizer, the benchmarks) needs a GPU; run bench/gpu_check.sh on a GPU machine."
+  exit 3
+fi
+gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)"
+echo "GPU: ${gpu_name:-unknown (no nvidia-smi; built for sm_$arch)}"
+
+stage "ctest: the whole suite, [cuda] tests included"
+run_logged ctest "${LOOM_GPU_CHECK_CTEST_TIMEOUT:-150}" "$out/ctest.log" \
+  ctest --test-dir "$LOOM_BUILD_DIR" --output-on-failure -j "$LOOM_JOBS" >/dev/null
+grep -E 'tests passed|Total Test time' "$out/ctest.log"
+if grep -qE '\*\*\*Skipped|\(Skipped\)' "$out/ctest.log"; then
+  grep -E '\*\*\*Skipped|\(Skipped\)' "$out/ctest.log"
+  failures+=("ctest: a test was skipped on a machine with a GPU")
+fi
+cuda_tests="$(ctest --test-dir "$LOOM_BUILD_DIR" -N -L cuda | sed -n 's/^Total Tests: //p')"
+echo "[cuda] test programs: ${cuda_tests:-0}"
+[[ "${cuda_tests:-0}" -gt 0 ]] || failures+=("ctest: no [cuda] test programs were built")
+
+stage "compute-sanitizer: memcheck, racecheck, initcheck over a subset of the [cuda] tests"
+# Every `step`-th test case of a program, at most `most` of them: a Catch
+# input file (-f) of exact names keeps each run short.
+pick_cases() {
+  local prog="$1" step="$2" most="$3" file="$4"
+  "$prog" --list-test-names-only 2>/dev/null | sed '/^$/d' | awk -v s="$step" -v m="$most" \
+    '(NR - 1) % s == 0 && n < m { print; n++ }' >"$file"
+  [[ -s "$file" ]]
+}
+sanitize() {
+  local tool="$1" prog="$2" step="$3" most="$4"
+  local name
+  name="$tool-$(basename "$prog")"
+  if [[ ! -x "$prog" ]]; then
+    echo "$name: $prog was not built" >"$out/sanitizer-$name.log"
+    return 1
+  fi
+  pick_cases "$prog" "$step" "$most" "$out/sanitizer-$name.cases" || {
+    echo "$name: no test cases listed" >"$out/sanitizer-$name.log"
+    return 1
+  }
+  timeout --kill-after=10 "${LOOM_GPU_CHECK_SANITIZER_TIMEOUT:-120}" compute-sanitizer --tool "$tool" \
+    --error-exitcode 86 "$prog" -f "$out/sanitizer-$name.cases" >"$out/sanitizer-$name.log" 2>&1
+}
+sanitizer="$(command -v compute-sanitizer || echo "$(dirname "$(command -v nvcc)")/compute-sanitizer")"
+if [[ -x "$sanitizer" ]]; then
+  PATH="$(dirname "$sanitizer"):$PATH"
+  export PATH
+  t="$LOOM_BUILD_DIR/tests"
+  runs=(
+    "memcheck $t/expr/test_expr_cuda 7 6"
+    "memcheck $t/nn/test_nn_cuda 5 6"
+    "memcheck $t/reduce/test_reduce_cuda 5 5"
+    "memcheck $t/reduce/test_scan_cuda 4 4"
+    "memcheck $t/tensor/test_tensor_cuda 6 5"
+    "memcheck $t/linalg/test_matmul_cuda 5 3"
+    "racecheck $t/nn/test_nn_cuda 6 4"
+    "racecheck $t/reduce/test_reduce_cuda 6 4"
+    "initcheck $t/expr/test_expr_cuda 9 4"
+    "initcheck $t/nn/test_nn_cuda 9 4"
+  )
+  pids=()
+  for r in "${runs[@]}"; do
+    # shellcheck disable=SC2086
+    sanitize $r &
+    pids+=("$!")
+  done
+  : >"$out/sanitizers.log"
+  for i in "${!runs[@]}"; do
+    read -r tool prog _ <<<"${runs[$i]}"
+    name="$tool-$(basename "$prog")"
+    if wait "${pids[$i]}"; then
+      echo "ok    $name ($(wc -l <"$out/sanitizer-$name.cases") test cases): $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$name.log")" |
+        tee -a "$out/sanitizers.log"
+    else
+      echo "FAIL  $name: see $out/sanitizer-$name.log" | tee -a "$out/sanitizers.log"
+      tail -n 15 "$out/sanitizer-$name.log"
+      failures+=("compute-sanitizer $name")
+    fi
+  done
+else
+  echo "compute-sanitizer not found next to nvcc" | tee "$out/sanitizers.log"
+  failures+=("compute-sanitizer missing")
+fi
+
+stage "benchmarks: copy bandwidth, fused elementwise, row layers"
+b="$LOOM_BUILD_DIR/bench"
+run_logged bench_elementwise 120 "$out/bench_elementwise.log" "$b/bench_elementwise" --json "$out/gpu.jsonl"
+run_logged bench_layers 150 "$out/bench_layers.log" "$b/bench_layers" --json "$out/gpu.jsonl"
+
+stage "benchmarks: reductions and scans vs CUB, matmul vs cuBLASLt"
+logs=()
+if [[ -x "$b/bench_reduce_gpu" ]]; then
+  run_logged bench_reduce_gpu 90 "$out/bench_reduce_gpu.log" "$b/bench_reduce_gpu"
+  logs+=(--log "Reductions and scans vs CUB (bench_reduce_gpu)=$out/bench_reduce_gpu.log")
+else
+  echo "bench_reduce_gpu was not built: no reductions benchmark in this tree"
+fi
+run_logged bench_matmul 120 "$out/bench_matmul.log" "$b/bench_matmul"
+logs+=(--log "Matmul vs cuBLASLt (bench_matmul)=$out/bench_matmul.log")
+
+stage "PyTorch baselines: matmul, layers and elementwise (eager and torch.compile)"
+run_logged matmul_torch 90 "$out/matmul_torch.log" python3 "$LOOM_ROOT/bench/gpu/matmul_torch.py"
+logs+=(--log "Matmul in PyTorch (matmul_torch.py)=$out/matmul_torch.log")
+# torch.compile gets what is left of a 7-minute budget (compiling dominates).
+budget=$((420 - (SECONDS - start) - 60))
+((budget < 20)) && budget=20
+run_logged torch_layers $((budget + 60)) "$out/torch_layers.log" python3 "$LOOM_ROOT/bench/gpu/torch_layers.py" \
+  --json "$out/gpu.jsonl" --compile-budget-s "$budget"
+
+stage "report"
+python3 -c 'import matplotlib' 2>/dev/null ||
+  timeout 30 python3 -m pip install --quiet --disable-pip-version-check matplotlib >/dev/null 2>&1 ||
+  echo "matplotlib is not installed and pip could not install it (no network?): no plot"
+logs=(--log "Machine=$out/machine.log" --log "Sanitizers=$out/sanitizers.log" "${logs[@]}")
+python3 "$LOOM_ROOT/bench/report.py" --jsonl "$out/gpu.jsonl" --out "$out" \
+  --title "loom GPU check: ${gpu_name:-GPU}, $(date -u +%Y-%m-%d)" "${logs[@]}" ||
+  failures+=("report")
+finish

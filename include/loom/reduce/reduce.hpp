@@ -1,0 +1,868 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include "loom/config.hpp"
+#include "loom/core/dtype.hpp"
+#include "loom/core/error.hpp"
+#include "loom/core/shape.hpp"
+#include "loom/core/space.hpp"
+#include "loom/core/stream.hpp"
+#include "loom/detail/fast_divmod.hpp"
+#include "loom/core/math.hpp"
+#include "loom/exec/assign.hpp"
+#include "loom/exec/launch.hpp"
+#include "loom/expr/expression.hpp"
+#include "loom/tensor/copy.hpp"
+#include "loom/tensor/tensor.hpp"
+
+#if LOOM_CUDA_COMPILER
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_output_iterator.h>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/device/device_reduce.cuh>
+#endif
+
+// Reductions over any expression: the elementwise work of the expression is
+// fused into the reduction's loads, so `sum(x * y)` reads x and y once and
+// writes one number. Every reduction is eager and returns a tensor in the
+// expression's memory space.
+//
+// Accumulation order (the same for every run, so results are bit-identical run
+// to run; no atomics anywhere):
+//  - host, whole tensor: fixed chunks of 8192 elements, each summed pairwise
+//    (blocks of 8 sequential, then a balanced binary tree), then the chunk
+//    results combined pairwise. The chunking does not depend on the thread count.
+//  - host, along axes: each output element reduces its segment pairwise.
+//  - device, whole tensor: cub::DeviceReduce (run-to-run deterministic on one
+//    GPU; its tiling, hence its rounding, may differ between GPU models). On
+//    the contiguous path each item CUB sees is one 16-byte vector of input,
+//    combined left to right.
+//  - device, along axes: one block per output element; thread t combines
+//    elements t, t + B, t + 2B, ... left to right, then cub::BlockReduce.
+namespace loom {
+
+//! Tag that keeps the reduced axes (extent 1) in a reduction's result, like
+//! NumPy's keepdims=True: `auto m = loom::amax(x, 1, loom::keepdims);` has
+//! x's rank, so `x - m` broadcasts.
+struct keepdims_t {
+  explicit keepdims_t() = default;
+};
+//! See keepdims_t.
+inline constexpr keepdims_t keepdims{};
+
+//! The bias correction of var/stddev: the divisor is max(0, N - value)
+//! (PyTorch's `correction`); 1 (the default) is Bessel's correction, 0 the
+//! population variance. Example: `loom::var(x, loom::correction{0})`.
+struct correction {
+  double value = 1;
+};
+
+//! Result type of sum, prod, cumsum and cumprod over elements of type T:
+//! int64 for bool and integer types (as PyTorch), else T (half stays half,
+//! accumulated in float).
+template <class T>
+using sum_result_t = std::conditional_t<std::is_integral_v<T>, std::int64_t, T>;
+
+//! Result type of mean, var, stddev, the norms and logsumexp over elements of
+//! type T: T for floating types, float for bool and integers.
+template <class T>
+using float_result_t = std::conditional_t<is_floating_v<T>, T, float>;
+
+//! Type in which sum and prod accumulate elements of type T: int64 for bool
+//! and integers, float for half/bf16/float, double for double.
+template <class T>
+using accumulate_t = std::conditional_t<std::is_integral_v<T>, std::int64_t, compute_t<T>>;
+
+namespace detail {
+// ---------------------------------------------------------------------------
+// Reduction operators. Each one says how an element enters the accumulator
+// (lift, which also receives the element's position in the reduced range),
+// how two accumulators combine (operator()), the identity, and how the final
+// accumulator becomes the result (finalize, which receives the element count).
+
+template <class F>
+LOOM_HD F inf_of() {
+  return std::numeric_limits<F>::infinity();
+}
+template <class C>
+LOOM_HD C lowest_of() {
+  if constexpr (std::is_floating_point_v<C>)
+    return -std::numeric_limits<C>::infinity();
+  else
+    return std::numeric_limits<C>::lowest();
+}
+template <class C>
+LOOM_HD C highest_of() {
+  if constexpr (std::is_floating_point_v<C>)
+    return std::numeric_limits<C>::infinity();
+  else
+    return std::numeric_limits<C>::max();
+}
+
+template <class T>
+struct sum_op {
+  static constexpr const char* name = "sum";
+  static constexpr bool has_identity = true;
+  using acc = accumulate_t<T>;
+  using result = sum_result_t<T>;
+  LOOM_HD acc identity() const { return acc(0); }
+  template <class V>
+  LOOM_HD acc lift(V v, index_t) const {
+    return static_cast<acc>(v);
+  }
+  LOOM_HD acc operator()(acc a, acc b) const { return a + b; }
+  LOOM_HD result finalize(acc a, index_t) const { return convert<result>(a); }
+};
+
+template <class T>
+struct prod_op : sum_op<T> {
+  static constexpr const char* name = "prod";
+  using acc = accumulate_t<T>;
+  LOOM_HD acc identity() const { return acc(1); }
+  LOOM_HD acc operator()(acc a, acc b) const { return a * b; }
+};
+
+template <class T>
+struct mean_op {
+  static constexpr const char* name = "mean";
+  static constexpr bool has_identity = true;
+  using result = float_result_t<T>;
+  using acc = compute_t<result>;
+  LOOM_HD acc identity() const { return acc(0); }
+  template <class V>
+  LOOM_HD acc lift(V v, index_t) const {
+    return static_cast<acc>(v);
+  }
+  LOOM_HD acc operator()(acc a, acc b) const { return a + b; }
+  // An empty mean is 0/0 = NaN, as in PyTorch.
+  LOOM_HD result finalize(acc a, index_t n) const { return convert<result>(a / static_cast<acc>(n)); }
+};
+
+// NaN-propagating max/min: the first NaN met wins, as in PyTorch.
+template <class C, bool Max>
+LOOM_HD C nan_extreme(C a, C b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  if constexpr (Max)
+    return b > a ? b : a;
+  else
+    return b < a ? b : a;
+}
+
+template <class T, bool Max>
+struct extreme_op {
+  static constexpr const char* name = Max ? "max" : "min";
+  static constexpr bool has_identity = false;
+  using acc = compute_t<T>;
+  using result = T;
+  LOOM_HD acc identity() const { return Max ? lowest_of<acc>() : highest_of<acc>(); }
+  template <class V>
+  LOOM_HD acc lift(V v, index_t) const {
+    return static_cast<acc>(v);
+  }
+  LOOM_HD acc operator()(acc a, acc b) const { return nan_extreme<acc, Max>(a, b); }
+  LOOM_HD result finalize(acc a, index_t) const { return convert<result>(a); }
+};
+template <class T>
+using max_op = extreme_op<T, true>;
+template <class T>
+using min_op = extreme_op<T, false>;
+
+//! A value and its position, the accumulator of argmax/argmin and cummax/cummin.
+template <class C>
+struct value_index {
+  C v;
+  index_t i;
+};
+
+// Orders (value, index) pairs so that the combine is commutative and
+// associative: NaN beats everything (the first NaN wins), then the larger
+// (smaller) value, then, for reductions, the smaller index (argmax of ties is
+// the first index, as in PyTorch).
+template <class C, bool Max>
+LOOM_HD value_index<C> arg_combine(const value_index<C>& a, const value_index<C>& b) {
+  const bool an = a.v != a.v, bn = b.v != b.v;
+  if (an || bn) {
+    if (an && bn) return b.i < a.i ? b : a;
+    return an ? a : b;
+  }
+  const bool better = Max ? b.v > a.v : b.v < a.v;
+  return better || (b.v == a.v && b.i < a.i) ? b : a;
+}
+
+template <class T, bool Max>
+struct arg_op {
+  static constexpr const char* name = Max ? "argmax" : "argmin";
+  static constexpr bool has_identity = false;
+  using acc = value_index<compute_t<T>>;
+  using result = std::int64_t;
+  LOOM_HD acc identity() const {
+    return {Max ? lowest_of<compute_t<T>>() : highest_of<compute_t<T>>(), std::numeric_limits<index_t>::max()};
+  }
+  template <class V>
+  LOOM_HD acc lift(V v, index_t i) const {
+    return {static_cast<compute_t<T>>(v), i};
+  }
+  LOOM_HD acc operator()(const acc& a, const acc& b) const { return arg_combine<compute_t<T>, Max>(a, b); }
+  LOOM_HD result finalize(const acc& a, index_t) const { return a.i; }
+};
+template <class T>
+using argmax_op = arg_op<T, true>;
+template <class T>
+using argmin_op = arg_op<T, false>;
+
+template <class T>
+struct any_op {
+  static constexpr const char* name = "any";
+  static constexpr bool has_identity = true;
+  using acc = bool;
+  using result = bool;
+  LOOM_HD acc identity() const { return false; }
+  template <class V>
+  LOOM_HD acc lift(V v, index_t) const {
+    return v != V(0);
+  }
+  LOOM_HD acc operator()(acc a, acc b) const { return a || b; }
+  LOOM_HD result finalize(acc a, index_t) const { return a; }
+};
+template <class T>
+struct all_op : any_op<T> {
+  static constexpr const char* name = "all";
+  LOOM_HD bool identity() const { return true; }
+  LOOM_HD bool operator()(bool a, bool b) const { return a && b; }
+};
+template <class T>
+struct count_nonzero_op {
+  static constexpr const char* name = "count_nonzero";
+  static constexpr bool has_identity = true;
+  using acc = std::int64_t;
+  using result = std::int64_t;
+  LOOM_HD acc identity() const { return 0; }
+  template <class V>
+  LOOM_HD acc lift(V v, index_t) const {
+    return v != V(0) ? 1 : 0;
+  }
+  LOOM_HD acc operator()(acc a, acc b) const { return a + b; }
+  LOOM_HD result finalize(acc a, index_t) const { return a; }
+};
+
+// The norms: |x| summed (L1), x^2 summed then the square root (L2), and the
+// NaN-propagating max of |x| (Linf; 0 when empty).
+template <class T, int P>
+struct norm_op {
+  static constexpr const char* name = P == 1 ? "l1_norm" : (P == 2 ? "l2_norm" : "linf_norm");
+  static constexpr bool has_identity = true;
+  using result = float_result_t<T>;
+  using acc = compute_t<result>;
+  LOOM_HD acc identity() const { return acc(0); }
+  template <class V>
+  LOOM_HD acc lift(V v, index_t) const {
+    const acc x = static_cast<acc>(v);
+    return P == 2 ? x * x : ::loom::math::fabs(x);
+  }
+  LOOM_HD acc operator()(acc a, acc b) const {
+    if constexpr (P == 0)
+      return nan_extreme<acc, true>(a, b);
+    else
+      return a + b;
+  }
+  LOOM_HD result finalize(acc a, index_t) const { return convert<result>(P == 2 ? ::loom::math::sqrt(a) : a); }
+};
+template <class T>
+using l1_op = norm_op<T, 1>;
+template <class T>
+using l2_op = norm_op<T, 2>;
+template <class T>
+using linf_op = norm_op<T, 0>;
+
+//! Count, mean and sum of squared deviations of a set of values.
+template <class F>
+struct moments {
+  index_t n;
+  F mean;
+  F m2;
+};
+
+// Variance by Welford's update, merged with Chan et al.'s pairwise formula:
+// stable where the two-pass sum of squares minus square of sums cancels.
+template <class T, bool Std>
+struct var_op {
+  static constexpr const char* name = Std ? "stddev" : "var";
+  static constexpr bool has_identity = true;
+  using result = float_result_t<T>;
+  using F = compute_t<result>;
+  using acc = moments<F>;
+  F correction_ = 1;
+  LOOM_HD acc identity() const { return {0, F(0), F(0)}; }
+  template <class V>
+  LOOM_HD acc lift(V v, index_t) const {
+    return {1, static_cast<F>(v), F(0)};
+  }
+  LOOM_HD acc operator()(const acc& a, const acc& b) const {
+    if (a.n == 0) return b;
+    if (b.n == 0) return a;
+    const index_t n = a.n + b.n;
+    const F delta = b.mean - a.mean;
+    const F fb = static_cast<F>(b.n) / static_cast<F>(n);
+    return {n, a.mean + delta * fb, a.m2 + b.m2 + delta * delta * static_cast<F>(a.n) * fb};
+  }
+  LOOM_HD result finalize(const acc& a, index_t) const {
+    F d = static_cast<F>(a.n) - correction_;
+    if (d < F(0)) d = F(0);
+    const F v = a.m2 / d;
+    return convert<result>(Std ? ::loom::math::sqrt(v) : v);
+  }
+};
+template <class T>
+using variance_op = var_op<T, false>;
+template <class T>
+using stddev_op = var_op<T, true>;
+
+//! A running maximum and the sum of exp(x - maximum).
+template <class F>
+struct max_sumexp {
+  F m;
+  F s;
+};
+
+// logsumexp in one pass: the running maximum rescales the running sum, so
+// nothing overflows; exp(x - max) <= 1 always.
+template <class T>
+struct logsumexp_op {
+  static constexpr const char* name = "logsumexp";
+  static constexpr bool has_identity = true;
+  using result = float_result_t<T>;
+  using F = compute_t<result>;
+  using acc = max_sumexp<F>;
+  LOOM_HD acc identity() const { return {-inf_of<F>(), F(0)}; }
+  template <class V>
+  LOOM_HD acc lift(V v, index_t) const {
+    return {static_cast<F>(v), F(1)};
+  }
+  LOOM_HD acc operator()(const acc& a, const acc& b) const {
+    if (a.m != a.m) return a;
+    if (b.m != b.m) return b;
+    if (a.s == F(0)) return b;
+    if (b.s == F(0)) return a;
+    const F mx = a.m > b.m ? a.m : b.m;
+    // An infinite maximum decides the result (and inf - inf would be NaN).
+    if (mx == inf_of<F>() || mx == -inf_of<F>()) return {mx, F(1)};
+    return {mx, a.s * ::loom::math::exp(a.m - mx) + b.s * ::loom::math::exp(b.m - mx)};
+  }
+  LOOM_HD result finalize(const acc& a, index_t) const { return convert<result>(a.m + ::loom::math::log(a.s)); }
+};
+
+// ---------------------------------------------------------------------------
+// Index maps. A reduction or scan walks the expression's elements in a
+// permuted row-major order: the kept (or row) axes first, then the reduced
+// (or scanned) axes. axis_map turns a position j in that order into the
+// coordinates of the expression.
+
+template <std::size_t R>
+struct axis_map {
+  fast_divmod div[R > 0 ? R : 1];
+  std::uint8_t axis[R > 0 ? R : 1];  // permuted position -> axis of the expression
+
+  LOOM_HD void coords(index_t j, index_t* idx) const {
+    std::uint64_t rest = static_cast<std::uint64_t>(j);
+    for (std::size_t p = R; p-- > 0;) {
+      std::uint64_t q, r;
+      div[p].divmod(rest, q, r);
+      idx[axis[p]] = static_cast<index_t>(r);
+      rest = q;
+    }
+  }
+};
+
+//! Builds the map for `order` (a permutation of the axes) over `ext`, and says
+//! whether that order is the plain row-major order (axes of extent 1 aside),
+//! in which case position j is linear index j.
+template <std::size_t R>
+axis_map<R> make_axis_map(const shape<R>& ext, const std::array<std::size_t, R>& order, bool& row_major) {
+  axis_map<R> m{};
+  row_major = true;
+  std::size_t last = 0;
+  bool any = false;
+  for (std::size_t p = 0; p != R; ++p) {
+    const std::size_t a = order[p];
+    m.axis[p] = static_cast<std::uint8_t>(a);
+    m.div[p] = fast_divmod(static_cast<std::uint64_t>(ext[a] > 0 ? ext[a] : 1));
+    if (ext[a] == 1) continue;
+    if (any && a < last) row_major = false;
+    last = a;
+    any = true;
+  }
+  return m;
+}
+
+//! The value of element j (in the map's order) of a bound expression.
+template <bool Linear, class B, std::size_t R>
+LOOM_HD auto read_at(const B& b, const axis_map<R>& m, index_t j) {
+  if constexpr (Linear) {
+    return b.at_linear(j);
+  } else {
+    index_t idx[R > 0 ? R : 1] = {};
+    m.coords(j, idx);
+    return b.at(idx);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Host executor.
+
+//! Elements per chunk of a host reduction: fixed, so the result does not
+//! depend on the number of threads.
+inline constexpr index_t host_chunk = 8192;
+
+//! Pairwise (cascade) reduction of get(lo) .. get(hi - 1): runs of 8 left to
+//! right, then a balanced tree. The rounding error grows with log(n), not n.
+template <class Op, class Get>
+typename Op::acc pairwise(const Op& op, const Get& get, index_t lo, index_t hi) {
+  if (hi - lo <= 8) {
+    typename Op::acc a = op.identity();
+    for (index_t i = lo; i < hi; ++i) a = op(a, get(i));
+    return a;
+  }
+  const index_t mid = lo + (hi - lo) / 2;
+  return op(pairwise(op, get, lo, mid), pairwise(op, get, mid, hi));
+}
+
+//! One host "launch": reduces get(0) .. get(n - 1) in fixed chunks (in
+//! parallel with OpenMP), then the chunk results pairwise.
+template <class Op, class Get>
+typename Op::acc host_reduce_all(const Op& op, const Get& get, index_t n) {
+  using acc = typename Op::acc;
+  const index_t chunks = (n + host_chunk - 1) / host_chunk;
+  // Not std::vector: vector<bool> packs bits, and threads write neighbours.
+  const std::unique_ptr<acc[]> part(new acc[static_cast<std::size_t>(chunks)]);
+  host_launch_counter().fetch_add(1, std::memory_order_relaxed);
+#if LOOM_HAS_OPENMP
+#pragma omp parallel for schedule(static) if (chunks > 1)
+#endif
+  for (index_t c = 0; c < chunks; ++c)
+    part[c] = pairwise(op, get, c * host_chunk, std::min(n, (c + 1) * host_chunk));
+  return pairwise(op, [&](index_t i) { return part[i]; }, 0, chunks);
+}
+
+// ---------------------------------------------------------------------------
+// CUDA executor.
+
+#if LOOM_CUDA_COMPILER
+// Item v of what CUB reduces: V consecutive elements of a contiguous, aligned
+// expression loaded as 16-byte vectors and combined left to right (the last
+// item may be short), or, with V == 1, one element by coordinates.
+template <class Op, class B, int V, bool Linear, std::size_t R>
+struct lift_items {
+  Op op;
+  B b;
+  axis_map<R> m;
+  index_t n;
+
+  LOOM_HD typename Op::acc operator()(index_t v) const {
+    if constexpr (V == 1) {
+      return op.lift(read_at<Linear>(b, m, v), v);
+    } else {
+      const index_t i0 = v * V;
+      if (i0 + V <= n) {
+        typename B::template regs<V> r;
+        b.template load<V>(i0, r);
+        typename Op::acc a = op.lift(b.template elem<V>(r, 0), i0);
+
+        for (int j = 1; j < V; ++j) a = op(a, op.lift(b.template elem<V>(r, j), i0 + j));
+        return a;
+      }
+      typename Op::acc a = op.lift(b.at_linear(i0), i0);
+      for (index_t i = i0 + 1; i < n; ++i) a = op(a, op.lift(b.at_linear(i), i));
+      return a;
+    }
+  }
+};
+
+template <class Op>
+struct finalize_fn {
+  Op op;
+  index_t count;
+  LOOM_HD typename Op::result operator()(const typename Op::acc& a) const { return op.finalize(a, count); }
+};
+
+//! Runs one CUB algorithm: asks for its temp storage size, takes that from
+//! the stream-ordered pool (freed in stream order on every path), runs it.
+template <class Call>
+void run_cub(const Call& call, stream_ref s) {
+  std::size_t bytes = 0;
+  LOOM_CUDA_CHECK(call(static_cast<void*>(nullptr), bytes));
+  scratch<device> tmp(bytes > 0 ? bytes : 1, s);
+  LOOM_CUDA_CHECK(call(tmp.p, bytes));
+  LOOM_CUDA_CHECK(cudaGetLastError());
+  device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+}
+
+template <class Op, class B, int V, bool Linear, std::size_t R>
+void device_reduce_all(const Op& op, const B& b, const axis_map<R>& m, index_t n, typename Op::result* out,
+                       stream_ref s) {
+  const index_t items = (n + V - 1) / V;
+  const lift_items<Op, B, V, Linear, R> lift{op, b, m, n};
+  auto out_it = thrust::make_transform_output_iterator(out, finalize_fn<Op>{op, n});
+  run_cub(
+      [&](void* tmp, std::size_t& bytes) {
+        return cub::DeviceReduce::TransformReduce(tmp, bytes, thrust::counting_iterator<index_t>(0), out_it, items,
+                                                  op, lift, op.identity(), s.get());
+      },
+      s);
+}
+
+// One block per output element (grid-stride over outputs); see the order above.
+template <int Block, bool Linear, class Op, class B, std::size_t R>
+__global__ void __launch_bounds__(Block)
+    segment_reduce_kernel(typename Op::result* out, Op op, B b, axis_map<R> m, index_t outputs, index_t k) {
+  using block_reduce = cub::BlockReduce<typename Op::acc, Block>;
+  __shared__ typename block_reduce::TempStorage tmp;
+  for (index_t o = blockIdx.x; o < outputs; o += gridDim.x) {
+    typename Op::acc a = op.identity();
+    for (index_t j = threadIdx.x; j < k; j += Block) a = op(a, op.lift(read_at<Linear>(b, m, o * k + j), j));
+    const typename Op::acc total = block_reduce(tmp).Reduce(a, op);
+    if (threadIdx.x == 0) out[o] = op.finalize(total, k);
+    __syncthreads();  // tmp is reused by the next output
+  }
+}
+
+template <bool Linear, class Op, class B, std::size_t R>
+void device_reduce_segments(const Op& op, const B& b, const axis_map<R>& m, index_t outputs, index_t k,
+                            typename Op::result* out, stream_ref s) {
+  constexpr int block = 128;
+  const index_t cap = static_cast<index_t>(sm_count(s.device())) * 16;
+  const unsigned grid = static_cast<unsigned>(outputs < cap ? outputs : cap);
+  segment_reduce_kernel<block, Linear><<<grid, block, 0, s.get()>>>(out, op, b, m, outputs, k);
+  LOOM_CUDA_CHECK(cudaGetLastError());
+  device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+}
+#endif
+
+// ---------------------------------------------------------------------------
+// The driver shared by every reduction.
+
+template <class Node>
+constexpr void check_reducible() {
+  static_assert(!std::is_void_v<typename Node::space>,
+                "loom: a reduction needs an expression over at least one tensor, not only scalars");
+  static_assert(!std::is_same_v<typename Node::space, mixed_space>,
+                "loom: an expression mixes host and device tensors; copy one side first with loom::to_device(x) or "
+                "loom::to_host(x)");
+}
+
+//! Which axes of a rank-R expression are reduced; throws index_error for an
+//! axis out of range or given twice.
+template <std::size_t R, std::size_t K>
+std::array<bool, R> reduced_axes(const std::array<int, K>& axes, const char* name) {
+  std::array<bool, R> red{};
+  for (std::size_t i = 0; i != K; ++i) {
+    const std::size_t a = normalize_axis<R>(axes[i]);
+    if (red[a])
+      throw index_error(std::string("loom: ") + name + "() got axis " + std::to_string(axes[i]) +
+                        " twice (expected distinct axes)");
+    red[a] = true;
+  }
+  return red;
+}
+
+// Whole: every axis is reduced (known at compile time), the one case that
+// compiles CUB's device-wide reduction; axis reductions compile only the
+// block-per-output kernel (compile time grows with every CUB instantiation).
+template <class Op, bool Keep, bool Whole, std::size_t OR, class Node, std::size_t R>
+auto reduce_run(const Node& n, const std::array<bool, R>& red, const Op& op) {
+  using S = typename Node::space;
+  using result = typename Op::result;
+  require_cuda_compiler_for<S>();
+  const shape<R> ext = n.extents();
+  shape<OR> oshape{};
+  std::array<std::size_t, R> order{};
+  index_t outputs = 1, k = 1;
+  std::size_t p = 0, o = 0;
+  for (std::size_t d = 0; d != R; ++d) {
+    if (!red[d]) {
+      order[p++] = d;
+      outputs *= ext[d];
+    }
+    if constexpr (OR > 0)
+      if (!red[d] || Keep) oshape[o++] = red[d] ? 1 : ext[d];
+  }
+  for (std::size_t d = 0; d != R; ++d)
+    if (red[d]) {
+      order[p++] = d;
+      k *= ext[d];
+    }
+  tensor<result, OR, S> out(oshape);
+  if (outputs == 0) return out;
+  if (k == 0) {
+    if constexpr (!Op::has_identity) {
+      throw value_error(std::string("loom: ") + Op::name + "() over an empty range (shape " + shape_string(ext) +
+                        ") has no identity; expected at least 1 element to reduce, got 0");
+    } else {
+      fill(out, op.finalize(op.identity(), 0));
+      return out;
+    }
+  }
+  bool row_major = false;
+  const axis_map<R> m = make_axis_map(ext, order, row_major);
+  bind_info info;
+  const auto b = bind_for_read(n, ext, info);
+  const bool linear = info.contiguous && row_major;
+  result* po = out.data();
+
+  if constexpr (std::is_same_v<S, host>) {
+    auto run = [&](auto linear_tag) {
+      constexpr bool L = decltype(linear_tag)::value;
+      if (outputs == 1) {
+        po[0] = op.finalize(host_reduce_all(op, [&](index_t j) { return op.lift(read_at<L>(b, m, j), j); }, k), k);
+        return;
+      }
+      host_launch_counter().fetch_add(1, std::memory_order_relaxed);
+#if LOOM_HAS_OPENMP
+#pragma omp parallel for schedule(static) if (outputs * k > 32768)
+#endif
+      for (index_t q = 0; q < outputs; ++q)
+        po[q] = op.finalize(pairwise(op, [&](index_t j) { return op.lift(read_at<L>(b, m, q * k + j), j); }, 0, k), k);
+    };
+    if (linear)
+      run(std::true_type{});
+    else
+      run(std::false_type{});
+  } else {
+#if LOOM_CUDA_COMPILER
+    const stream_ref s = current_stream();
+    using B = std::remove_cvref_t<decltype(b)>;
+    if constexpr (Whole) {
+      constexpr int V = static_cast<int>(16 / min_leaf_size<Node>::value);
+      // Two compiled paths per expression, not three: an unaligned contiguous
+      // input (rare: a slice at an odd offset) takes the coordinates path.
+      if (linear && info.aligned)
+        device_reduce_all<Op, B, V, true>(op, b, m, k, po, s);
+      else
+        device_reduce_all<Op, B, 1, false>(op, b, m, k, po, s);
+    } else if (linear) {
+      device_reduce_segments<true>(op, b, m, outputs, k, po, s);
+    } else {
+      device_reduce_segments<false>(op, b, m, outputs, k, po, s);
+    }
+#endif
+  }
+  return out;
+}
+
+template <template <class> class OpT, class E, class... A>
+auto reduce_all(const E& e, A... args) {
+  using node = node_t<E>;
+  check_reducible<node>();
+  using Op = OpT<typename node::value_type>;
+  std::array<bool, node::rank> red{};
+  red.fill(true);
+  return reduce_run<Op, false, true, 0>(as_node(e), red, Op{args...});
+}
+
+template <template <class> class OpT, bool Keep, class E, std::size_t K, class... A>
+auto reduce_axes(const E& e, const std::array<int, K>& axes, A... args) {
+  using node = node_t<E>;
+  check_reducible<node>();
+  constexpr std::size_t R = node::rank;
+  static_assert(K <= R, "loom: a reduction names more axes than the expression has");
+  using Op = OpT<typename node::value_type>;
+  const auto red = reduced_axes<R>(axes, Op::name);
+  return reduce_run<Op, Keep, K == R, (Keep ? R : R - K)>(as_node(e), red, Op{args...});
+}
+
+template <std::size_t K>
+std::array<int, K> to_axes(const int (&a)[K]) {
+  std::array<int, K> r{};
+  for (std::size_t i = 0; i != K; ++i) r[i] = a[i];
+  return r;
+}
+}  // namespace detail
+
+// Five spellings per reduction: whole tensor, one axis, one axis keeping it,
+// a set of axes, a set of axes keeping them.
+#define LOOM_REDUCTION_AXES(name, op)                                                     \
+  template <expression E>                                                                 \
+  [[nodiscard]] auto name(const E& e, int axis) {                                         \
+    return detail::reduce_axes<op, false>(e, std::array<int, 1>{axis});                   \
+  }                                                                                       \
+  template <expression E>                                                                 \
+  [[nodiscard]] auto name(const E& e, int axis, keepdims_t) {                             \
+    return detail::reduce_axes<op, true>(e, std::array<int, 1>{axis});                    \
+  }                                                                                       \
+  template <expression E, std::size_t K>                                                  \
+  [[nodiscard]] auto name(const E& e, const int (&axes)[K]) {                             \
+    return detail::reduce_axes<op, false>(e, detail::to_axes(axes));                      \
+  }                                                                                       \
+  template <expression E, std::size_t K>                                                  \
+  [[nodiscard]] auto name(const E& e, const int (&axes)[K], keepdims_t) {                 \
+    return detail::reduce_axes<op, true>(e, detail::to_axes(axes));                       \
+  }
+#define LOOM_REDUCTION(name, op)                                                          \
+  template <expression E>                                                                 \
+  [[nodiscard]] auto name(const E& e) {                                                   \
+    return detail::reduce_all<op>(e);                                                     \
+  }                                                                                       \
+  LOOM_REDUCTION_AXES(name, op)
+
+//! Sum of the elements of any expression, over the whole tensor (a 0-d
+//! tensor), one axis or a set of axes (`keepdims` keeps them as extent 1).
+//! Result type sum_result_t<T>: int64 for bool/integers, else T; accumulates
+//! in accumulate_t<T> (float for half/bf16). Empty: 0. The expression's
+//! elementwise work is fused into the loads: one pass over the inputs.
+//! Kernels: whole tensor, one cub::DeviceReduce call (CUB runs one kernel, or
+//! two for inputs larger than one tile); along axes, one kernel. Host: one
+//! parallel loop.
+//! Example: `auto s = loom::sum(x * y); float v = loom::item(s);`,
+//! `auto rows = loom::sum(x, -1);`, `auto c = loom::sum(x, {0, 2}, loom::keepdims);`
+LOOM_REDUCTION(sum, detail::sum_op)
+//! Product of the elements; like sum (int64 for integers, 1 when empty).
+//! Example: `auto p = loom::prod(x, 0);`
+LOOM_REDUCTION(prod, detail::prod_op)
+//! Arithmetic mean; float_result_t<T> (float for integers); NaN when empty.
+//! Same kernels as sum (the division happens as CUB writes its result).
+//! Example: `auto m = loom::mean(x, 1, loom::keepdims);`
+LOOM_REDUCTION(mean, detail::mean_op)
+//! Largest / smallest element along axes (torch.amax / amin); NaN propagates;
+//! the result type is T; an empty range throws value_error. Kernels as sum.
+//! (loom::max(a, b) with two operands is the elementwise maximum, so the
+//! axis forms are spelled amax / amin, as in PyTorch.)
+//! Example: `auto m = loom::amax(abs(a - b), 1);`
+LOOM_REDUCTION(amax, detail::max_op)
+LOOM_REDUCTION(amin, detail::min_op)
+//! True where any / all elements are non-zero; bool. Empty: false / true.
+//! Example: `bool bad = loom::item(loom::any(x != x));  // a NaN anywhere`
+LOOM_REDUCTION(any, detail::any_op)
+LOOM_REDUCTION(all, detail::all_op)
+//! Number of non-zero elements; int64. Example: `auto n = loom::count_nonzero(x > 0, 1);`
+LOOM_REDUCTION(count_nonzero, detail::count_nonzero_op)
+//! Vector norms: sum |x| (L1), sqrt(sum x^2) (L2), max |x| (Linf, NaN
+//! propagates); float_result_t<T>; 0 when empty. Kernels as sum.
+//! Example: `auto d = loom::l2_norm(a - b);`
+LOOM_REDUCTION(l1_norm, detail::l1_op)
+LOOM_REDUCTION(l2_norm, detail::l2_op)
+LOOM_REDUCTION(linf_norm, detail::linf_op)
+//! log(sum(exp(x))) computed stably in one pass (running maximum);
+//! float_result_t<T>; -inf when empty. Kernels as sum.
+//! Example: `auto lse = loom::logsumexp(logits, -1, loom::keepdims);`
+LOOM_REDUCTION(logsumexp, detail::logsumexp_op)
+
+//! The largest / smallest element of the whole expression (a 0-d tensor of
+//! T); NaN propagates; empty throws value_error. One CUB call. With two
+//! operands, loom::max(a, b) is the elementwise maximum; use amax/amin for axes.
+//! Example: `float hi = loom::item(loom::max(x));`
+template <expression E>
+[[nodiscard]] auto max(const E& e) {
+  return detail::reduce_all<detail::max_op>(e);
+}
+template <expression E>
+[[nodiscard]] auto min(const E& e) {
+  return detail::reduce_all<detail::min_op>(e);
+}
+
+//! Position of the largest / smallest element (int64): over the whole
+//! expression the row-major flat index, along an axis the index on that
+//! axis. Ties give the first index; a NaN counts as the largest (argmax) /
+//! smallest (argmin) and the first NaN wins, as in PyTorch. Empty throws
+//! value_error. Kernels as sum.
+//! Example: `auto cls = loom::argmax(logits, -1);`
+template <expression E>
+[[nodiscard]] auto argmax(const E& e) {
+  return detail::reduce_all<detail::argmax_op>(e);
+}
+template <expression E>
+[[nodiscard]] auto argmax(const E& e, int axis) {
+  return detail::reduce_axes<detail::argmax_op, false>(e, std::array<int, 1>{axis});
+}
+template <expression E>
+[[nodiscard]] auto argmax(const E& e, int axis, keepdims_t) {
+  return detail::reduce_axes<detail::argmax_op, true>(e, std::array<int, 1>{axis});
+}
+template <expression E>
+[[nodiscard]] auto argmin(const E& e) {
+  return detail::reduce_all<detail::argmin_op>(e);
+}
+template <expression E>
+[[nodiscard]] auto argmin(const E& e, int axis) {
+  return detail::reduce_axes<detail::argmin_op, false>(e, std::array<int, 1>{axis});
+}
+template <expression E>
+[[nodiscard]] auto argmin(const E& e, int axis, keepdims_t) {
+  return detail::reduce_axes<detail::argmin_op, true>(e, std::array<int, 1>{axis});
+}
+
+// var and stddev take an optional trailing correction.
+#define LOOM_MOMENT_REDUCTION(name, op)                                                           \
+  template <expression E>                                                                         \
+  [[nodiscard]] auto name(const E& e, correction c = {}) {                                        \
+    return detail::reduce_all<op>(e, detail::moment_arg<op, E>(c));                        \
+  }                                                                                               \
+  template <expression E>                                                                         \
+  [[nodiscard]] auto name(const E& e, int axis, correction c = {}) {                              \
+    return detail::reduce_axes<op, false>(e, std::array<int, 1>{axis}, detail::moment_arg<op, E>(c)); \
+  }                                                                                               \
+  template <expression E>                                                                         \
+  [[nodiscard]] auto name(const E& e, int axis, keepdims_t, correction c = {}) {                  \
+    return detail::reduce_axes<op, true>(e, std::array<int, 1>{axis}, detail::moment_arg<op, E>(c)); \
+  }                                                                                               \
+  template <expression E, std::size_t K>                                                          \
+  [[nodiscard]] auto name(const E& e, const int (&axes)[K], correction c = {}) {                  \
+    return detail::reduce_axes<op, false>(e, detail::to_axes(axes), detail::moment_arg<op, E>(c)); \
+  }                                                                                               \
+  template <expression E, std::size_t K>                                                          \
+  [[nodiscard]] auto name(const E& e, const int (&axes)[K], keepdims_t, correction c = {}) {      \
+    return detail::reduce_axes<op, true>(e, detail::to_axes(axes), detail::moment_arg<op, E>(c)); \
+  }
+
+namespace detail {
+template <template <class> class OpT, class E>
+auto moment_arg(correction c) {
+  return static_cast<typename OpT<typename node_t<E>::value_type>::F>(c.value);
+}
+}  // namespace detail
+
+//! Variance and standard deviation, numerically stable (Welford / Chan
+//! merging, one pass), with PyTorch's correction: divisor max(0, N - c),
+//! c = 1 by default. float_result_t<T>; NaN when N - c <= 0 and all equal.
+//! Kernels as sum.
+//! Example: `auto v = loom::var(x, 0, loom::correction{0});`, `auto s = loom::stddev(x);`
+LOOM_MOMENT_REDUCTION(var, detail::variance_op)
+LOOM_MOMENT_REDUCTION(stddev, detail::stddev_op)
+
+#undef LOOM_MOMENT_REDUCTION
+#undef LOOM_REDUCTION
+#undef LOOM_REDUCTION_AXES
+
+//! The single element of a tensor or view (any rank, size 1) as a host
+//! value. For device data this copies one element to the host and waits for
+//! the current stream: the one synchronization of `sum(x).item()` in PyTorch.
+//! Throws shape_error unless the size is 1.
+//! Example: `float total = loom::item(loom::sum(x));`
+template <tensor_like X>
+auto item(const X& x) {
+  const auto v = detail::as_view(x);
+  using V = decltype(v);
+  using T = typename V::value_type;
+  if (v.size() != 1)
+    throw shape_error("loom: item() needs exactly 1 element; got shape " + shape_string(v.extents()) + " (" +
+                      std::to_string(v.size()) + " elements)");
+  if constexpr (std::is_same_v<typename V::space, host>) {
+    return static_cast<T>(v.data()[0]);
+  } else {
+    T r;
+    const stream_ref s = current_stream();
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(&r, v.data(), sizeof(T), cudaMemcpyDeviceToHost, s.get()));
+    s.synchronize();
+    return r;
+  }
+}
+}  // namespace loom

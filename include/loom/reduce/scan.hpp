@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "loom/config.hpp"
+#include "loom/reduce/reduce.hpp"
+
+#if LOOM_CUDA_COMPILER
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/tabulate_output_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
+#endif
+
+// Scans (cumulative sums, products, maxima and minima) along one axis of any
+// expression, fused into the loads like the reductions. Order of combination:
+// the host runs each row left to right; the device runs one long row with
+// cub::DeviceScan (one CUB call) and many rows with one block per row
+// (cub::BlockScan over tiles of the row, carrying the running prefix), one kernel.
+namespace loom {
+
+//! Whether a scan's output i includes element i (inclusive, like
+//! torch.cumsum) or stops before it (exclusive: output 0 is the identity).
+enum class scan_kind { inclusive, exclusive };
+
+//! Values and their int64 positions along the scanned or sorted axis, as
+//! cummax, cummin, sort and topk return them.
+template <class T, std::size_t Rank, memory_space Space>
+struct values_indices {
+  tensor<T, Rank, Space> values;
+  tensor<std::int64_t, Rank, Space> indices;
+};
+
+namespace detail {
+// cummax/cummin: a later element wins ties (PyTorch's cummax gives the last
+// index of equal values) and a NaN, once met, stays, with the index of the
+// latest NaN, as PyTorch does. Associative, so block and device scans agree.
+template <class T, bool Max>
+struct cum_extreme_op {
+  static constexpr const char* name = Max ? "cummax" : "cummin";
+  using acc = value_index<compute_t<T>>;
+  using result = T;
+  LOOM_HD acc identity() const { return {Max ? lowest_of<compute_t<T>>() : highest_of<compute_t<T>>(), 0}; }
+  template <class V>
+  LOOM_HD acc lift(V v, index_t i) const {
+    return {static_cast<compute_t<T>>(v), i};
+  }
+  LOOM_HD acc operator()(const acc& a, const acc& b) const {
+    if (b.v != b.v) return b;
+    if (a.v != a.v) return a;
+    return (Max ? b.v >= a.v : b.v <= a.v) ? b : a;
+  }
+  LOOM_HD result finalize(const acc& a, index_t) const { return convert<result>(a.v); }
+};
+
+template <class Op>
+LOOM_HD std::int64_t index_of(const typename Op::acc& a) {
+  if constexpr (std::is_class_v<typename Op::acc>)
+    return a.i;
+  else
+    return 0;
+}
+
+//! Where scan position j (in the map's order) lands in a contiguous output.
+template <std::size_t R>
+struct scan_out {
+  axis_map<R> m;
+  shape<R> st;  // contiguous strides of the output
+  bool linear;  // position j is linear index j
+
+  LOOM_HD index_t offset(index_t j) const {
+    if (linear) return j;
+    index_t idx[R > 0 ? R : 1] = {};
+    m.coords(j, idx);
+    index_t off = 0;
+    for (std::size_t d = R; d-- > 0;) off += idx[d] * st[d];
+    return off;
+  }
+};
+
+template <class Op, bool Indices, std::size_t R>
+struct scan_writer {
+  typename Op::result* out;
+  std::int64_t* idx;
+  Op op;
+  scan_out<R> where;
+  LOOM_HD void operator()(index_t j, const typename Op::acc& a) const {
+    const index_t off = where.offset(j);
+    out[off] = op.finalize(a, 0);
+    if constexpr (Indices) idx[off] = index_of<Op>(a);
+  }
+};
+
+#if LOOM_CUDA_COMPILER
+template <class Op, class B, bool Linear, std::size_t R>
+struct lift_scan_item {
+  Op op;
+  B b;
+  axis_map<R> m;
+  LOOM_HD typename Op::acc operator()(index_t j) const { return op.lift(read_at<Linear>(b, m, j), j); }
+};
+
+// Hands each tile its prefix: the aggregate of the row's earlier tiles.
+template <class Op>
+struct running_prefix {
+  Op op;
+  typename Op::acc total;
+  __device__ typename Op::acc operator()(const typename Op::acc& tile) {
+    const typename Op::acc before = total;
+    total = op(total, tile);
+    return before;
+  }
+};
+
+template <int Block, bool Linear, bool Exclusive, class Op, class B, class W, std::size_t R>
+__global__ void __launch_bounds__(Block)
+    segment_scan_kernel(W w, Op op, B b, axis_map<R> m, index_t rows, index_t len) {
+  using block_scan = cub::BlockScan<typename Op::acc, Block>;
+  __shared__ typename block_scan::TempStorage tmp;
+  for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    running_prefix<Op> prefix{op, op.identity()};
+    for (index_t k0 = 0; k0 < len; k0 += Block) {
+      const index_t k = k0 + threadIdx.x;
+      const typename Op::acc v = k < len ? op.lift(read_at<Linear>(b, m, r * len + k), k) : op.identity();
+      typename Op::acc o;
+      if constexpr (Exclusive)
+        block_scan(tmp).ExclusiveScan(v, o, op, prefix);
+      else
+        block_scan(tmp).InclusiveScan(v, o, op, prefix);
+      __syncthreads();  // tmp is reused by the next tile
+      if (k < len) w(r * len + k, o);
+    }
+  }
+}
+
+template <bool Linear, bool Exclusive, class Op, class B, class W, std::size_t R>
+void device_scan(const Op& op, const B& b, const axis_map<R>& m, const W& w, index_t rows, index_t len,
+                 stream_ref s) {
+  if (rows == 1) {
+    auto in = thrust::make_transform_iterator(thrust::counting_iterator<index_t>(0),
+                                              lift_scan_item<Op, B, Linear, R>{op, b, m});
+    auto out = thrust::make_tabulate_output_iterator(w);
+    run_cub(
+        [&](void* tmp, std::size_t& bytes) {
+          if constexpr (Exclusive)
+            return cub::DeviceScan::ExclusiveScan(tmp, bytes, in, out, op, op.identity(), len, s.get());
+          else
+            return cub::DeviceScan::InclusiveScan(tmp, bytes, in, out, op, len, s.get());
+        },
+        s);
+    return;
+  }
+  const index_t cap = static_cast<index_t>(sm_count(s.device())) * 32;
+  const unsigned grid = static_cast<unsigned>(rows < cap ? rows : cap);
+  segment_scan_kernel<128, Linear, Exclusive><<<grid, 128, 0, s.get()>>>(w, op, b, m, rows, len);
+  LOOM_CUDA_CHECK(cudaGetLastError());
+  device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+}
+#endif
+
+template <class Op, bool Indices, class E>
+auto scan_impl(const E& e, int axis_in, scan_kind kind) {
+  using node = node_t<E>;
+  check_reducible<node>();
+  constexpr std::size_t R = node::rank;
+  static_assert(R > 0, "loom: a scan needs an expression of rank 1 or more (it runs along an axis)");
+  using S = typename node::space;
+  using result = typename Op::result;
+  require_cuda_compiler_for<S>();
+  const node n = as_node(e);
+  const std::size_t axis = normalize_axis<R>(axis_in);
+  const shape<R> ext = n.extents();
+  std::array<std::size_t, R> order{};
+  std::size_t p = 0;
+  for (std::size_t d = 0; d != R; ++d)
+    if (d != axis) order[p++] = d;
+  order[p] = axis;
+  const index_t len = ext[axis];
+  const index_t total = shape_size(ext);
+
+  tensor<result, R, S> values(ext);
+  tensor<std::int64_t, Indices ? R : 0, S> indices;
+  if constexpr (Indices) indices = tensor<std::int64_t, R, S>(ext);
+  if (total == 0) {
+    if constexpr (Indices)
+      return values_indices<result, R, S>{std::move(values), std::move(indices)};
+    else
+      return values;
+  }
+  const index_t rows = total / len;
+  bool row_major = false;
+  const axis_map<R> m = make_axis_map(ext, order, row_major);
+  bind_info info;
+  const auto b = bind_for_read(n, ext, info);
+  const bool linear = info.contiguous && row_major;
+  const Op op{};
+  const scan_writer<Op, Indices, R> w{values.data(), Indices ? indices.data() : nullptr, op,
+                                      scan_out<R>{m, contiguous_strides(ext), row_major}};
+  const bool exclusive = kind == scan_kind::exclusive;
+
+  if constexpr (std::is_same_v<S, host>) {
+    auto run = [&](auto linear_tag) {
+      constexpr bool L = decltype(linear_tag)::value;
+      host_launch_counter().fetch_add(1, std::memory_order_relaxed);
+#if LOOM_HAS_OPENMP
+#pragma omp parallel for schedule(static) if (total > 32768)
+#endif
+      for (index_t r = 0; r < rows; ++r) {
+        typename Op::acc a = op.identity();
+        for (index_t k = 0; k < len; ++k) {
+          const index_t j = r * len + k;
+          const typename Op::acc v = op.lift(read_at<L>(b, m, j), k);
+          if (exclusive) w(j, a);
+          a = op(a, v);
+          if (!exclusive) w(j, a);
+        }
+      }
+    };
+    if (linear)
+      run(std::true_type{});
+    else
+      run(std::false_type{});
+  } else {
+#if LOOM_CUDA_COMPILER
+    const stream_ref s = current_stream();
+    if constexpr (Indices) {  // cummax / cummin are inclusive only
+      if (linear)
+        device_scan<true, false>(op, b, m, w, rows, len, s);
+      else
+        device_scan<false, false>(op, b, m, w, rows, len, s);
+    } else {
+      if (linear && exclusive)
+        device_scan<true, true>(op, b, m, w, rows, len, s);
+      else if (linear)
+        device_scan<true, false>(op, b, m, w, rows, len, s);
+      else if (exclusive)
+        device_scan<false, true>(op, b, m, w, rows, len, s);
+      else
+        device_scan<false, false>(op, b, m, w, rows, len, s);
+    }
+#endif
+  }
+  if constexpr (Indices)
+    return values_indices<result, R, S>{std::move(values), std::move(indices)};
+  else
+    return values;
+}
+}  // namespace detail
+
+//! Cumulative sum along `axis` of any expression (fused into the loads):
+//! inclusive (torch.cumsum) or exclusive (output 0 is 0). Result type
+//! sum_result_t<T> (int64 for bool/integers; half stays half, accumulated in
+//! float), same shape. Host: one loop, rows in parallel, each left to right.
+//! Device: one CUB DeviceScan call for a single row (rank 1 or one row),
+//! else one kernel (a block per row). Floating sums from DeviceScan may round
+//! differently run to run (CUB's decoupled look-back); the block-per-row
+//! kernel is bitwise deterministic.
+//! Example: `auto c = loom::cumsum(x, -1);`, `auto offs = loom::cumsum(counts, 0, loom::scan_kind::exclusive);`
+template <expression E>
+[[nodiscard]] auto cumsum(const E& e, int axis, scan_kind kind = scan_kind::inclusive) {
+  return detail::scan_impl<detail::sum_op<typename detail::node_t<E>::value_type>, false>(e, axis, kind);
+}
+
+//! Cumulative product along `axis`; like cumsum (int64 for integers; exclusive starts at 1).
+//! Example: `auto p = loom::cumprod(1.0f - x, 1);`
+template <expression E>
+[[nodiscard]] auto cumprod(const E& e, int axis, scan_kind kind = scan_kind::inclusive) {
+  return detail::scan_impl<detail::prod_op<typename detail::node_t<E>::value_type>, false>(e, axis, kind);
+}
+
+//! Running maximum / minimum along `axis` with the int64 index where it was
+//! attained (values and indices, inclusive). Ties take the later index and a
+//! NaN propagates, as torch.cummax does. Kernels as cumsum.
+//! Example: `auto [v, i] = loom::cummax(x, 0);`
+template <expression E>
+[[nodiscard]] auto cummax(const E& e, int axis) {
+  return detail::scan_impl<detail::cum_extreme_op<typename detail::node_t<E>::value_type, true>, true>(
+      e, axis, scan_kind::inclusive);
+}
+template <expression E>
+[[nodiscard]] auto cummin(const E& e, int axis) {
+  return detail::scan_impl<detail::cum_extreme_op<typename detail::node_t<E>::value_type, false>, true>(
+      e, axis, scan_kind::inclusive);
+}
+}  // namespace loom

@@ -1,0 +1,501 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reductions checked on both executors against plain double loops. The
+// including file defines LOOM_TEST_SPACE, LOOM_TEST_TAG and LOOM_REDUCE_TYPES.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <loom/reduce/reduce.hpp>
+
+#include "loom_test.hpp"
+
+using loom::index_t;
+using space_t = LOOM_TEST_SPACE;
+
+namespace {
+constexpr bool on_device = std::is_same_v<space_t, loom::device>;
+const double nan_v = std::numeric_limits<double>::quiet_NaN();
+const double inf_v = std::numeric_limits<double>::infinity();
+
+template <class T, std::size_t R>
+loom::tensor<T, R, space_t> in_space(const loom::host_tensor<T, R>& h) {
+  if constexpr (on_device)
+    return loom::to_device(h);
+  else
+    return h;
+}
+
+template <class T, std::size_t R>
+loom::host_tensor<T, R> random_host(const loom::shape<R>& s, std::mt19937_64& g, double lo = -4, double hi = 4) {
+  loom::host_tensor<T, R> h(s);
+  for (index_t i = 0; i < h.size(); ++i) h.data()[i] = loom_test::random_value<T>(g, lo, hi);
+  return h;
+}
+
+// A result as doubles in row-major order, with its extents.
+struct result {
+  std::vector<double> v;
+  std::vector<index_t> ext;
+};
+template <class X>
+result values(const X& t) {
+  const auto h = loom::to_host(t);
+  result r;
+  for (index_t i = 0; i < h.size(); ++i) r.v.push_back(loom_test::as_double(h.data()[i]));
+  for (auto e : h.extents()) r.ext.push_back(e);
+  return r;
+}
+
+const std::vector<std::string> all_ops = {"sum",   "mean",          "amax",    "amin",    "argmax",   "argmin",
+                                          "any",   "all",           "count",   "l1",      "l2",       "linf",
+                                          "var",   "stddev",        "var0",    "logsumexp", "prod"};
+
+bool needs_elements(const std::string& op) {
+  return op == "amax" || op == "amin" || op == "argmax" || op == "argmin";
+}
+
+// The op over the whole expression.
+template <class X>
+result run_full(const std::string& op, const X& e) {
+  using namespace loom;
+  if (op == "sum") return values(sum(e));
+  if (op == "mean") return values(mean(e));
+  if (op == "amax") return values(max(e));
+  if (op == "amin") return values(min(e));
+  if (op == "argmax") return values(argmax(e));
+  if (op == "argmin") return values(argmin(e));
+  if (op == "any") return values(any(e));
+  if (op == "all") return values(all(e));
+  if (op == "count") return values(count_nonzero(e));
+  if (op == "l1") return values(l1_norm(e));
+  if (op == "l2") return values(l2_norm(e));
+  if (op == "linf") return values(linf_norm(e));
+  if (op == "var") return values(var(e));
+  if (op == "stddev") return values(stddev(e));
+  if (op == "var0") return values(var(e, correction{0}));
+  if (op == "logsumexp") return values(logsumexp(e));
+  if (op == "prod") return values(prod(e));
+  FAIL("unknown op " << op);
+  return {};
+}
+
+// The op along one axis, with or without keepdims.
+template <class X>
+result run_axis(const std::string& op, const X& e, int axis, bool keep) {
+  using namespace loom;
+#define LOOM_AXIS_CASE(name, call)                                                      \
+  if (op == name) return keep ? values(call(e, axis, keepdims)) : values(call(e, axis));
+  LOOM_AXIS_CASE("sum", sum)
+  LOOM_AXIS_CASE("mean", mean)
+  LOOM_AXIS_CASE("amax", amax)
+  LOOM_AXIS_CASE("amin", amin)
+  LOOM_AXIS_CASE("argmax", argmax)
+  LOOM_AXIS_CASE("argmin", argmin)
+  LOOM_AXIS_CASE("any", any)
+  LOOM_AXIS_CASE("all", all)
+  LOOM_AXIS_CASE("count", count_nonzero)
+  LOOM_AXIS_CASE("l1", l1_norm)
+  LOOM_AXIS_CASE("l2", l2_norm)
+  LOOM_AXIS_CASE("linf", linf_norm)
+  LOOM_AXIS_CASE("var", var)
+  LOOM_AXIS_CASE("stddev", stddev)
+  LOOM_AXIS_CASE("logsumexp", logsumexp)
+  LOOM_AXIS_CASE("prod", prod)
+#undef LOOM_AXIS_CASE
+  if (op == "var0") return keep ? values(var(e, axis, keepdims, correction{0})) : values(var(e, axis, correction{0}));
+  FAIL("unknown op " << op);
+  return {};
+}
+
+// The double reference of each op over the values of one reduced range.
+double ref_op(const std::string& op, const std::vector<double>& v) {
+  const auto n = static_cast<double>(v.size());
+  double s = 0, a = 0, q = 0, p = 1;
+  bool has_nan = false, any_nz = false, all_nz = true;
+  double count = 0;
+  for (double x : v) {
+    s += x;
+    a += std::fabs(x);
+    q += x * x;
+    p *= x;
+    has_nan = has_nan || std::isnan(x);
+    any_nz = any_nz || x != 0;
+    all_nz = all_nz && x != 0;
+    count += x != 0;
+  }
+  if (op == "sum") return s;
+  if (op == "prod") return p;
+  if (op == "mean") return s / n;
+  if (op == "any") return any_nz;
+  if (op == "all") return all_nz;
+  if (op == "count") return count;
+  if (op == "l1") return a;
+  if (op == "l2") return std::sqrt(q);
+  if (op == "amax" || op == "amin" || op == "linf" || op == "argmax" || op == "argmin") {
+    const bool mx = op != "amin" && op != "argmin";
+    std::size_t best = 0;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const double x = op == "linf" ? std::fabs(v[i]) : v[i];
+      const double b = op == "linf" ? std::fabs(v[best]) : v[best];
+      if (std::isnan(b)) break;
+      if (std::isnan(x) || (mx ? x > b : x < b)) best = i;
+    }
+    if (op == "argmax" || op == "argmin") return static_cast<double>(best);
+    if (v.empty()) return 0;  // linf of nothing
+    return op == "linf" ? std::fabs(v[best]) : v[best];
+  }
+  if (op == "var" || op == "stddev" || op == "var0") {
+    const double mean = s / n;
+    double m2 = 0;
+    for (double x : v) m2 += (x - mean) * (x - mean);
+    const double var = m2 / std::max(0.0, n - (op == "var0" ? 0 : 1));
+    return op == "stddev" ? std::sqrt(var) : var;
+  }
+  if (op == "logsumexp") {
+    if (v.empty()) return -inf_v;
+    double mx = -inf_v;
+    for (double x : v) mx = std::max(mx, x);
+    if (has_nan) return nan_v;
+    if (std::isinf(mx)) return mx;
+    double e = 0;
+    for (double x : v) e += std::exp(x - mx);
+    return mx + std::log(e);
+  }
+  FAIL("unknown op " << op);
+  return 0;
+}
+
+// Rounding of a result stored as T, relative to its magnitude.
+template <class T>
+double store_eps() {
+  if constexpr (std::is_same_v<T, loom::half>)
+    return 1.0 / 1024;
+  else if constexpr (std::is_same_v<T, loom::bf16>)
+    return 1.0 / 128;
+  else
+    return 0;
+}
+// Accumulation error, relative to the sum of magnitudes that entered.
+template <class T>
+double acc_eps() {
+  return std::is_same_v<T, double> ? 1e-13 : 2e-6;
+}
+
+// The allowed error of op over values v (elements of type T) for a result `want`.
+template <class T>
+double tolerance(const std::string& op, const std::vector<double>& v, double want) {
+  if (std::isnan(want) || std::isinf(want)) return 0;
+  const bool fl = loom::is_floating_v<T>;
+  double a = 0, q = 0;
+  for (double x : v) a += std::fabs(x), q += x * x;
+  const double n = std::max<double>(1, static_cast<double>(v.size()));
+  const double se = fl ? store_eps<T>() : 0;
+  const double ae = acc_eps<T>();
+  if (op == "sum") return fl ? se * std::fabs(want) + ae * a : 0;
+  if (op == "l1") return se * want + ae * a + (fl ? 0 : 1e-6 * a);
+  if (op == "mean") return se * std::fabs(want) + ae * a / n + 1e-7 * a / n;
+  if (op == "l2") return se * want + 4 * ae * want;
+  if (op == "var" || op == "var0") return se * want + 8 * ae * q / n;
+  if (op == "stddev") return se * want + 8 * ae * std::sqrt(q / n);
+  if (op == "logsumexp") return se * std::fabs(want) + 8 * ae * (1 + std::fabs(want));
+  if (op == "prod") return se * std::fabs(want) + 4 * ae * n * std::fabs(want);
+  if (op == "amax" || op == "amin" || op == "linf") return se * std::fabs(want);  // rounds once on store
+  return 0;  // arg*, any, all, count: exact
+}
+
+bool close(double got, double want, double tol) {
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isinf(want)) return got == want;
+  return std::fabs(got - want) <= tol;
+}
+
+// Coordinates of row-major position i in shape s.
+template <std::size_t R>
+std::array<index_t, R> unravel(index_t i, const loom::shape<R>& s) {
+  std::array<index_t, R> c{};
+  for (std::size_t d = R; d-- > 0;) {
+    c[d] = i % s[d];
+    i /= s[d];
+  }
+  return c;
+}
+
+// Reference of op over the axes marked in `red` of a rank-R array given by
+// val(coords): one vector of values per output, in row-major output order.
+template <std::size_t R, class Val>
+std::vector<std::vector<double>> gather_ref(const loom::shape<R>& ext, const std::array<bool, R>& red, Val val) {
+  index_t outputs = 1;
+  for (std::size_t d = 0; d != R; ++d)
+    if (!red[d]) outputs *= ext[d];
+  std::vector<std::vector<double>> segs(static_cast<std::size_t>(outputs));
+  index_t n = 1;
+  for (auto e : ext) n *= e;
+  for (index_t i = 0; i < n; ++i) {
+    const auto c = unravel(i, ext);
+    index_t o = 0;
+    for (std::size_t d = 0; d != R; ++d)
+      if (!red[d]) o = o * ext[d] + c[d];
+    segs[static_cast<std::size_t>(o)].push_back(val(c));
+  }
+  return segs;
+}
+
+template <class T>
+void check_result(const std::string& op, const result& got, const std::vector<std::vector<double>>& segs) {
+  REQUIRE(got.v.size() == segs.size());
+  for (std::size_t o = 0; o < segs.size(); ++o) {
+    double want = ref_op(op, segs[o]);
+    // A result beyond half's range is stored as an infinity.
+    if (std::is_same_v<T, loom::half> && std::fabs(want) > 65519.0 && op != "argmax" && op != "argmin" &&
+        op != "count")
+      want = want > 0 ? inf_v : -inf_v;
+    const double tol = tolerance<T>(op, segs[o], want);
+    if (!close(got.v[o], want, tol)) {
+      INFO(op << ": output " << o << " of " << segs.size() << " (" << segs[o].size() << " elements): got "
+              << got.v[o] << ", want " << want << ", tolerance " << tol);
+      CHECK(close(got.v[o], want, tol));
+    }
+  }
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("every reduction of the whole tensor matches a double reference at every length",
+                   "[reduce]" LOOM_TEST_TAG, LOOM_REDUCE_TYPES) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("reduce full"));
+  for (index_t n : {index_t{0}, index_t{1}, index_t{31}, index_t{32}, index_t{33}, index_t{1000},
+                    (index_t{1} << 20) + 3}) {
+    // prod of many values over- or underflows: keep its inputs near 1 and its lengths short.
+    auto h = random_host<T, 1>({n}, g);
+    auto x = in_space(h);
+    for (const auto& op : all_ops) {
+      if (op == "prod" && n > 40) continue;
+      INFO(op << " of " << n << " elements of " << loom::dtype_name(loom::dtype_of<T>));
+      if (n == 0 && needs_elements(op)) {
+        CHECK_THROWS_AS(run_full(op, x), loom::value_error);
+        continue;
+      }
+      const auto got = run_full(op, x);
+      CHECK(got.ext.empty());  // a 0-d tensor
+      std::vector<double> v;
+      for (index_t i = 0; i < n; ++i) v.push_back(loom_test::as_double(h.data()[i]));
+      check_result<T>(op, got, {v});
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("reductions along first, middle and last axes of 3-D and 4-D views match references",
+                   "[reduce]" LOOM_TEST_TAG, LOOM_REDUCE_TYPES) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("reduce axes"));
+  // A 4-D base; the views below are a contiguous 3-D tensor, a strided
+  // (sliced, permuted) 4-D view and an expression with a broadcast operand.
+  auto h3 = random_host<T, 3>({7, 33, 5}, g);
+  auto x3 = in_space(h3);
+  auto h4 = random_host<T, 4>({4, 6, 9, 34}, g);
+  auto x4 = in_space(h4);
+  const auto v4 = x4.view().slice(loom::whole, loom::range(0, loom::none, 2), loom::whole, loom::range(1, 34, 2))
+                      .permute({0, 2, 1, 3});  // shape [4, 9, 3, 17], strided
+  auto hb = random_host<T, 1>({5}, g);
+  auto b = in_space(hb);
+  for (const auto& op : all_ops) {
+    if (op == "prod") continue;  // checked with values near 1 below
+    for (int axis : {0, 1, 2, -1}) {
+      for (bool keep : {false, true}) {
+        INFO(op << " along axis " << axis << (keep ? " (keepdims)" : ""));
+        {
+          const auto got = run_axis(op, x3, axis, keep);
+          std::array<bool, 3> red{};
+          red[static_cast<std::size_t>(axis < 0 ? axis + 3 : axis)] = true;
+          check_result<T>(op, got, gather_ref(h3.extents(), red, [&](auto c) {
+                            return loom_test::as_double(h3(c[0], c[1], c[2]));
+                          }));
+          CHECK(got.ext.size() == (keep ? 3u : 2u));
+        }
+        {
+          const auto got = run_axis(op, v4, axis, keep);
+          std::array<bool, 4> red{};
+          red[static_cast<std::size_t>(axis < 0 ? axis + 4 : axis)] = true;
+          check_result<T>(op, got, gather_ref(v4.extents(), red, [&](auto c) {
+                            return loom_test::as_double(h4(c[0], 2 * c[2], c[1], 1 + 2 * c[3]));
+                          }));
+        }
+      }
+    }
+  }
+  // A fused expression with a broadcast operand, along each axis and a set of axes.
+  if constexpr (loom::is_floating_v<T>) {
+    // The expression's values in its compute type (float for half/bf16): reductions take them unrounded.
+    using C = loom::compute_t<T>;
+    auto val = [&](auto c) {
+      return static_cast<double>(static_cast<C>(h3(c[0], c[1], c[2])) * C(2) - static_cast<C>(hb(c[2])));
+    };
+    for (const auto& op : {std::string("sum"), std::string("amax"), std::string("var"), std::string("argmin")}) {
+      for (int axis : {0, 1, 2}) {
+        INFO(op << " of x * 2 - b along axis " << axis);
+        std::array<bool, 3> red{};
+        red[static_cast<std::size_t>(axis)] = true;
+        check_result<T>(op, run_axis(op, x3 * 2.0f - b, axis, false), gather_ref(h3.extents(), red, val));
+      }
+    }
+    const auto got = values(loom::sum(x3 * 2.0f - b, {0, 2}));
+    CHECK(got.ext == std::vector<index_t>{33});
+    check_result<T>("sum", got, gather_ref(h3.extents(), std::array<bool, 3>{true, false, true}, val));
+    const auto gotk = values(loom::mean(x3 * 2.0f - b, {2, 0}, loom::keepdims));
+    CHECK(gotk.ext == std::vector<index_t>{1, 33, 1});
+    check_result<T>("mean", gotk, gather_ref(h3.extents(), std::array<bool, 3>{true, false, true}, val));
+    const auto gotm = values(loom::amax(v4, {1, 3}));
+    CHECK(gotm.ext == std::vector<index_t>{4, 3});
+    check_result<T>("amax", gotm, gather_ref(v4.extents(), std::array<bool, 4>{false, true, false, true}, [&](auto c) {
+                      return loom_test::as_double(h4(c[0], 2 * c[2], c[1], 1 + 2 * c[3]));
+                    }));
+  }
+}
+
+TEMPLATE_TEST_CASE("prod matches a double reference along axes", "[reduce]" LOOM_TEST_TAG, float, double,
+                   std::int32_t) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("reduce prod"));
+  loom::host_tensor<T, 3> h({5, 7, 3});
+  for (index_t i = 0; i < h.size(); ++i)
+    h.data()[i] = std::is_integral_v<T> ? static_cast<T>(static_cast<int>(g() % 5) - 2)
+                                        : static_cast<T>(0.8 + 0.4 * static_cast<double>(g() % 1000) / 1000);
+  auto x = in_space(h);
+  for (int axis : {0, 1, 2}) {
+    std::array<bool, 3> red{};
+    red[static_cast<std::size_t>(axis)] = true;
+    check_result<T>("prod", run_axis("prod", x, axis, false),
+                    gather_ref(h.extents(), red, [&](auto c) { return static_cast<double>(h(c[0], c[1], c[2])); }));
+  }
+}
+
+TEST_CASE("reductions are bitwise deterministic run to run", "[reduce]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("reduce determinism"));
+  auto h = random_host<float, 2>({1025, 1027}, g);
+  auto x = in_space(h);
+  const float s1 = loom::item(loom::sum(x * x - 1.0f));
+  const float s2 = loom::item(loom::sum(x * x - 1.0f));
+  CHECK(loom_test::same_bits(s1, s2));
+  const auto v1 = loom::to_host(loom::var(x, 0));
+  const auto v2 = loom::to_host(loom::var(x, 0));
+  CHECK(std::memcmp(v1.data(), v2.data(), v1.nbytes()) == 0);
+  const auto l1 = loom::to_host(loom::logsumexp(x, 1));
+  const auto l2 = loom::to_host(loom::logsumexp(x, 1));
+  CHECK(std::memcmp(l1.data(), l2.data(), l1.nbytes()) == 0);
+}
+
+TEST_CASE("2^25 float ones sum to exactly 2^25 where a naive float loop stalls at 2^24", "[reduce]" LOOM_TEST_TAG) {
+  const index_t n = index_t{1} << 25;
+  float naive = 0;
+  for (index_t i = 0; i < n; ++i) naive += 1.0f;
+  CHECK(naive == 16777216.0f);  // the stall a tree reduction avoids
+  loom::host_tensor<float, 1> h({n});
+  std::fill(h.data(), h.data() + n, 1.0f);
+  auto x = in_space(h);
+  CHECK(loom::item(loom::sum(x)) == 33554432.0f);
+  CHECK(loom::item(loom::mean(x)) == 1.0f);
+  // Along an axis too, and over a broadcast view that holds a single 1.
+  CHECK(loom::item(loom::sum(x.view().reshape(loom::shape<2>{1, n}), 1)) == 33554432.0f);
+  loom::host_tensor<float, 1> one({1}, {1.0f});
+  auto o = in_space(one);
+  CHECK(loom::item(loom::sum(o.view().broadcast_to(loom::shape<1>{n}))) == 33554432.0f);
+}
+
+TEST_CASE("empty reductions give the identity or a clear error", "[reduce]" LOOM_TEST_TAG) {
+  auto x = in_space(loom::host_tensor<float, 2>({0, 3}));
+  CHECK(loom::item(loom::sum(x)) == 0.0f);
+  CHECK(loom::item(loom::prod(x)) == 1.0f);
+  CHECK(std::isnan(loom::item(loom::mean(x))));
+  CHECK(loom::item(loom::any(x)) == false);
+  CHECK(loom::item(loom::all(x)) == true);
+  CHECK(loom::item(loom::count_nonzero(x)) == 0);
+  CHECK(loom::item(loom::l2_norm(x)) == 0.0f);
+  CHECK(loom::item(loom::logsumexp(x)) == -std::numeric_limits<float>::infinity());
+  CHECK_THROWS_AS(loom::max(x), loom::value_error);
+  CHECK_THROWS_WITH(loom::argmax(x), Catch::Matchers::Contains("argmax") && Catch::Matchers::Contains("[0, 3]"));
+  // Reducing the empty axis: one identity per output.
+  const auto s = values(loom::sum(x, 0));
+  CHECK(s.v == std::vector<double>{0, 0, 0});
+  CHECK_THROWS_AS(loom::amin(x, 0), loom::value_error);
+  // Reducing a non-empty axis of an empty tensor: an empty result, no error.
+  const auto m = values(loom::amax(x, 1));
+  CHECK(m.ext == std::vector<index_t>{0});
+}
+
+TEMPLATE_TEST_CASE("NaN propagates through max and min; argmax of ties is the first index", "[reduce]" LOOM_TEST_TAG,
+                   float, double, loom::half, loom::bf16) {
+  using T = TestType;
+  loom::host_tensor<T, 2> h({2, 5}, {T(1.0f), T(3.0f), T(3.0f), T(-2.0f), T(3.0f),  //
+                                     T(1.0f), T(std::numeric_limits<float>::quiet_NaN()), T(5.0f), T(-7.0f),
+                                     T(std::numeric_limits<float>::quiet_NaN())});
+  auto x = in_space(h);
+  const auto mx = values(loom::amax(x, 1));
+  CHECK(mx.v[0] == 3.0);
+  CHECK(std::isnan(mx.v[1]));
+  CHECK(std::isnan(values(loom::amin(x, 1)).v[1]));
+  CHECK(std::isnan(loom_test::as_double(loom::item(loom::max(x)))));
+  CHECK(values(loom::argmax(x, 1)).v == std::vector<double>{1, 1});  // first of the tied 3s; first NaN
+  CHECK(values(loom::argmin(x, 1)).v == std::vector<double>{3, 1});
+  CHECK(loom::item(loom::argmax(x)) == 6);
+  CHECK(std::isnan(loom_test::as_double(loom::item(loom::linf_norm(x)))));
+  const auto first = x.view().slice(0);
+  CHECK(loom::item(loom::argmax(first)) == 1);
+  CHECK(loom::item(loom::argmin(first)) == 3);
+}
+
+TEST_CASE("integer and bool sums accumulate in int64; half and bf16 in float", "[reduce]" LOOM_TEST_TAG) {
+  STATIC_REQUIRE(std::is_same_v<loom::sum_result_t<std::int32_t>, std::int64_t>);
+  STATIC_REQUIRE(std::is_same_v<loom::sum_result_t<bool>, std::int64_t>);
+  STATIC_REQUIRE(std::is_same_v<loom::sum_result_t<loom::half>, loom::half>);
+  STATIC_REQUIRE(std::is_same_v<loom::float_result_t<std::int8_t>, float>);
+  STATIC_REQUIRE(std::is_same_v<loom::accumulate_t<loom::bf16>, float>);
+  loom::host_tensor<std::int32_t, 1> hi({4}, {1 << 30, 1 << 30, 1 << 30, 1 << 30});
+  auto xi = in_space(hi);
+  auto si = loom::sum(xi);
+  STATIC_REQUIRE(std::is_same_v<typename decltype(si)::value_type, std::int64_t>);
+  CHECK(loom::item(si) == (std::int64_t{1} << 32));
+  CHECK(loom::item(loom::sum(xi > 0)) == 4);
+  CHECK(loom::item(loom::mean(xi)) == static_cast<float>(1 << 30));
+
+  // 4096 half ones: a half accumulator would stall at 2048.
+  loom::host_tensor<loom::half, 1> hh({4096});
+  std::fill(hh.data(), hh.data() + 4096, loom::half(1.0f));
+  auto xh = in_space(hh);
+  auto sh = loom::sum(xh);
+  STATIC_REQUIRE(std::is_same_v<typename decltype(sh)::value_type, loom::half>);
+  CHECK(static_cast<float>(loom::item(sh)) == 4096.0f);
+  loom::host_tensor<loom::bf16, 2> hb({3, 1000});
+  std::fill(hb.data(), hb.data() + 3000, loom::bf16(1.0f));
+  auto xb = in_space(hb);
+  CHECK(values(loom::sum(xb, 1)).v == std::vector<double>{1000, 1000, 1000});  // bf16 would stall at 256
+}
+
+TEST_CASE("reductions check their axes and item() its size", "[reduce]" LOOM_TEST_TAG) {
+  auto x = in_space(loom::host_tensor<float, 3>({2, 3, 4}));
+  CHECK_THROWS_AS(loom::sum(x, 3), loom::index_error);
+  CHECK_THROWS_AS(loom::sum(x, -4), loom::index_error);
+  CHECK_THROWS_WITH(loom::sum(x, {1, -2}), Catch::Matchers::Contains("twice"));
+  CHECK_THROWS_AS(loom::item(x), loom::shape_error);
+  CHECK(values(loom::sum(x, {0, 1, 2})).ext.empty());
+}
+
+TEST_CASE("a reduction is one launch and reads a fused expression once", "[reduce]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("reduce launches"));
+  auto ha = random_host<float, 2>({37, 129}, g);
+  auto hb = random_host<float, 2>({37, 129}, g);
+  auto a = in_space(ha);
+  auto b = in_space(hb);
+  for (int k = 0; k < 2; ++k) {
+    const auto before = loom::launches();
+    const auto s = k == 0 ? values(loom::sum(a * b + 1.0f)) : values(loom::sum(a * b + 1.0f, 1));
+    const auto after = loom::launches();
+    CHECK((on_device ? after.device - before.device : after.host - before.host) == 1);
+    double want = 0;
+    for (index_t i = 0; i < ha.size(); ++i) want += static_cast<double>(ha.data()[i] * hb.data()[i] + 1.0f);
+    double got = 0;
+    for (double v : s.v) got += v;
+    CHECK(std::fabs(got - want) <= 1e-4 * 37 * 129 * 17);
+  }
+}

@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: Apache-2.0
+// Scans, sort and top-k checked on both executors against plain double
+// loops. The including file defines LOOM_TEST_SPACE and LOOM_TEST_TAG.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include <loom/reduce/scan.hpp>
+#include <loom/reduce/sort.hpp>
+
+#include "loom_test.hpp"
+
+using loom::index_t;
+using space_t = LOOM_TEST_SPACE;
+
+namespace {
+constexpr bool on_device = std::is_same_v<space_t, loom::device>;
+
+template <class T, std::size_t R>
+loom::tensor<T, R, space_t> in_space(const loom::host_tensor<T, R>& h) {
+  if constexpr (on_device)
+    return loom::to_device(h);
+  else
+    return h;
+}
+
+// Multiples of 1/8 in [-4, 4] (integers in [-32, 32] for integer types): every
+// partial sum of a million of them is exact in float, in any order, so scan
+// results can be compared exactly whatever order of combination ran.
+template <class T, std::size_t R>
+loom::host_tensor<T, R> eighths(const loom::shape<R>& s, std::mt19937_64& g, int spread = 32) {
+  loom::host_tensor<T, R> h(s);
+  for (index_t i = 0; i < h.size(); ++i) {
+    const int k = static_cast<int>(g() % static_cast<unsigned>(2 * spread + 1)) - spread;
+    if constexpr (std::is_same_v<T, bool>)
+      h.data()[i] = k > 0;
+    else if constexpr (std::is_integral_v<T>)
+      h.data()[i] = static_cast<T>(k);
+    else
+      h.data()[i] = T(static_cast<float>(k) / 8);
+  }
+  return h;
+}
+
+template <class X>
+std::vector<double> flat(const X& t) {
+  const auto h = loom::to_host(t);
+  std::vector<double> v;
+  for (index_t i = 0; i < h.size(); ++i) v.push_back(loom_test::as_double(h.data()[i]));
+  return v;
+}
+
+// Row-major positions of the elements of row r of a scan along `axis` of shape s.
+template <std::size_t R>
+std::vector<index_t> row_positions(const loom::shape<R>& s, std::size_t axis, index_t r) {
+  const auto st = loom::contiguous_strides(s);
+  index_t base = 0, rest = r;
+  for (std::size_t d = R; d-- > 0;) {
+    if (d == axis) continue;
+    base += (rest % s[d]) * st[d];
+    rest /= s[d];
+  }
+  std::vector<index_t> pos;
+  for (index_t k = 0; k < s[axis]; ++k) pos.push_back(base + k * st[axis]);
+  return pos;
+}
+
+enum class scan_op { sum, prod, max, min };
+
+// The double reference of one scan over values `in` (row-major, shape s).
+template <std::size_t R>
+void reference_scan(scan_op op, bool exclusive, const std::vector<double>& in, const loom::shape<R>& s,
+                    std::size_t axis, std::vector<double>& val, std::vector<double>& idx) {
+  val.assign(in.size(), 0);
+  idx.assign(in.size(), 0);
+  const index_t rows = s[axis] ? static_cast<index_t>(in.size()) / s[axis] : 0;
+  for (index_t r = 0; r < rows; ++r) {
+    const auto pos = row_positions(s, axis, r);
+    double acc = op == scan_op::prod ? 1 : 0, best = 0;
+    index_t at = 0;
+    for (std::size_t k = 0; k < pos.size(); ++k) {
+      const double x = in[static_cast<std::size_t>(pos[k])];
+      const auto p = static_cast<std::size_t>(pos[k]);
+      if (op == scan_op::sum || op == scan_op::prod) {
+        if (exclusive) val[p] = acc;
+        acc = op == scan_op::sum ? acc + x : acc * x;
+        if (!exclusive) val[p] = acc;
+        continue;
+      }
+      const bool take = k == 0 || std::isnan(x) ||
+                        (!std::isnan(best) && (op == scan_op::max ? x >= best : x <= best));
+      if (take) best = x, at = static_cast<index_t>(k);
+      val[p] = best;
+      idx[p] = static_cast<double>(at);
+    }
+  }
+}
+
+bool same_value(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+template <class T>
+double store_rounding() {
+  return std::is_same_v<T, loom::half> ? 1.0 / 1024 : (std::is_same_v<T, loom::bf16> ? 1.0 / 128 : 0);
+}
+
+void check_values(const std::vector<double>& got, const std::vector<double>& want, double rel) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const bool ok = same_value(got[i], want[i]) || std::fabs(got[i] - want[i]) <= rel * std::fabs(want[i]);
+    if (!ok) {
+      INFO("element " << i << " of " << got.size() << ": got " << got[i] << ", want " << want[i]);
+      CHECK(ok);
+    }
+  }
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("cumsum, cumprod, cummax and cummin of one long row match double references",
+                   "[reduce][scan]" LOOM_TEST_TAG, float, double, loom::half, std::int32_t, bool) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("scan 1d"));
+  for (index_t n : {index_t{0}, index_t{1}, index_t{31}, index_t{32}, index_t{33}, index_t{1000},
+                    (index_t{1} << 20) + 3}) {
+    INFO(n << " elements of " << loom::dtype_name(loom::dtype_of<T>));
+    const auto h = eighths<T, 1>({n}, g);
+    const auto x = in_space(h);
+    const std::vector<double> in = flat(h);
+    std::vector<double> want, widx;
+    for (bool ex : {false, true}) {
+      const auto kind = ex ? loom::scan_kind::exclusive : loom::scan_kind::inclusive;
+      auto c = loom::cumsum(x, 0, kind);
+      STATIC_REQUIRE(std::is_same_v<typename decltype(c)::value_type, loom::sum_result_t<T>>);
+      reference_scan(scan_op::sum, ex, in, h.extents(), 0, want, widx);
+      check_values(flat(c), want, store_rounding<T>());
+    }
+    if constexpr (!std::is_same_v<T, bool>) {
+      for (auto op : {scan_op::max, scan_op::min}) {
+        auto r = op == scan_op::max ? loom::cummax(x, 0) : loom::cummin(x, 0);
+        reference_scan(op, false, in, h.extents(), 0, want, widx);
+        check_values(flat(r.values), want, 0);
+        check_values(flat(r.indices), widx, 0);
+      }
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("scans along first, middle and last axes of 3-D views, inclusive and exclusive",
+                   "[reduce][scan]" LOOM_TEST_TAG, float, double, loom::half, std::int32_t) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("scan 3d"));
+  const auto h = eighths<T, 3>({6, 35, 300}, g);
+  const auto x = in_space(h);
+  // A strided view: every other row of axis 1, reversed along axis 2.
+  const auto v = x.view().slice(loom::whole, loom::range(0, loom::none, 2), loom::range(loom::none, loom::none, -1));
+  const auto hv = loom::contiguous(h.view().slice(loom::whole, loom::range(0, loom::none, 2),
+                                                  loom::range(loom::none, loom::none, -1)));
+  std::vector<double> want, widx;
+  for (std::size_t axis = 0; axis != 3; ++axis) {
+    const int ax = static_cast<int>(axis);
+    for (bool ex : {false, true}) {
+      INFO("axis " << axis << (ex ? " exclusive" : " inclusive"));
+      const auto kind = ex ? loom::scan_kind::exclusive : loom::scan_kind::inclusive;
+      reference_scan(scan_op::sum, ex, flat(h), h.extents(), axis, want, widx);
+      check_values(flat(loom::cumsum(x, ax, kind)), want, store_rounding<T>());
+      reference_scan(scan_op::sum, ex, flat(hv), hv.extents(), axis, want, widx);
+      check_values(flat(loom::cumsum(v, ax, kind)), want, store_rounding<T>());
+    }
+    INFO("cummax / cummin along axis " << axis);
+    auto mx = loom::cummax(v, ax);
+    reference_scan(scan_op::max, false, flat(hv), hv.extents(), axis, want, widx);
+    check_values(flat(mx.values), want, 0);
+    check_values(flat(mx.indices), widx, 0);
+    auto mn = loom::cummin(x, ax);
+    reference_scan(scan_op::min, false, flat(h), h.extents(), axis, want, widx);
+    check_values(flat(mn.values), want, 0);
+    check_values(flat(mn.indices), widx, 0);
+  }
+  // A fused expression with a broadcast operand.
+  const auto hb = eighths<T, 1>({300}, g);
+  const auto b = in_space(hb);
+  std::vector<double> in;
+  for (index_t i = 0; i < h.size(); ++i)
+    in.push_back(static_cast<double>(static_cast<loom::compute_t<T>>(h.data()[i]) * loom::compute_t<T>(2) -
+                                     static_cast<loom::compute_t<T>>(hb.data()[i % 300])));
+  for (std::size_t axis = 0; axis != 3; ++axis) {
+    reference_scan(scan_op::sum, false, in, h.extents(), axis, want, widx);
+    check_values(flat(loom::cumsum(x * T(2) - b, static_cast<int>(axis))), want, store_rounding<T>());
+  }
+}
+
+TEST_CASE("cumprod matches a double reference along each axis", "[reduce][scan]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("cumprod"));
+  loom::host_tensor<float, 3> h({4, 33, 20});
+  const float vals[] = {0.5f, 1.0f, 2.0f, -1.0f, -2.0f};  // exact products
+  for (index_t i = 0; i < h.size(); ++i) h.data()[i] = vals[g() % 5];
+  const auto x = in_space(h);
+  std::vector<double> want, widx;
+  for (std::size_t axis = 0; axis != 3; ++axis)
+    for (bool ex : {false, true}) {
+      reference_scan(scan_op::prod, ex, flat(h), h.extents(), axis, want, widx);
+      check_values(flat(loom::cumprod(x, static_cast<int>(axis),
+                                      ex ? loom::scan_kind::exclusive : loom::scan_kind::inclusive)),
+                   want, 0);
+    }
+  loom::host_tensor<std::int32_t, 1> hi({40});
+  for (index_t i = 0; i < 40; ++i) hi.data()[i] = 2;
+  CHECK(loom::to_host(loom::cumprod(in_space(hi), 0))(39) == (std::int64_t{1} << 40));  // int64, no overflow
+}
+
+TEST_CASE("cummax takes the later index of ties and propagates NaN", "[reduce][scan]" LOOM_TEST_TAG) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  loom::host_tensor<float, 1> h({7}, {1, 3, 3, 2, nan, 5, nan});
+  auto r = loom::cummax(in_space(h), 0);
+  const auto v = flat(r.values), i = flat(r.indices);
+  CHECK(v[0] == 1);
+  CHECK(v[2] == 3);
+  CHECK(i[2] == 2);
+  CHECK(i[3] == 2);
+  CHECK(std::isnan(v[4]));
+  CHECK(std::isnan(v[5]));
+  CHECK(i[5] == 4);
+  CHECK(i[6] == 6);
+}
+
+TEMPLATE_TEST_CASE("sort is stable, ascending or descending, with indices, NaN last ascending",
+                   "[reduce][sort]" LOOM_TEST_TAG, float, double, loom::half, std::int32_t) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("sort"));
+  for (auto s : {loom::shape<2>{1, 1}, loom::shape<2>{3, 31}, loom::shape<2>{5, 33}, loom::shape<2>{2, 1000},
+                 loom::shape<2>{1, 70001}, loom::shape<2>{0, 4}}) {
+    auto h = eighths<T, 2>(s, g, 4);  // few distinct values: many ties
+    if constexpr (loom::is_floating_v<T>)
+      if (h.size() > 3) h.data()[2] = T(std::numeric_limits<float>::quiet_NaN());
+    const auto x = in_space(h);
+    for (auto order : {loom::sort_order::ascending, loom::sort_order::descending}) {
+      INFO(loom::shape_string(s) << (order == loom::sort_order::ascending ? " ascending" : " descending"));
+      const bool desc = order == loom::sort_order::descending;
+      auto r = loom::sort(x, order);
+      const auto v = flat(r.values), ix = flat(r.indices);
+      for (index_t row = 0; row < s[0]; ++row) {
+        std::vector<index_t> want(static_cast<std::size_t>(s[1]));
+        std::iota(want.begin(), want.end(), index_t{0});
+        auto key = [&](index_t j) { return loom_test::as_double(h(row, j)); };
+        std::stable_sort(want.begin(), want.end(), [&](index_t a, index_t b) {
+          const double ka = key(a), kb = key(b);
+          if (std::isnan(ka) || std::isnan(kb)) return desc ? (std::isnan(ka) && !std::isnan(kb)) : !std::isnan(ka) && std::isnan(kb);
+          return desc ? ka > kb : ka < kb;
+        });
+        for (index_t j = 0; j < s[1]; ++j) {
+          const auto p = static_cast<std::size_t>(row * s[1] + j);
+          if (ix[p] != static_cast<double>(want[static_cast<std::size_t>(j)]) ||
+              !same_value(v[p], key(want[static_cast<std::size_t>(j)]))) {
+            INFO("row " << row << " position " << j << ": got index " << ix[p] << " value " << v[p]
+                        << ", want index " << want[static_cast<std::size_t>(j)]);
+            CHECK(false);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("topk gives the k largest or smallest of each row of an expression", "[reduce][sort]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("topk"));
+  const auto h = eighths<float, 3>({3, 4, 50}, g, 400);
+  const auto x = in_space(h);
+  auto t = loom::topk(x * 2.0f, 5);
+  CHECK(loom::to_host(t.values).extents() == loom::shape<3>{3, 4, 5});
+  auto b = loom::topk(x, 3, loom::sort_order::ascending);
+  const auto tv = flat(t.values), ti = flat(t.indices), bv = flat(b.values);
+  for (index_t r = 0; r < 12; ++r) {
+    std::vector<double> row;
+    for (index_t j = 0; j < 50; ++j) row.push_back(static_cast<double>(h.data()[r * 50 + j]));
+    std::vector<double> sorted = row;
+    std::sort(sorted.begin(), sorted.end());
+    for (index_t j = 0; j < 5; ++j) {
+      const auto p = static_cast<std::size_t>(r * 5 + j);
+      CHECK(tv[p] == 2 * sorted[sorted.size() - 1 - static_cast<std::size_t>(j)]);
+      CHECK(2 * row[static_cast<std::size_t>(ti[p])] == tv[p]);
+    }
+    for (index_t j = 0; j < 3; ++j) CHECK(bv[static_cast<std::size_t>(r * 3 + j)] == sorted[static_cast<std::size_t>(j)]);
+  }
+  CHECK_THROWS_AS(loom::topk(x, 51), loom::value_error);
+}
