@@ -54,8 +54,7 @@ void host_for_each(index_t n, const F& f, index_t grain = 1) {
   if (n <= 0) return;
   host_launch_counter().fetch_add(1, std::memory_order_relaxed);
 #if LOOM_HAS_OPENMP
-  const bool parallel = n > 1 && n * (grain > 0 ? grain : 1) > 32768;
-#pragma omp parallel for schedule(static) if (parallel)
+#pragma omp parallel for schedule(static) if (n > 1 && n * (grain > 0 ? grain : 1) > 32768)
   for (index_t i = 0; i < n; ++i) f(i);
 #else
   (void)grain;
