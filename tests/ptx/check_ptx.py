@@ -82,7 +82,9 @@ def main():
             kinds = {"contiguous": [n for n in ents if "contiguous_kernel" in n],
                      "general": [n for n in ents if "general_kernel" in n]}
         found = [n for names in kinds.values() for n in names]
-        others = [n for n in ents if n not in found]
+        # CUB defines an empty kernel in every translation unit that includes
+        # it (the umbrella header does, for the reductions); it is never launched.
+        others = [n for n in ents if n not in found and "EmptyKernel" not in n]
         if any(len(names) != 1 for names in kinds.values()) or others:
             failures.append(f"case {case} ({desc}): expected one kernel of each of {list(kinds)}, found "
                             f"{ {k: len(v) for k, v in kinds.items()} }, others {others}")
