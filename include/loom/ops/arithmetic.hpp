@@ -83,8 +83,12 @@ struct neg {
   template <class T>
   LOOM_HD T operator()(T a) const {
     static_assert(!std::is_same_v<T, bool>, "loom: negation of a bool tensor; use logical_not (operator!)");
-    using W = detail::wrapping_t<T>;
-    return static_cast<T>(W(0) - static_cast<W>(a));
+    if constexpr (std::is_integral_v<T>) {
+      using W = detail::wrapping_t<T>;
+      return static_cast<T>(W(0) - static_cast<W>(a));
+    } else {
+      return -a;  // -0.0 for 0.0, as IEEE negation
+    }
   }
 };
 }  // namespace fn
