@@ -21,6 +21,7 @@
 #include "loom/exec/assign.hpp"
 #include "loom/exec/launch.hpp"
 #include "loom/expr/expression.hpp"
+#include "loom/ops/arithmetic.hpp"
 #include "loom/tensor/copy.hpp"
 #include "loom/tensor/tensor.hpp"
 
@@ -120,7 +121,9 @@ struct sum_op {
   LOOM_HD acc lift(V v, index_t) const {
     return static_cast<acc>(v);
   }
-  LOOM_HD acc operator()(acc a, acc b) const { return a + b; }
+  // fn::add and fn::mul: integer accumulators wrap (as PyTorch's int64 do)
+  // instead of overflowing with undefined behaviour.
+  LOOM_HD acc operator()(acc a, acc b) const { return fn::add{}(a, b); }
   LOOM_HD result finalize(acc a, index_t) const { return convert<result>(a); }
 };
 
@@ -129,7 +132,7 @@ struct prod_op : sum_op<T> {
   static constexpr const char* name = "prod";
   using acc = accumulate_t<T>;
   LOOM_HD acc identity() const { return acc(1); }
-  LOOM_HD acc operator()(acc a, acc b) const { return a * b; }
+  LOOM_HD acc operator()(acc a, acc b) const { return fn::mul{}(a, b); }
 };
 
 template <class T>
