@@ -63,7 +63,7 @@ class device_unavailable : public error {
 class cuda_error : public error {
  public:
   cuda_error(cudaError_t code, const char* call, const char* file, int line)
-      : error(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
+      : error(std::string("loom: ") + call + " failed at " + file + ":" + std::to_string(line) + ": " +
               cudaGetErrorName(code) + " (" + cudaGetErrorString(code) + ")"),
         code_(code) {}
   //! CUDA's error code.

@@ -472,6 +472,34 @@ void check_assignable(const view<O, RO, S>& out, const N& e) {
                            shape_string(out.strides()) + ") repeats elements (a broadcast view); assign into a tensor");
 }
 
+// On a machine with more than one GPU: throws unless the current stream
+// belongs to the current device and every device tensor of the assignment
+// (the outputs and every leaf of `e`) lives on that device. A kernel cannot
+// read another device's memory without peer access, and CUDA would report
+// the failure only later and vaguely. With one GPU there is nothing to check
+// and nothing is asked of the driver.
+template <class N, class... Views>
+void check_devices(const N& e, const Views&... outs) {
+  if (gpu::device_count() < 2) return;
+  const stream_ref s = current_stream();
+  const int dev = gpu::current_device();
+  if (s.device() != dev)
+    throw value_error("loom: the current stream belongs to device " + std::to_string(s.device()) +
+                      ", but the current device is " + std::to_string(dev) +
+                      "; switch with loom::gpu::set_device or use a stream of this device");
+  auto check = [&](const void* p, const char* what) {
+    if (p == nullptr) return;
+    cudaPointerAttributes a{};
+    LOOM_CUDA_CHECK(cudaPointerGetAttributes(&a, p));
+    if ((a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) && a.device != dev)
+      throw value_error(std::string("loom: ") + what + " lives on device " + std::to_string(a.device) +
+                        ", but the assignment runs on device " + std::to_string(dev) +
+                        "; copy it to this device first (loom::copy)");
+  };
+  (check(outs.data(), "an output"), ...);
+  for_each_leaf(e, [&](const auto& leaf) { check(leaf.v.data(), "an input tensor"); });
+}
+
 // Executes an assignment whose tree contains row reductions (exec/rows.hpp).
 template <class O, std::size_t RO, class S, class N>
 eval_info row_assign_impl(const view<O, RO, S>& out, const N& e);
@@ -491,6 +519,7 @@ eval_info assign_impl(const view<O, RO, S>& out, const E& e_in) {
   const node e = as_node(e_in);
 
   check_assignable(out, e);
+  if constexpr (std::is_same_v<S, device>) check_devices(e, out);
 
   eval_info info;
   info.on_device = std::is_same_v<S, device>;

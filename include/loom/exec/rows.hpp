@@ -764,6 +764,7 @@ eval_info assign_pair(O1&& out1, const E1& e1, O2&& out2, const E2& e2) {
   const map_node<fn::first_of, N1, N2> both(fn::first_of{}, detail::as_node(e1), detail::as_node(e2));
   detail::check_assignable(v1, detail::get<0>(both.children));
   detail::check_assignable(v2, detail::get<1>(both.children));
+  if constexpr (std::is_same_v<S, device>) detail::check_devices(both, v1, v2);
   eval_info info;
   info.on_device = std::is_same_v<S, device>;
   if (v1.size() == 0) return detail::last_eval_slot() = info;
