@@ -1,0 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+#define LOOM_TEST_SPACE loom::host
+#define LOOM_TEST_TAG ""
+#define LOOM_RANDOM_PART 0
+#include "elementwise_cases.inl"

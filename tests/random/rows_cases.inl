@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: Apache-2.0
+// Random row-reduction layers (softmax, log_softmax, layer_norm, rms_norm and
+// row_* compositions) on random shapes and strided, permuted, broadcast views,
+// against plain double loops over each row. The including file defines
+// LOOM_TEST_SPACE and LOOM_TEST_TAG.
+#include <tuple>
+
+#include "random_support.hpp"
+
+using loom_random::index_t;
+
+namespace {
+using space_t = LOOM_TEST_SPACE;
+constexpr bool on_device = std::is_same_v<space_t, loom::device>;
+using row = std::vector<double>;
+
+// A layer: the loom expression from x, y [N, C] and w, b [C]; the reference
+// output row (length C, or 1 for reductions) from the rows of x and y.
+struct l_softmax {
+  static constexpr const char* name = "softmax(x)";
+  static constexpr bool reduces = false, max_of_empty = false;
+  template <class X, class Y, class W, class B>
+  static auto expr(const X& x, const Y&, const W&, const B&) { return loom::softmax(x); }
+  static row ref(const row& x, const row&, const row&, const row&) {
+    double m = -INFINITY, s = 0;
+    for (double v : x) m = std::max(m, v);
+    for (double v : x) s += std::exp(v - m);
+    row o;
+    for (double v : x) o.push_back(std::exp(v - m) / s);
+    return o;
+  }
+};
+struct l_log_softmax {
+  static constexpr const char* name = "log_softmax(x)";
+  static constexpr bool reduces = false, max_of_empty = false;
+  template <class X, class Y, class W, class B>
+  static auto expr(const X& x, const Y&, const W&, const B&) { return loom::log_softmax(x); }
+  static row ref(const row& x, const row&, const row&, const row&) {
+    double m = -INFINITY, s = 0;
+    for (double v : x) m = std::max(m, v);
+    for (double v : x) s += std::exp(v - m);
+    row o;
+    for (double v : x) o.push_back(v - m - std::log(s));
+    return o;
+  }
+};
+struct l_softmax_bias {
+  static constexpr const char* name = "softmax(x, y, 0.7)";
+  static constexpr bool reduces = false, max_of_empty = false;
+  template <class X, class Y, class W, class B>
+  static auto expr(const X& x, const Y& y, const W&, const B&) { return loom::softmax(x, y, 0.7); }
+  static row ref(const row& x, const row& y, const row&, const row&) {
+    row z;
+    for (std::size_t j = 0; j < x.size(); ++j) z.push_back(x[j] / 0.7 + y[j]);
+    return l_softmax::ref(z, y, y, y);
+  }
+};
+struct l_layer_norm {
+  static constexpr const char* name = "layer_norm(x, w, b, 1e-5)";
+  static constexpr bool reduces = false, max_of_empty = false;
+  template <class X, class Y, class W, class B>
+  static auto expr(const X& x, const Y&, const W& w, const B& b) { return loom::layer_norm(x, w, b, 1e-5); }
+  static row ref(const row& x, const row&, const row& w, const row& b) {
+    double mean = 0, var = 0;
+    for (double v : x) mean += v;
+    mean /= static_cast<double>(x.size());
+    for (double v : x) var += (v - mean) * (v - mean);
+    var /= static_cast<double>(x.size());
+    row o;
+    for (std::size_t j = 0; j < x.size(); ++j) o.push_back((x[j] - mean) / std::sqrt(var + 1e-5) * w[j] + b[j]);
+    return o;
+  }
+};
+struct l_rms_norm {
+  static constexpr const char* name = "rms_norm(x, w, 1e-6)";
+  static constexpr bool reduces = false, max_of_empty = false;
+  template <class X, class Y, class W, class B>
+  static auto expr(const X& x, const Y&, const W& w, const B&) { return loom::rms_norm(x, w, 1e-6); }
+  static row ref(const row& x, const row&, const row& w, const row&) {
+    double ms = 0;
+    for (double v : x) ms += v * v;
+    ms /= static_cast<double>(x.size());
+    row o;
+    for (std::size_t j = 0; j < x.size(); ++j) o.push_back(x[j] / std::sqrt(ms + 1e-6) * w[j]);
+    return o;
+  }
+};
+struct l_minmax {
+  static constexpr const char* name = "(x - row_min(x)) / (row_max(x) - row_min(x) + 1)";
+  static constexpr bool reduces = false, max_of_empty = false;
+  template <class X, class Y, class W, class B>
+  static auto expr(const X& x, const Y&, const W&, const B&) {
+    return (x - loom::row_min(x)) / (loom::row_max(x) - loom::row_min(x) + 1);
+  }
+  static row ref(const row& x, const row&, const row&, const row&) {
+    const double mn = *std::min_element(x.begin(), x.end()), mx = *std::max_element(x.begin(), x.end());
+    row o;
+    for (double v : x) o.push_back((v - mn) / (mx - mn + 1));
+    return o;
+  }
+};
+struct l_mixed {
+  static constexpr const char* name = "x * row_sum(y) - row_mean(x * y) + w";
+  static constexpr bool reduces = false, max_of_empty = false;
+  template <class X, class Y, class W, class B>
+  static auto expr(const X& x, const Y& y, const W& w, const B&) {
+    return x * loom::row_sum(y) - loom::row_mean(x * y) + w;
+  }
+  static row ref(const row& x, const row& y, const row& w, const row&) {
+    double s = 0, m = 0;
+    for (std::size_t j = 0; j < x.size(); ++j) s += y[j], m += x[j] * y[j];
+    m /= static_cast<double>(x.size());
+    row o;
+    for (std::size_t j = 0; j < x.size(); ++j) o.push_back(x[j] * s - m + w[j]);
+    return o;
+  }
+};
+struct l_sum_squares {
+  static constexpr const char* name = "row_sum(x * x) (into [N, 1])";
+  static constexpr bool reduces = true, max_of_empty = false;
+  template <class X, class Y, class W, class B>
+  static auto expr(const X& x, const Y&, const W&, const B&) { return loom::row_sum(x * x); }
+  static row ref(const row& x, const row&, const row&, const row&) {
+    double s = 0;
+    for (double v : x) s += v * v;
+    return {s};
+  }
+};
+struct l_max_abs {
+  static constexpr const char* name = "row_max(abs(x - y)) (into [N, 1])";
+  static constexpr bool reduces = true, max_of_empty = true;  // row_max of an empty row throws
+  template <class X, class Y, class W, class B>
+  static auto expr(const X& x, const Y& y, const W&, const B&) { return loom::row_max(loom::abs(x - y)); }
+  static row ref(const row& x, const row& y, const row&, const row&) {
+    double m = -INFINITY;
+    for (std::size_t j = 0; j < x.size(); ++j) m = std::max(m, std::fabs(x[j] - y[j]));
+    return {m};
+  }
+};
+using layers = std::tuple<l_softmax, l_log_softmax, l_softmax_bias, l_layer_norm, l_rms_norm, l_minmax, l_mixed,
+                          l_sum_squares, l_max_abs>;
+
+template <class X, class P>
+struct dtypes {
+  using x = X;  // x and y
+  using p = P;  // w and b
+};
+using all_dtypes = std::tuple<dtypes<float, float>, dtypes<double, double>, dtypes<loom::half, loom::half>,
+                              dtypes<loom::bf16, loom::bf16>, dtypes<loom::bf16, float>>;
+
+// Tolerance of a result stored as T: relative, and absolute in units of the row's scale.
+template <class T>
+std::pair<double, double> tolerance() {
+  if constexpr (std::is_same_v<T, double>)
+    return {1e-12, 1e-12};
+  else if constexpr (std::is_same_v<T, float>)
+    return {2e-5, 2e-5};
+  else if constexpr (std::is_same_v<T, loom::half>)
+    return {2e-3, 2e-3};
+  else
+    return {1.6e-2, 1.6e-2};
+}
+
+template <class Layer, class Types>
+void run_layer_case(std::uint64_t seed, long case_no, loom_random::stats& st) {
+  using namespace loom_random;
+  using TX = typename Types::x;
+  using TP = typename Types::p;
+  rng r(seed);
+  std::vector<index_t> ext = random_extents(r, 2, 30000);
+  if (r.chance(0.1)) ext[1] = r.pick(2049, 3000);  // a block per row on the GPU
+  if (ext[0] * ext[1] > 60000) ext[0] = std::max<index_t>(1, 60000 / std::max<index_t>(ext[1], 1));
+  const index_t n_rows = ext[0], cols = ext[1];
+  operand<TX, 2, space_t> x, y;
+  operand<TP, 1, space_t> w, b;
+  std::string err = x.build(r, random_layout(r, ext, false), ext, true);
+  if (err.empty()) err = y.build(r, random_layout(r, {r.chance(0.2) ? 1 : n_rows, cols}, true), ext, true);
+  if (err.empty()) err = w.build(r, random_layout(r, {cols}, true), ext, true);
+  if (err.empty()) err = b.build(r, random_layout(r, {cols}, true), ext, true);
+  const auto e = Layer::expr(x.v, y.v, w.v, b.v);
+  using O = typename loom::detail::node_t<decltype(e)>::value_type;
+  const std::vector<index_t> out_ext{n_rows, Layer::reduces ? 1 : cols};
+  operand<O, 2, space_t> out;
+  if (err.empty()) err = out.build(r, random_layout(r, out_ext, false), out_ext, false);
+  auto describe = [&] {
+    std::ostringstream s;
+    s << "LOOM_RANDOM_SEED=" << base_seed() << " LOOM_RANDOM_CASE=" << case_no << " (" << (on_device ? "device" : "host")
+      << ", layers): " << Layer::name << ", x and y " << ref::kind_name(ref::kind_of<TX>()) << ", w and b "
+      << ref::kind_name(ref::kind_of<TP>()) << ", output " << ref::kind_name(ref::kind_of<O>()) << " "
+      << str(out_ext) << "\n  x: " << x.lay.describe() << "\n  y: " << y.lay.describe()
+      << "\n  w: " << w.lay.describe() << "\n  b: " << b.lay.describe() << "\n  out: " << out.lay.describe() << "\n  ";
+    return s.str();
+  };
+  if (!err.empty()) {
+    FAIL_CHECK(describe() << err);
+    return;
+  }
+  const index_t n = n_rows * out_ext[1];
+  const auto before = launches_in_space<space_t>();
+  loom::eval_info info;
+  try {
+    if (Layer::max_of_empty && cols == 0 && n > 0) {
+      CHECK_THROWS_AS(loom::assign(out.v, e), loom::shape_error);
+      ++st.cases;
+      return;
+    }
+    info = loom::assign(out.v, e);
+  } catch (const std::exception& ex) {
+    FAIL_CHECK(describe() << "loom threw: " << ex.what());
+    return;
+  }
+  const auto launched = launches_in_space<space_t>() - before;
+  ++st.cases;
+  count_path(st, info.path);
+  const auto want_path = n == 0 ? loom::eval_path::empty : loom::eval_path::rows;
+  if (launched != (n > 0 ? 1u : 0u) || info.path != want_path) {
+    FAIL_CHECK(describe() << launched << " launches on the " << path_name(info.path) << " path; want "
+                          << (n > 0 ? 1 : 0) << " on the " << path_name(want_path) << " path");
+    return;
+  }
+  const auto after = loom::to_host(out.mem);
+  std::vector<char> written(static_cast<std::size_t>(after.size()), 0);
+  const auto [rel, abs_tol] = tolerance<O>();
+  for (index_t i = 0; i < n_rows && n > 0; ++i) {
+    row xr, yr, wr, br;
+    for (index_t j = 0; j < cols; ++j) {
+      const index_t o[2] = {i, j};
+      xr.push_back(loom_test::as_double(x.at_output(o, 2)));
+      yr.push_back(loom_test::as_double(y.at_output(o, 2)));
+      wr.push_back(loom_test::as_double(w.at_output(o, 2)));
+      br.push_back(loom_test::as_double(b.at_output(o, 2)));
+    }
+    const row want = Layer::ref(xr, yr, wr, br);
+    double scale = 1;
+    for (double v : want) scale = std::max(scale, std::fabs(v));
+    for (index_t j = 0; j < out_ext[1]; ++j) {
+      const index_t o[2] = {i, j};
+      const index_t off = out.lay.offset(o);
+      written[static_cast<std::size_t>(off)] = 1;
+      const double got = loom_test::as_double(after.data()[off]), w0 = want[static_cast<std::size_t>(j)];
+      ++st.elements;
+      const bool ok = std::isnan(w0) ? std::isnan(got) : std::fabs(got - w0) <= rel * std::fabs(w0) + abs_tol * scale;
+      if (!ok) {
+        FAIL_CHECK(describe() << "output element [" << i << ", " << j << "]: got " << got << ", want " << w0
+                              << " (row of " << cols << ")");
+        return;
+      }
+    }
+  }
+  for (index_t i = 0; i < after.size(); ++i)
+    if (!written[static_cast<std::size_t>(i)] && !loom_test::same_bits(after.data()[i], out.host.data()[i])) {
+      FAIL_CHECK(describe() << "element " << i << " of the output's buffer lies outside the output view but was written");
+      return;
+    }
+}
+
+struct layer_entry {
+  void (*run)(std::uint64_t, long, loom_random::stats&);
+};
+template <class Types, std::size_t... I>
+void add_layers(std::vector<layer_entry>& t, std::index_sequence<I...>) {
+  (t.push_back(layer_entry{&run_layer_case<std::tuple_element_t<I, layers>, Types>}), ...);
+}
+template <std::size_t... D>
+std::vector<layer_entry> make_layer_table(std::index_sequence<D...>) {
+  std::vector<layer_entry> t;
+  (add_layers<std::tuple_element_t<D, all_dtypes>>(t, std::make_index_sequence<std::tuple_size_v<layers>>{}), ...);
+  return t;
+}
+}  // namespace
+
+TEST_CASE("random row-reduction layers on strided views match double references", "[random][rows]" LOOM_TEST_TAG) {
+  const auto table = make_layer_table(std::make_index_sequence<std::tuple_size_v<all_dtypes>>{});
+  const long n = loom_random::case_count(1500), only = loom_random::only_case();
+  loom_random::stats st;
+  for (long k = 0; k < n; ++k) {
+    if (only >= 0 && k != only) continue;
+    const std::uint64_t seed = loom_random::mix(loom_random::base_seed() ^ 0x1a7e55ull, static_cast<std::uint64_t>(k));
+    table[static_cast<std::size_t>(k) % table.size()].run(seed, k, st);
+  }
+  st.print(on_device ? "layers [cuda]" : "layers");
+  CHECK(st.cases == (only >= 0 ? 1 : n));
+}
