@@ -3,6 +3,7 @@
 // loops. The including file defines LOOM_TEST_SPACE and LOOM_TEST_TAG.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -70,9 +71,11 @@ std::vector<index_t> row_positions(const loom::shape<R>& s, std::size_t axis, in
 enum class scan_op { sum, prod, max, min };
 
 // The double reference of one scan over values `in` (row-major, shape s).
+// An exclusive cummax/cummin writes `none` (the type's lowest or highest
+// value) with index -1 before the first element.
 template <std::size_t R>
 void reference_scan(scan_op op, bool exclusive, const std::vector<double>& in, const loom::shape<R>& s,
-                    std::size_t axis, std::vector<double>& val, std::vector<double>& idx) {
+                    std::size_t axis, std::vector<double>& val, std::vector<double>& idx, double none = 0) {
   val.assign(in.size(), 0);
   idx.assign(in.size(), 0);
   const index_t rows = s[axis] ? static_cast<index_t>(in.size()) / s[axis] : 0;
@@ -89,13 +92,30 @@ void reference_scan(scan_op op, bool exclusive, const std::vector<double>& in, c
         if (!exclusive) val[p] = acc;
         continue;
       }
+      if (exclusive) {
+        val[p] = k == 0 ? none : best;
+        idx[p] = k == 0 ? -1.0 : static_cast<double>(at);
+      }
       const bool take = k == 0 || std::isnan(x) ||
                         (!std::isnan(best) && (op == scan_op::max ? x >= best : x <= best));
       if (take) best = x, at = static_cast<index_t>(k);
-      val[p] = best;
-      idx[p] = static_cast<double>(at);
+      if (!exclusive) {
+        val[p] = best;
+        idx[p] = static_cast<double>(at);
+      }
     }
   }
+}
+
+// What an exclusive cummax (max) or cummin writes first: the lowest or the
+// highest value of T (infinities for floating types).
+template <class T>
+double scan_none(scan_op op) {
+  if constexpr (loom::is_floating_v<T>)
+    return op == scan_op::max ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+  else
+    return op == scan_op::max ? static_cast<double>(std::numeric_limits<T>::lowest())
+                              : static_cast<double>(std::numeric_limits<T>::max());
 }
 
 bool same_value(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
@@ -136,12 +156,15 @@ TEMPLATE_TEST_CASE("cumsum, cumprod, cummax and cummin of one long row match dou
       check_values(flat(c), want, store_rounding<T>());
     }
     if constexpr (!std::is_same_v<T, bool>) {
-      for (auto op : {scan_op::max, scan_op::min}) {
-        auto r = op == scan_op::max ? loom::cummax(x, 0) : loom::cummin(x, 0);
-        reference_scan(op, false, in, h.extents(), 0, want, widx);
-        check_values(flat(r.values), want, 0);
-        check_values(flat(r.indices), widx, 0);
-      }
+      for (auto op : {scan_op::max, scan_op::min})
+        for (bool ex : {false, true}) {
+          INFO((op == scan_op::max ? "cummax" : "cummin") << (ex ? " exclusive" : " inclusive"));
+          const auto kind = ex ? loom::scan_kind::exclusive : loom::scan_kind::inclusive;
+          auto r = op == scan_op::max ? loom::cummax(x, 0, kind) : loom::cummin(x, 0, kind);
+          reference_scan(op, ex, in, h.extents(), 0, want, widx, scan_none<T>(op));
+          check_values(flat(r.values), want, 0);
+          check_values(flat(r.indices), widx, 0);
+        }
     }
   }
 }
@@ -167,15 +190,18 @@ TEMPLATE_TEST_CASE("scans along first, middle and last axes of 3-D views, inclus
       reference_scan(scan_op::sum, ex, flat(hv), hv.extents(), axis, want, widx);
       check_values(flat(loom::cumsum(v, ax, kind)), want, store_rounding<T>());
     }
-    INFO("cummax / cummin along axis " << axis);
-    auto mx = loom::cummax(v, ax);
-    reference_scan(scan_op::max, false, flat(hv), hv.extents(), axis, want, widx);
-    check_values(flat(mx.values), want, 0);
-    check_values(flat(mx.indices), widx, 0);
-    auto mn = loom::cummin(x, ax);
-    reference_scan(scan_op::min, false, flat(h), h.extents(), axis, want, widx);
-    check_values(flat(mn.values), want, 0);
-    check_values(flat(mn.indices), widx, 0);
+    for (bool ex : {false, true}) {
+      INFO("cummax / cummin along axis " << axis << (ex ? " exclusive" : " inclusive"));
+      const auto kind = ex ? loom::scan_kind::exclusive : loom::scan_kind::inclusive;
+      auto mx = loom::cummax(v, ax, kind);
+      reference_scan(scan_op::max, ex, flat(hv), hv.extents(), axis, want, widx, scan_none<T>(scan_op::max));
+      check_values(flat(mx.values), want, 0);
+      check_values(flat(mx.indices), widx, 0);
+      auto mn = loom::cummin(x, ax, kind);
+      reference_scan(scan_op::min, ex, flat(h), h.extents(), axis, want, widx, scan_none<T>(scan_op::min));
+      check_values(flat(mn.values), want, 0);
+      check_values(flat(mn.indices), widx, 0);
+    }
   }
   // A fused expression with a broadcast operand.
   const auto hb = eighths<T, 1>({300}, g);
@@ -187,6 +213,30 @@ TEMPLATE_TEST_CASE("scans along first, middle and last axes of 3-D views, inclus
   for (std::size_t axis = 0; axis != 3; ++axis) {
     reference_scan(scan_op::sum, false, in, h.extents(), axis, want, widx);
     check_values(flat(loom::cumsum(x * T(2) - b, static_cast<int>(axis))), want, store_rounding<T>());
+  }
+}
+
+TEMPLATE_TEST_CASE("scans of many rows longer than a tile (4096) match double references", "[reduce][scan]" LOOM_TEST_TAG,
+                   float, double, std::int32_t) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("scan long rows"));
+  const auto h = eighths<T, 2>({7, 9001}, g);
+  const auto x = in_space(h);
+  // Every other column, reversed: rows of 4501 read through strides.
+  const auto v = x.view().slice(loom::whole, loom::range(loom::none, loom::none, -2));
+  const auto hv = loom::contiguous(h.view().slice(loom::whole, loom::range(loom::none, loom::none, -2)));
+  std::vector<double> want, widx;
+  for (bool ex : {false, true}) {
+    INFO((ex ? "exclusive" : "inclusive"));
+    const auto kind = ex ? loom::scan_kind::exclusive : loom::scan_kind::inclusive;
+    reference_scan(scan_op::sum, ex, flat(h), h.extents(), 1, want, widx);
+    check_values(flat(loom::cumsum(x, 1, kind)), want, 0);
+    reference_scan(scan_op::sum, ex, flat(hv), hv.extents(), 1, want, widx);
+    check_values(flat(loom::cumsum(v, -1, kind)), want, 0);
+    auto mx = loom::cummax(v, 1, kind);
+    reference_scan(scan_op::max, ex, flat(hv), hv.extents(), 1, want, widx, scan_none<T>(scan_op::max));
+    check_values(flat(mx.values), want, 0);
+    check_values(flat(mx.indices), widx, 0);
   }
 }
 
@@ -209,6 +259,42 @@ TEST_CASE("cumprod matches a double reference along each axis", "[reduce][scan]"
   CHECK(loom::to_host(loom::cumprod(in_space(hi), 0))(39) == (std::int64_t{1} << 40));  // int64, no overflow
 }
 
+TEST_CASE("a long float cumsum is bitwise the same run to run and close to a double reference",
+          "[reduce][scan]" LOOM_TEST_TAG) {
+  // Random floats (not exact in float): the order of combination shows in the
+  // low bits, so equal results mean the same order ran twice.
+  std::mt19937_64 g(loom_test::seed_for("scan determinism"));
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (index_t n : {index_t{4095}, index_t{4097}, (index_t{1} << 20) + 3}) {
+    INFO(n << " elements");
+    loom::host_tensor<float, 1> h({n});
+    for (index_t i = 0; i < n; ++i) h.data()[i] = d(g);
+    const auto x = in_space(h);
+    for (bool ex : {false, true}) {
+      const auto kind = ex ? loom::scan_kind::exclusive : loom::scan_kind::inclusive;
+      const auto a = loom::to_host(loom::cumsum(x * 2.0f, 0, kind));
+      const auto b = loom::to_host(loom::cumsum(x * 2.0f, 0, kind));
+      CHECK(std::memcmp(a.data(), b.data(), static_cast<std::size_t>(n) * sizeof(float)) == 0);
+      std::vector<double> want, widx, in;
+      for (index_t i = 0; i < n; ++i) in.push_back(2.0 * h.data()[i]);
+      reference_scan(scan_op::sum, ex, in, h.extents(), 0, want, widx);
+      // The rounding bound of a float sum: u * (sum of |partial sums|) for a
+      // left-to-right order, plus u * depth * sum |x| for the tree parts.
+      const double u = 0x1p-24;
+      double partials = 0, magnitude = 0, prefix = 0;
+      index_t bad = 0;
+      for (index_t i = 0; i < n; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        prefix += in[k];
+        partials += std::fabs(prefix);
+        magnitude += std::fabs(in[k]);
+        if (std::fabs(static_cast<double>(a.data()[i]) - want[k]) > u * (partials + 16 * magnitude)) ++bad;
+      }
+      CHECK(bad == 0);
+    }
+  }
+}
+
 TEST_CASE("cummax takes the later index of ties and propagates NaN", "[reduce][scan]" LOOM_TEST_TAG) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   loom::host_tensor<float, 1> h({7}, {1, 3, 3, 2, nan, 5, nan});
@@ -224,15 +310,20 @@ TEST_CASE("cummax takes the later index of ties and propagates NaN", "[reduce][s
   CHECK(i[6] == 6);
 }
 
-TEMPLATE_TEST_CASE("sort is stable, ascending or descending, with indices, NaN last ascending",
+TEMPLATE_TEST_CASE("sort is stable, ascending or descending, with indices, NaN last ascending, -0 == +0",
                    "[reduce][sort]" LOOM_TEST_TAG, float, double, loom::half, std::int32_t) {
   using T = TestType;
   std::mt19937_64 g(loom_test::seed_for("sort"));
   for (auto s : {loom::shape<2>{1, 1}, loom::shape<2>{3, 31}, loom::shape<2>{5, 33}, loom::shape<2>{2, 1000},
                  loom::shape<2>{1, 70001}, loom::shape<2>{0, 4}}) {
     auto h = eighths<T, 2>(s, g, 4);  // few distinct values: many ties
-    if constexpr (loom::is_floating_v<T>)
+    // NaNs of both signs (both sort as the largest value) and -0.0 beside the
+    // +0.0 of eighths (equal: a tie that keeps input order).
+    if constexpr (loom::is_floating_v<T>) {
       if (h.size() > 3) h.data()[2] = T(std::numeric_limits<float>::quiet_NaN());
+      if (h.size() > 6) h.data()[5] = T(-std::numeric_limits<float>::quiet_NaN());
+      for (index_t i = 7; i < h.size(); i += 11) h.data()[i] = T(-0.0f);
+    }
     const auto x = in_space(h);
     for (auto order : {loom::sort_order::ascending, loom::sort_order::descending}) {
       INFO(loom::shape_string(s) << (order == loom::sort_order::ascending ? " ascending" : " descending"));

@@ -14,14 +14,21 @@
 #include <thrust/iterator/tabulate_output_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 
+#include <cub/block/block_load.cuh>
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <cub/block/block_store.cuh>
 #include <cub/device/device_scan.cuh>
 #endif
 
 // Scans (cumulative sums, products, maxima and minima) along one axis of any
 // expression, fused into the loads like the reductions. Order of combination:
-// the host runs each row left to right; the device runs one long row with
-// cub::DeviceScan (one CUB call) and many rows with one block per row
+// the host runs each row left to right; the device runs many rows with one
+// block per row, and one long row of floating sums or products in fixed
+// chunks (three kernels: chunk totals, their scan, each chunk's scan from its
+// prefix), so the result depends on the length alone, never on timing; one
+// long row of an exact operation (integers, cummax/cummin) is one
+// cub::DeviceScan call. Many rows: one block per row
 // (cub::BlockScan over tiles of the row, carrying the running prefix), one kernel.
 namespace loom {
 
@@ -41,12 +48,15 @@ namespace detail {
 // cummax/cummin: a later element wins ties (PyTorch's cummax gives the last
 // index of equal values) and a NaN, once met, stays, with the index of the
 // latest NaN, as PyTorch does. Associative, so block and device scans agree.
+// The identity (what an exclusive scan writes first) is the lowest value of
+// the type for cummax (-inf for floating types; the highest for cummin) with
+// index -1: no element. Every element wins against it.
 template <class T, bool Max>
 struct cum_extreme_op {
   static constexpr const char* name = Max ? "cummax" : "cummin";
   using acc = value_index<compute_t<T>>;
   using result = T;
-  LOOM_HD acc identity() const { return {Max ? lowest_of<compute_t<T>>() : highest_of<compute_t<T>>(), 0}; }
+  LOOM_HD acc identity() const { return {Max ? lowest_of<compute_t<T>>() : highest_of<compute_t<T>>(), -1}; }
   template <class V>
   LOOM_HD acc lift(V v, index_t i) const {
     return {static_cast<compute_t<T>>(v), i};
@@ -139,10 +149,153 @@ __global__ void __launch_bounds__(Block)
   }
 }
 
+// Scan positions [t0, t0 + Block * Items) (fewer at the end of a range):
+// each thread loads Items consecutive elements (through shared memory, so
+// the loads and stores stay coalesced), cub::BlockScan scans the tile with a
+// running prefix, and the results are stored the same way. `row0` is the
+// position of the row's first element (cummax/cummin index from it).
+template <class Op>
+inline constexpr int scan_items = sizeof(typename Op::acc) <= 4 ? 16 : (sizeof(typename Op::acc) <= 8 ? 8 : 4);
+
+template <class Op, class B, bool Linear, std::size_t R>
+struct lift_scan_at {
+  Op op;
+  B b;
+  axis_map<R> m;
+  index_t row0;
+  LOOM_HD typename Op::acc operator()(index_t j) const { return op.lift(read_at<Linear>(b, m, j), j - row0); }
+};
+
+template <class W>
+struct shifted_writer {
+  W w;
+  index_t t0;
+  template <class A>
+  LOOM_HD void operator()(index_t i, const A& a) const {
+    w(t0 + i, a);
+  }
+};
+
+template <int Block, int Items, class Op>
+struct tile_scan {
+  using acc = typename Op::acc;
+  using load_t = cub::BlockLoad<acc, Block, Items, cub::BLOCK_LOAD_WARP_TRANSPOSE>;
+  using scan_t = cub::BlockScan<acc, Block>;
+  using store_t = cub::BlockStore<acc, Block, Items, cub::BLOCK_STORE_WARP_TRANSPOSE>;
+  union temp {
+    typename load_t::TempStorage load;
+    typename scan_t::TempStorage scan;
+    typename store_t::TempStorage store;
+  };
+  static constexpr index_t tile = static_cast<index_t>(Block) * Items;
+
+  // Scans positions [begin, end) starting from `start`.
+  template <bool Linear, bool Exclusive, class B, class W, std::size_t R>
+  __device__ static void run(temp& tmp, const W& w, const Op& op, const B& b, const axis_map<R>& m, index_t begin,
+                             index_t end, index_t row0, const acc& start) {
+    running_prefix<Op> prefix{op, start};
+    for (index_t t0 = begin; t0 < end; t0 += tile) {
+      const int valid = static_cast<int>(end - t0 < tile ? end - t0 : tile);
+      acc items[Items];
+      const auto in = thrust::make_transform_iterator(thrust::counting_iterator<index_t>(t0),
+                                                      lift_scan_at<Op, B, Linear, R>{op, b, m, row0});
+      load_t(tmp.load).Load(in, items, valid, op.identity());
+      __syncthreads();
+      if constexpr (Exclusive)
+        scan_t(tmp.scan).ExclusiveScan(items, items, op, prefix);
+      else
+        scan_t(tmp.scan).InclusiveScan(items, items, op, prefix);
+      __syncthreads();
+      store_t(tmp.store).Store(thrust::make_tabulate_output_iterator(shifted_writer<W>{w, t0}), items, valid);
+      __syncthreads();
+    }
+  }
+};
+
+// Many rows of more than one tile's worth: a block per row (grid-stride over
+// rows), tile after tile.
+template <int Block, bool Linear, bool Exclusive, class Op, class B, class W, std::size_t R>
+__global__ void __launch_bounds__(Block)
+    row_tile_scan_kernel(W w, Op op, B b, axis_map<R> m, index_t rows, index_t len) {
+  using ts = tile_scan<Block, scan_items<Op>, Op>;
+  __shared__ typename ts::temp tmp;
+  for (index_t r = blockIdx.x; r < rows; r += gridDim.x)
+    ts::template run<Linear, Exclusive>(tmp, w, op, b, m, r * len, r * len + len, r * len, op.identity());
+}
+
+// One long row of a floating sum or product in chunks of a fixed length:
+// each chunk's total (a fixed tree), the exclusive scan of the totals (one
+// block), then each chunk scanned from its prefix. The order of combination
+// depends on the row's length alone, so results are bitwise reproducible.
+constexpr int chunk_block = 256;
+constexpr index_t scan_chunk = 16 * chunk_block;
+
+template <int Block, bool Linear, class Op, class B, std::size_t R>
+__global__ void __launch_bounds__(Block)
+    chunk_total_kernel(typename Op::acc* totals, Op op, B b, axis_map<R> m, index_t len) {
+  using block_reduce = cub::BlockReduce<typename Op::acc, Block>;
+  __shared__ typename block_reduce::TempStorage tmp;
+  const index_t begin = static_cast<index_t>(blockIdx.x) * scan_chunk;
+  typename Op::acc a = op.identity();
+  LOOM_UNROLL
+  for (int it = 0; it < static_cast<int>(scan_chunk / Block); ++it) {
+    const index_t k = begin + it * Block + threadIdx.x;
+    if (k < len) a = op(a, op.lift(read_at<Linear>(b, m, k), k));
+  }
+  const typename Op::acc t = block_reduce(tmp).Reduce(a, op);
+  if (threadIdx.x == 0) totals[blockIdx.x] = t;
+}
+
+template <int Block, class Op>
+__global__ void __launch_bounds__(Block) chunk_prefix_kernel(typename Op::acc* totals, Op op, index_t n) {
+  using block_scan = cub::BlockScan<typename Op::acc, Block>;
+  __shared__ typename block_scan::TempStorage tmp;
+  running_prefix<Op> prefix{op, op.identity()};
+  for (index_t k0 = 0; k0 < n; k0 += Block) {
+    const index_t k = k0 + threadIdx.x;
+    const typename Op::acc v = k < n ? totals[k] : op.identity();
+    typename Op::acc o;
+    block_scan(tmp).ExclusiveScan(v, o, op, prefix);
+    __syncthreads();
+    if (k < n) totals[k] = o;
+  }
+}
+
+template <int Block, bool Linear, bool Exclusive, class Op, class B, class W, std::size_t R>
+__global__ void __launch_bounds__(Block)
+    chunk_scan_kernel(W w, Op op, B b, axis_map<R> m, const typename Op::acc* prefixes, index_t len) {
+  using ts = tile_scan<Block, scan_items<Op>, Op>;
+  __shared__ typename ts::temp tmp;
+  const index_t begin = static_cast<index_t>(blockIdx.x) * scan_chunk;
+  const index_t end = begin + scan_chunk < len ? begin + scan_chunk : len;
+  ts::template run<Linear, Exclusive>(tmp, w, op, b, m, begin, end, 0, prefixes[blockIdx.x]);
+}
+
+template <bool Linear, bool Exclusive, class Op, class B, class W, std::size_t R>
+void chunked_scan(const Op& op, const B& b, const axis_map<R>& m, const W& w, index_t len, stream_ref s) {
+  using acc = typename Op::acc;
+  const index_t chunks = (len + scan_chunk - 1) / scan_chunk;
+  scratch<device> totals(static_cast<std::size_t>(chunks) * sizeof(acc), s);
+  acc* const t = static_cast<acc*>(totals.p);
+  const auto grid = static_cast<unsigned>(chunks);
+  chunk_total_kernel<chunk_block, Linear><<<grid, chunk_block, 0, s.get()>>>(t, op, b, m, len);
+  LOOM_CUDA_CHECK(cudaGetLastError());
+  chunk_prefix_kernel<1024><<<1, 1024, 0, s.get()>>>(t, op, chunks);
+  LOOM_CUDA_CHECK(cudaGetLastError());
+  chunk_scan_kernel<chunk_block, Linear, Exclusive><<<grid, chunk_block, 0, s.get()>>>(w, op, b, m, t, len);
+  LOOM_CUDA_CHECK(cudaGetLastError());
+  device_launch_counter().fetch_add(3, std::memory_order_relaxed);
+}
+
 template <bool Linear, bool Exclusive, class Op, class B, class W, std::size_t R>
 void device_scan(const Op& op, const B& b, const axis_map<R>& m, const W& w, index_t rows, index_t len,
                  stream_ref s) {
-  if (rows == 1) {
+  if constexpr (is_floating_v<typename Op::acc>) {
+    if (rows == 1 && len > scan_chunk) {
+      chunked_scan<Linear, Exclusive>(op, b, m, w, len, s);
+      return;
+    }
+  } else if (rows == 1) {
     auto in = thrust::make_transform_iterator(thrust::counting_iterator<index_t>(0),
                                               lift_scan_item<Op, B, Linear, R>{op, b, m});
     auto out = thrust::make_tabulate_output_iterator(w);
@@ -158,7 +311,10 @@ void device_scan(const Op& op, const B& b, const axis_map<R>& m, const W& w, ind
   }
   const index_t cap = static_cast<index_t>(sm_count(s.device())) * 32;
   const unsigned grid = static_cast<unsigned>(rows < cap ? rows : cap);
-  segment_scan_kernel<128, Linear, Exclusive><<<grid, 128, 0, s.get()>>>(w, op, b, m, rows, len);
+  if (len > 1024)
+    row_tile_scan_kernel<256, Linear, Exclusive><<<grid, 256, 0, s.get()>>>(w, op, b, m, rows, len);
+  else
+    segment_scan_kernel<128, Linear, Exclusive><<<grid, 128, 0, s.get()>>>(w, op, b, m, rows, len);
   LOOM_CUDA_CHECK(cudaGetLastError());
   device_launch_counter().fetch_add(1, std::memory_order_relaxed);
 }
@@ -229,21 +385,14 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
   } else {
 #if LOOM_CUDA_COMPILER
     const stream_ref s = current_stream();
-    if constexpr (Indices) {  // cummax / cummin are inclusive only
-      if (linear)
-        device_scan<true, false>(op, b, m, w, rows, len, s);
-      else
-        device_scan<false, false>(op, b, m, w, rows, len, s);
-    } else {
-      if (linear && exclusive)
-        device_scan<true, true>(op, b, m, w, rows, len, s);
-      else if (linear)
-        device_scan<true, false>(op, b, m, w, rows, len, s);
-      else if (exclusive)
-        device_scan<false, true>(op, b, m, w, rows, len, s);
-      else
-        device_scan<false, false>(op, b, m, w, rows, len, s);
-    }
+    if (linear && exclusive)
+      device_scan<true, true>(op, b, m, w, rows, len, s);
+    else if (linear)
+      device_scan<true, false>(op, b, m, w, rows, len, s);
+    else if (exclusive)
+      device_scan<false, true>(op, b, m, w, rows, len, s);
+    else
+      device_scan<false, false>(op, b, m, w, rows, len, s);
 #endif
   }
   if constexpr (Indices)
@@ -257,10 +406,11 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
 //! inclusive (torch.cumsum) or exclusive (output 0 is 0). Result type
 //! sum_result_t<T> (int64 for bool/integers; half stays half, accumulated in
 //! float), same shape. Host: one loop, rows in parallel, each left to right.
-//! Device: one CUB DeviceScan call for a single row (rank 1 or one row),
-//! else one kernel (a block per row). Floating sums from DeviceScan may round
-//! differently run to run (CUB's decoupled look-back); the block-per-row
-//! kernel is bitwise deterministic.
+//! Device, bitwise reproducible run to run: many rows take one kernel (a
+//! block per row); a single row (rank 1 or one row) longer than 4096 takes
+//! three kernels for floating types (fixed chunks of 4096: totals, their
+//! scan, the chunks' scans; the input is read twice) and one
+//! cub::DeviceScan call for integers, whose sums are exact in any order.
 //! Example: `auto c = loom::cumsum(x, -1);`, `auto offs = loom::cumsum(counts, 0, loom::scan_kind::exclusive);`
 template <expression E>
 [[nodiscard]] auto cumsum(const E& e, int axis, scan_kind kind = scan_kind::inclusive) {
@@ -275,17 +425,22 @@ template <expression E>
 }
 
 //! Running maximum / minimum along `axis` with the int64 index where it was
-//! attained (values and indices, inclusive). Ties take the later index and a
-//! NaN propagates, as torch.cummax does. Kernels as cumsum.
-//! Example: `auto [v, i] = loom::cummax(x, 0);`
+//! attained (values and indices), inclusive (torch.cummax) or exclusive:
+//! position i then holds the extreme of the elements before i, and position
+//! 0 holds the identity, the lowest value of the type for cummax (-inf for
+//! floating types; the highest, +inf, for cummin) with index -1. Ties take
+//! the later index and a NaN propagates, as torch.cummax does. Exact in any
+//! order, so a single row is one cub::DeviceScan call; many rows as cumsum.
+//! Example: `auto [v, i] = loom::cummax(x, 0);`,
+//!          `auto [before, at] = loom::cummin(x, -1, loom::scan_kind::exclusive);`
 template <expression E>
-[[nodiscard]] auto cummax(const E& e, int axis) {
-  return detail::scan_impl<detail::cum_extreme_op<typename detail::node_t<E>::value_type, true>, true>(
-      e, axis, scan_kind::inclusive);
+[[nodiscard]] auto cummax(const E& e, int axis, scan_kind kind = scan_kind::inclusive) {
+  return detail::scan_impl<detail::cum_extreme_op<typename detail::node_t<E>::value_type, true>, true>(e, axis,
+                                                                                                       kind);
 }
 template <expression E>
-[[nodiscard]] auto cummin(const E& e, int axis) {
-  return detail::scan_impl<detail::cum_extreme_op<typename detail::node_t<E>::value_type, false>, true>(
-      e, axis, scan_kind::inclusive);
+[[nodiscard]] auto cummin(const E& e, int axis, scan_kind kind = scan_kind::inclusive) {
+  return detail::scan_impl<detail::cum_extreme_op<typename detail::node_t<E>::value_type, false>, true>(e, axis,
+                                                                                                        kind);
 }
 }  // namespace loom

@@ -45,6 +45,46 @@ struct position_in_row {
   index_t len;
   LOOM_HD void operator()(index_t i) const { idx[i] = i % len; }
 };
+
+// Floating keys are sorted as unsigned integers whose order is the order
+// the host sort uses: every NaN (of any sign or payload) after +inf, -0.0
+// equal to +0.0 (a tie, kept in input order). CUB orders raw float bits,
+// which puts negative NaNs first and -0.0 before +0.0, and its small-segment
+// merge sort compares with <, for which a NaN breaks the ordering.
+template <class T>
+using radix_key_t = std::conditional_t<sizeof(T) == 2, std::uint16_t,
+                                       std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>;
+
+template <class T>
+struct to_radix_key {
+  const T* in;
+  radix_key_t<T>* out;
+  LOOM_HD void operator()(index_t i) const {
+    using U = radix_key_t<T>;
+    constexpr U sign = U(U(1) << (8 * sizeof(U) - 1));
+    const T v = in[i];
+    const auto c = static_cast<compute_t<T>>(v);
+    U b;
+    if (c != c)
+      b = U(~sign);  // the largest positive pattern: after +inf
+    else if (c == 0)
+      b = 0;
+    else if constexpr (sizeof(T) == 2)
+      b = bits_of(v);
+    else
+      memcpy(&b, &v, sizeof(U));
+    out[i] = (b & sign) ? U(~b) : U(b | sign);
+  }
+};
+
+template <class T>
+struct gather_sorted {
+  const T* keys;
+  const std::int64_t* idx;
+  T* out;
+  index_t len;
+  LOOM_HD void operator()(index_t i) const { out[i] = keys[i - i % len + static_cast<index_t>(idx[i])]; }
+};
 #endif
 
 // Sorts every row (last axis) of a contiguous tensor `keys` into `out`.
@@ -79,10 +119,29 @@ void sort_rows(tensor<T, R, S>& keys, values_indices<T, R, S>& out, sort_order o
     tensor<std::int64_t, R, device> pos(keys.extents());
     device_for_each(total, position_in_row{pos.data(), len}, s);
     auto starts = thrust::make_transform_iterator(thrust::counting_iterator<index_t>(0), row_start{len});
-    const T* kin = keys.data();
-    T* kout = out.values.data();
     const std::int64_t* vin = pos.data();
     std::int64_t* vout = out.indices.data();
+    if constexpr (is_floating_v<T>) {
+      using U = radix_key_t<T>;
+      const auto bytes_of_keys = static_cast<std::size_t>(total) * sizeof(U);
+      scratch<device> ukeys(bytes_of_keys, s), sorted(bytes_of_keys, s);
+      U* const kin = static_cast<U*>(ukeys.p);
+      U* const kout = static_cast<U*>(sorted.p);
+      device_for_each(total, to_radix_key<T>{keys.data(), kin}, s);
+      run_cub(
+          [&](void* tmp, std::size_t& bytes) {
+            if (desc)
+              return cub::DeviceSegmentedSort::StableSortPairsDescending(tmp, bytes, kin, kout, vin, vout, total,
+                                                                         rows, starts, starts + 1, s.get());
+            return cub::DeviceSegmentedSort::StableSortPairs(tmp, bytes, kin, kout, vin, vout, total, rows, starts,
+                                                             starts + 1, s.get());
+          },
+          s);
+      device_for_each(total, gather_sorted<T>{keys.data(), vout, out.values.data(), len}, s);
+      return;
+    }
+    const T* kin = keys.data();
+    T* kout = out.values.data();
     run_cub(
         [&](void* tmp, std::size_t& bytes) {
           if (desc)
@@ -117,12 +176,14 @@ auto sort_impl(const E& e, sort_order order) {
 
 //! Sorts each row (the last axis) of any expression, stably: equal values
 //! keep their order. Returns the sorted values and, as int64, the position
-//! each came from. NaN sorts as the largest value (last ascending, first
-//! descending), as in PyTorch; on the device CUB's radix order also puts
-//! -0.0 before +0.0 and a negative NaN first.
+//! each came from. NaN (of either sign) sorts as the largest value (last
+//! ascending, first descending), as in PyTorch; -0.0 and +0.0 are equal (a
+//! tie keeps input order). Host and device give the same result.
 //! Cost: the expression is evaluated into a temporary (one launch), then
 //! host: std::stable_sort per row; device: an index kernel and one
-//! cub::DeviceSegmentedSort call (radix/merge sort, O(n) passes over memory).
+//! cub::DeviceSegmentedSort call (radix/merge sort, O(n) passes over memory);
+//! floating keys add a key kernel (an order-preserving unsigned key per
+//! element) and a gather kernel for the sorted values.
 //! Example: `auto [v, i] = loom::sort(scores, loom::sort_order::descending);`
 template <expression E>
 [[nodiscard]] auto sort(const E& e, sort_order order = sort_order::ascending) {

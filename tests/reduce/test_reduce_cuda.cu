@@ -1,7 +1,0 @@
-// SPDX-License-Identifier: Apache-2.0
-#define LOOM_TEST_SPACE loom::device
-#define LOOM_TEST_TAG "[cuda]"
-// Fewer types than the host test: each adds every reduction's CUB and block
-// kernels to this file's compile time. The host test covers all seven.
-#define LOOM_REDUCE_TYPES float, loom::half, std::int32_t, bool
-#include "reduce_cases.inl"

@@ -1,5 +1,0 @@
-// SPDX-License-Identifier: Apache-2.0
-#define LOOM_TEST_SPACE loom::host
-#define LOOM_TEST_TAG ""
-#define LOOM_REDUCE_TYPES float, double, loom::half, loom::bf16, std::int32_t, std::int8_t, bool
-#include "reduce_cases.inl"
