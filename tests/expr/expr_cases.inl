@@ -366,6 +366,37 @@ TEST_CASE("the contiguous path is taken only for contiguous aligned operands", "
   }
 }
 
+TEST_CASE("rows broadcast over a matrix (a bias) keep the contiguous path when whole vectors fit a row",
+          "[expr]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("periodic"));
+  for (index_t cols : {index_t{1024}, index_t{36}, index_t{33}}) {
+    INFO(cols << " columns");
+    const auto x_h = random_host<float, 3>({3, 7, cols}, g);
+    const auto w_h = random_host<float, 1>({cols}, g);
+    const auto b_h = random_host<float, 2>({7, cols}, g);  // broadcast along the first axis only
+    const auto x = in_space(x_h);
+    const auto w = in_space(w_h);
+    const auto b = in_space(b_h);
+    auto y = poisoned<float, 3>({3, 7, cols});
+    y = loom::gelu(x * w + b);
+    // Host: every period works. Device: float vectors of 4 must not straddle a row.
+    const bool whole_vectors = cols % 4 == 0;
+    CHECK(loom::last_eval().path ==
+          (!on_device || whole_vectors ? loom::eval_path::contiguous : loom::eval_path::general));
+    check_all(y, [&](index_t i) {
+      const index_t c = i % cols, r = (i / cols) % 7;
+      const double h = static_cast<double>(x_h.data()[i]) * w_h(c) + b_h(r, c);
+      return 0.5 * h * (1 + std::erf(h / std::sqrt(2.0)));
+    }, 1e-5, 1e-5);
+    // A column broadcast along the rows is not periodic: the general path.
+    const auto col_h = random_host<float, 2>({7, 1}, g);
+    const auto col = in_space(col_h);
+    y = x - col;
+    CHECK(loom::last_eval().path == loom::eval_path::general);
+    check_all(y, [&](index_t i) { return x_h.data()[i] - static_cast<double>(col_h((i / cols) % 7, 0)); }, 1e-7);
+  }
+}
+
 TEST_CASE("in-place updates work and other aliasing throws without writing", "[expr]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("alias"));
   auto x_h = random_host<float, 2>({6, 6}, g);

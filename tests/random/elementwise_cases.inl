@@ -152,10 +152,21 @@ void run_case(std::uint64_t seed, long case_no, loom_random::stats& st) {
     index_t n = 1;
     for (auto e : out_ext) n *= e;
 
-    // The path the planner must choose, from the test's own layout arithmetic.
+    // The path the planner must choose, from the test's own layout arithmetic:
+    // contiguous when the output is dense and every operand dense or periodic
+    // (repeating a dense block); on the device also 16-byte aligned, with every
+    // period a multiple of the vector width (16 bytes of the narrowest type).
+    std::size_t narrowest = std::min(sizeof(O), sizeof(T0));
+    if (ar > 1) narrowest = std::min(narrowest, sizeof(T1));
+    if (ar > 2) narrowest = std::min(narrowest, sizeof(T2));
+    if (ar > 3) narrowest = std::min(narrowest, sizeof(T3));
+    const auto width = static_cast<index_t>(16 / narrowest);
+    auto linear = [&](const auto& op) {
+      const index_t p = op.predicted_period(out_ext);
+      return p == 0 || (p > 0 && (!on_device || p % width == 0));
+    };
     bool all_dense = dense(out_ext, target.lay.lstride), all_aligned = target.predicted_aligned();
-    all_dense = all_dense && a.predicted_dense(out_ext) && (ar < 2 || b.predicted_dense(out_ext)) &&
-                (ar < 3 || c.predicted_dense(out_ext)) && (ar < 4 || d.predicted_dense(out_ext));
+    all_dense = all_dense && linear(a) && (ar < 2 || linear(b)) && (ar < 3 || linear(c)) && (ar < 4 || linear(d));
     all_aligned = all_aligned && a.predicted_aligned() && (ar < 2 || b.predicted_aligned()) &&
                   (ar < 3 || c.predicted_aligned()) && (ar < 4 || d.predicted_aligned());
     const loom::eval_path want_path = n == 0 ? loom::eval_path::empty

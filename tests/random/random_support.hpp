@@ -328,6 +328,24 @@ struct operand {
     }
     return dense(out_ext, st);
   }
+  //! The period of this operand broadcast to the output when it repeats a
+  //! dense block (stride-0 or extent-1 leading axes over a dense suffix of
+  //! the output's shape): the block's size; 0 when it is dense without
+  //! repeating, -1 when it is neither.
+  index_t predicted_period(const std::vector<index_t>& out_ext) const {
+    std::vector<index_t> st(out_ext.size(), 0);
+    for (std::size_t a = 0; a < R; ++a) {
+      const std::size_t o = out_ext.size() - R + a;
+      st[o] = lay.logical[a] == out_ext[o] ? lay.lstride[a] : 0;
+    }
+    if (dense(out_ext, st)) return 0;
+    std::size_t k = out_ext.size();
+    index_t expect = 1;
+    while (k > 0 && (out_ext[k - 1] == 1 || st[k - 1] == expect)) expect *= out_ext[--k];
+    for (std::size_t d = 0; d < k; ++d)
+      if (out_ext[d] != 1 && st[d] != 0) return -1;
+    return expect;
+  }
   bool predicted_aligned() const {
     return reinterpret_cast<std::uintptr_t>(mem.data() + lay.offset0) % 16 == 0;
   }

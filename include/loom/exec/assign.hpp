@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -106,8 +107,17 @@ struct bound_leaf {
   static constexpr std::size_t slots = 0;
   const T* p;
   shape<R> st;
+  // A periodic leaf (broadcast along leading axes over a dense suffix of
+  // `period.d` elements) holds output element i at i % period.d.
+  fast_divmod period{};
+  bool periodic = false;
 
-  LOOM_HD compute at_linear(index_t i) const { return static_cast<compute>(p[i]); }
+  LOOM_HD index_t linear_offset(index_t i) const {
+    if (!periodic) return i;
+    const auto u = static_cast<std::uint64_t>(i);
+    return static_cast<index_t>(u - period.div(u) * period.d);
+  }
+  LOOM_HD compute at_linear(index_t i) const { return static_cast<compute>(p[linear_offset(i)]); }
   template <class Ctx = no_ctx>
   LOOM_HD compute at(const index_t* idx, const Ctx& = {}) const {
     index_t off = 0;
@@ -116,7 +126,7 @@ struct bound_leaf {
   }
   template <int V>
   LOOM_HD void load(index_t i0, regs<V>& r) const {
-    vec_load<T, V>(p + i0, r);
+    vec_load<T, V>(p + linear_offset(i0), r);
   }
   //! Loads columns [c0, c0 + V) of the row whose leading coordinates are
   //! `lead`: one 16-byte load when the last stride is 1; a repeated value
@@ -260,7 +270,47 @@ struct bound_map {
 struct bind_info {
   bool contiguous = true;     // every leaf contiguous and not broadcast
   bool aligned = true;        // every leaf pointer 16-byte aligned
+  bool linear = true;         // every leaf contiguous or periodic: at_linear(i) serves output element i
+  index_t period_gcd = 0;     // gcd of the periods of the periodic leaves (0: none)
 };
+
+// The period of a view broadcast to an output's shape when it repeats a
+// dense block: leading axes of stride 0 (or extent 1) over a dense suffix;
+// output element i (row-major) is then element i % period of the block.
+// 0 when the view is not of that form.
+template <class T, std::size_t R, class S>
+index_t broadcast_period(const view<T, R, S>& b) {
+  std::size_t k = R;
+  index_t expect = 1;
+  while (k > 0 && (b.extent(k - 1) == 1 || b.stride(k - 1) == expect)) {
+    expect *= b.extent(k - 1);
+    --k;
+  }
+  for (std::size_t d = 0; d != k; ++d)
+    if (b.extent(d) != 1 && b.stride(d) != 0) return 0;
+  return expect;
+}
+
+// Records leaf `b` (already broadcast to the output's shape) in `info` and
+// returns its kernel-side form.
+template <class T, std::size_t R, class S>
+bound_leaf<std::remove_const_t<T>, R> bind_leaf_view(const view<T, R, S>& b, bind_info& info) {
+  bound_leaf<std::remove_const_t<T>, R> l{b.data(), b.strides()};
+  const bool contiguous = b.is_contiguous();
+  info.contiguous = info.contiguous && contiguous;
+  info.aligned = info.aligned && reinterpret_cast<std::uintptr_t>(b.data()) % 16 == 0;
+  if (!contiguous) {
+    const index_t per = b.size() > 0 ? broadcast_period(b) : 0;
+    if (per > 0) {
+      l.periodic = true;
+      l.period = fast_divmod(static_cast<std::uint64_t>(per));
+      info.period_gcd = std::gcd(info.period_gcd, per);
+    } else {
+      info.linear = false;
+    }
+  }
+  return l;
+}
 
 template <class A, class B, std::size_t R, class S>
 bool same_index_map(const view<A, R, S>& a, const view<B, R, S>& b) {
@@ -312,10 +362,7 @@ constexpr std::size_t slots_before() {
 struct binder {
   template <std::size_t Base, class T, std::size_t R, class S, std::size_t RO>
   static auto bind(const leaf_node<T, R, S>& l, const read_only_target<RO, S>& out, bind_info& info) {
-    const auto b = l.v.broadcast_to(out.extents());
-    info.contiguous = info.contiguous && b.is_contiguous();
-    info.aligned = info.aligned && reinterpret_cast<std::uintptr_t>(b.data()) % 16 == 0;
-    return bound_leaf<T, RO>{b.data(), b.strides()};
+    return bind_leaf_view(l.v.broadcast_to(out.extents()), info);
   }
   template <std::size_t Base, class T, std::size_t R, class S, class O, std::size_t RO>
   static auto bind(const leaf_node<T, R, S>& l, const view<O, RO, S>& out, bind_info& info) {
@@ -324,9 +371,7 @@ struct binder {
       throw aliasing_error("loom: the output (shape " + shape_string(out.extents()) + ", strides " +
                            shape_string(out.strides()) + ") overlaps an input (strides " + shape_string(b.strides()) +
                            ") under a different index map; evaluate into a new tensor (loom::materialize) first");
-    info.contiguous = info.contiguous && b.is_contiguous();
-    info.aligned = info.aligned && reinterpret_cast<std::uintptr_t>(b.data()) % 16 == 0;
-    return bound_leaf<T, RO>{b.data(), b.strides()};
+    return bind_leaf_view(b, info);
   }
   template <std::size_t Base, class C, class Out>
   static auto bind(const scalar_node<C>& s, const Out&, bind_info&) {
@@ -531,7 +576,9 @@ eval_info assign_impl(const view<O, RO, S>& out, const E& e_in) {
   } else {
   bind_info bi;
   const auto b = binder::bind<0>(e, out, bi);
-  const bool contiguous = bi.contiguous && out.is_contiguous();
+  // Contiguous path: a dense output and operands that are dense or periodic
+  // (e.g. a bias row broadcast over the rows of a matrix).
+  const bool contiguous = bi.linear && out.is_contiguous();
 
   if constexpr (std::is_same_v<S, host>) {
     O* const p = out.data();
@@ -548,9 +595,10 @@ eval_info assign_impl(const view<O, RO, S>& out, const E& e_in) {
 #if LOOM_CUDA_COMPILER
     const stream_ref s = current_stream();
     const bool aligned = bi.aligned && reinterpret_cast<std::uintptr_t>(out.data()) % 16 == 0;
-    if (contiguous && aligned) {
-      constexpr std::size_t smallest = sizeof(O) < min_leaf_size<node>::value ? sizeof(O) : min_leaf_size<node>::value;
-      constexpr int V = static_cast<int>(16 / smallest);
+    constexpr std::size_t smallest = sizeof(O) < min_leaf_size<node>::value ? sizeof(O) : min_leaf_size<node>::value;
+    constexpr int V = static_cast<int>(16 / smallest);
+    // A vector of V elements must not straddle the end of a periodic block.
+    if (contiguous && aligned && bi.period_gcd % V == 0) {
       info.path = eval_path::contiguous;
       info.vector_width = V;
       const index_t nv = n / V;

@@ -267,6 +267,7 @@ struct row_reduce_node : detail::node_tag {
     const auto target = row_target(out.extents());
     detail::bind_info inner;
     info.contiguous = false;
+    info.linear = false;
     if (target == out.extents()) {
       // Reading the output's own memory is fine under the same index map: a
       // row is reduced completely before any of it is written.
@@ -285,6 +286,7 @@ struct row_reduce_node : detail::node_tag {
     const auto target = row_target(out.extents());
     detail::bind_info inner;
     info.contiguous = false;
+    info.linear = false;
     return finish<Base>(detail::binder::bind<Base>(e, detail::read_only_target<RO, S>{target}, inner), target);
   }
 
@@ -367,6 +369,7 @@ struct column_index_node : detail::node_tag {
   auto bind_node(const Out& out, detail::bind_info& info) const {
     constexpr std::size_t RO = std::tuple_size_v<std::remove_cvref_t<decltype(out.extents())>>;
     info.contiguous = false;  // its values depend on the coordinates, not on a memory layout
+    info.linear = false;
     const index_t cols = out.extents()[RO - 1];
     return detail::bound_column_index<RO>{detail::fast_divmod(static_cast<std::uint64_t>(cols > 0 ? cols : 1))};
   }
