@@ -119,10 +119,11 @@ void check_norm_grad_shapes(const X& x, const D& dy, const char* what) {
 
 //! All gradients of layer_norm for x, dy of shape [N, C] (reshape leading
 //! axes into N first) and a weight of shape [C]. Deterministic (no atomics).
-//! Four kernels: the row statistics (mean and rstd, one row kernel writing
+//! Three kernels: the row statistics (mean and rstd, one row kernel writing
 //! [N, 2]), dx (one row kernel, two passes), and the column sums dweight =
-//! sum_rows(dy * xhat) and dbias = sum_rows(dy) (one row kernel each over
-//! the transposed views; those read columns, so they are strided on the GPU).
+//! sum_rows(dy * xhat) and dbias = sum_rows(dy) (one row kernel over the
+//! transposed views writing both, via assign_pair; it reads columns, so it is
+//! strided on the GPU).
 //! Statistics are kept in float (double for double data) in a pool temporary.
 template <tensor_like X, tensor_like W, tensor_like D>
 [[nodiscard]] auto layer_norm_backward(const X& x_in, const W& w_in, const D& dy_in, double eps = 1e-5) {
@@ -146,8 +147,8 @@ template <tensor_like X, tensor_like W, tensor_like D>
   assign(out.dx, rstd * (g - row_mean(g) - xhat * row_mean(g * xhat)));
   // Column sums: rows of the transposed views; mean and rstd become [1, N].
   const auto mean_t = mean.t(), rstd_t = rstd.t();
-  assign(out.dweight.view().unsqueeze(1), row_sum(dy.t() * (x.t() - mean_t) * rstd_t));
-  assign(out.dbias.view().unsqueeze(1), row_sum(dy.t()));
+  assign_pair(out.dweight.view().unsqueeze(1), row_sum(dy.t() * (x.t() - mean_t) * rstd_t),
+              out.dbias.view().unsqueeze(1), row_sum(dy.t()));
   return out;
 }
 
