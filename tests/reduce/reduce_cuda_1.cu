@@ -1,0 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
+// Part 1 of the [cuda] reduction tests (three files compile in parallel).
+#define LOOM_TEST_SPACE loom::device
+#define LOOM_TEST_TAG "[cuda]"
+// Fewer types than the host test: each adds every reduction's CUB and block
+// kernels to the compile time. The host test covers all seven.
+#define LOOM_REDUCE_TYPES float, loom::half, std::int32_t, bool
+#define LOOM_REDUCE_PART 1
+#include "reduce_cases.inl"
