@@ -49,10 +49,11 @@ loom_find_cuda() {
   echo "nvcc: $(command -v nvcc) ($(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'))"
 }
 
-# Configures the build directory (Ninja, Release, tests and examples on).
+# Configures the build directory (Ninja, Release, tests and examples on);
+# extra arguments go to cmake.
 loom_configure() {
   cmake -S "$LOOM_ROOT" -B "$LOOM_BUILD_DIR" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CUDA_ARCHITECTURES="$LOOM_CUDA_ARCH" \
-    -DLOOM_BUILD_TESTS=ON -DLOOM_BUILD_EXAMPLES=ON -DLOOM_BUILD_BENCH=ON
+    -DLOOM_BUILD_TESTS=ON -DLOOM_BUILD_EXAMPLES=ON -DLOOM_BUILD_BENCH=ON "$@"
 }
