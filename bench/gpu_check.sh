@@ -23,12 +23,22 @@
 # Settings: LOOM_BUILD_DIR (default build-gpu/), LOOM_JOBS (default: all
 # cores), LOOM_CUDA_ARCH (default: detected). Exits non-zero when a build,
 # test, sanitizer run or benchmark check fails.
+# LOOM_GPU_CHECK_PREBUILT=DIR: use the programs that bench/gpu_pack.sh built
+# and packed into DIR on another x86-64 machine (same CUDA toolkit) instead
+# of building here, so a short GPU loan is spent running, not compiling; the
+# [cuda] test programs then run directly (ctest's files name the paths of the
+# machine that built them), and examples/ in DIR run too.
 set -uo pipefail
 user_build_dir="${LOOM_BUILD_DIR:-}"
+prebuilt="${LOOM_GPU_CHECK_PREBUILT:-}"
 user_arch="${LOOM_CUDA_ARCH:-}"
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
 LOOM_BUILD_DIR="${user_build_dir:-$LOOM_ROOT/build-gpu}"
+if [[ -n "$prebuilt" ]]; then
+  [[ -d "$prebuilt" ]] || die "LOOM_GPU_CHECK_PREBUILT=$prebuilt is not a folder (bench/gpu_pack.sh makes it)"
+  LOOM_BUILD_DIR="$(cd "$prebuilt" && pwd)"
+fi
 out="${1:-${LOOM_GPU_CHECK_OUT:-$LOOM_BUILD_DIR/gpu-check-results}}"
 mkdir -p "$out" && out="$(cd "$out" && pwd)"
 rm -f "$out"/gpu.jsonl "$out"/*.log
@@ -84,6 +94,10 @@ arch="${user_arch:-${gpu_cc:-90}}"
   echo "torch: $(timeout 60 python3 -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo 'not installed')"
 } | tee -a "$out/machine.log"
 
+if [[ -n "$prebuilt" ]]; then
+  stage "prebuilt programs in $LOOM_BUILD_DIR (no build here)"
+  cat "$LOOM_BUILD_DIR/PACKED" 2>/dev/null | tee -a "$out/machine.log"
+else
 stage "configure and build ($LOOM_BUILD_DIR, sm_$arch, $LOOM_JOBS jobs)"
 cmake -S "$LOOM_ROOT" -B "$LOOM_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
   -DLOOM_BUILD_TESTS=ON -DLOOM_BUILD_EXAMPLES=ON -DLOOM_BUILD_BENCH=ON >"$out/configure.log" 2>&1 ||
@@ -94,6 +108,7 @@ if ! run_logged build "${LOOM_GPU_CHECK_BUILD_TIMEOUT:-330}" "$out/build.log" \
   finish
 fi
 tail -n 2 "$out/build.log"
+fi
 
 stage "is a GPU present?"
 # loom's own probe says why no GPU can be used (no driver, old driver, no device);
@@ -109,6 +124,57 @@ fi
 gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)"
 echo "GPU: ${gpu_name:-unknown (no nvidia-smi; built for sm_$arch)}"
 
+if [[ -n "$prebuilt" ]]; then
+stage "[cuda] test programs (prebuilt; run directly, $LOOM_JOBS at a time)"
+# Each program's exit status: 0 passed, 77 skipped (a failure on a GPU machine).
+: >"$out/ctest.log"
+cuda_tests=0
+run_test_program() {
+  local prog="$1" name
+  name="$(basename "$prog")"
+  timeout --kill-after=10 "${LOOM_GPU_CHECK_CTEST_TIMEOUT:-150}" "$prog" >"$out/test-$name.log" 2>&1
+  echo $? >"$out/test-$name.rc"
+}
+# All at once, except test_errors_cuda: it fills the device on purpose (an
+# out-of-memory test), so it runs alone afterwards.
+for prog in "$LOOM_BUILD_DIR"/tests/*/test_*_cuda; do
+  [[ -x "$prog" ]] || continue
+  cuda_tests=$((cuda_tests + 1))
+  [[ "$(basename "$prog")" == test_errors_cuda ]] || run_test_program "$prog" &
+done
+wait
+for prog in "$LOOM_BUILD_DIR"/tests/*/test_errors_cuda; do
+  [[ -x "$prog" ]] && run_test_program "$prog"
+done
+for rcf in "$out"/test-*.rc; do
+  [[ -e "$rcf" ]] || continue
+  name="$(basename "$rcf" .rc)"
+  rc="$(cat "$rcf")"
+  summary="$(grep -E '^(All tests passed|test cases:)' "$out/$name.log" | tail -n 1)"
+  case "$rc" in
+    0) echo "passed  ${name#test-}: $summary" ;;
+    77) echo "SKIPPED ${name#test-} on a GPU machine: $(head -n 1 "$out/$name.log")" ;;
+    124|137) echo "TIMEOUT ${name#test-}" ;;
+    *) echo "FAILED  ${name#test-} (exit $rc): $summary"; tail -n 30 "$out/$name.log" ;;
+  esac
+done | tee "$out/ctest.log"
+echo "[cuda] test programs: $cuda_tests"
+((cuda_tests > 0)) || failures+=("no [cuda] test programs in $LOOM_BUILD_DIR/tests")
+# the loop above ran in a pipeline (a subshell): its failures are read back from the log
+while read -r line; do
+  case "$line" in SKIPPED*|TIMEOUT*|FAILED*) failures+=("$line") ;; esac
+done <"$out/ctest.log"
+
+stage "examples (prebuilt; each checks its own results)"
+for ex in "$LOOM_BUILD_DIR"/examples/[0-9]*; do
+  [[ -x "$ex" ]] || continue
+  if run_logged "example $(basename "$ex")" 60 "$out/example-$(basename "$ex").log" "$ex" >/dev/null; then
+    echo "ok    $(basename "$ex"): $(tail -n 1 "$out/example-$(basename "$ex").log")"
+  else
+    echo "FAIL  $(basename "$ex")"; tail -n 20 "$out/example-$(basename "$ex").log"
+  fi
+done
+else
 stage "ctest: the whole suite, [cuda] tests included"
 run_logged ctest "${LOOM_GPU_CHECK_CTEST_TIMEOUT:-150}" "$out/ctest.log" \
   ctest --test-dir "$LOOM_BUILD_DIR" --output-on-failure -j "$LOOM_JOBS" >/dev/null
@@ -120,6 +186,7 @@ fi
 cuda_tests="$(ctest --test-dir "$LOOM_BUILD_DIR" -N -L cuda | sed -n 's/^Total Tests: //p')"
 echo "[cuda] test programs: ${cuda_tests:-0}"
 [[ "${cuda_tests:-0}" -gt 0 ]] || failures+=("ctest: no [cuda] test programs were built")
+fi
 
 stage "compute-sanitizer: memcheck, racecheck, initcheck over a subset of the [cuda] tests"
 # Every `step`-th test case of a program, at most `most` of them: a Catch
@@ -194,8 +261,7 @@ run_logged bench_layers 150 "$out/bench_layers.log" "$b/bench_layers" --json "$o
 stage "benchmarks: reductions and scans vs CUB, matmul vs cuBLASLt"
 logs=()
 if [[ -x "$b/bench_reduce_gpu" ]]; then
-  run_logged bench_reduce_gpu 90 "$out/bench_reduce_gpu.log" "$b/bench_reduce_gpu"
-  logs+=(--log "Reductions and scans vs CUB (bench_reduce_gpu)=$out/bench_reduce_gpu.log")
+  run_logged bench_reduce_gpu 90 "$out/bench_reduce_gpu.log" "$b/bench_reduce_gpu" --json "$out/gpu.jsonl"
 else
   echo "bench_reduce_gpu was not built: no reductions benchmark in this tree"
 fi

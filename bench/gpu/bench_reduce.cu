@@ -1,123 +1,248 @@
 // SPDX-License-Identifier: Apache-2.0
-// loom's reductions and scans against CUB called directly, and against the
-// device-to-device copy bandwidth measured in the same run: sum and max over
-// 1 GiB of float (vs cub::DeviceReduce::Sum / Max), and cumsum over 256 MiB
-// (vs cub::DeviceScan::InclusiveSum). Targets: within 3% of direct CUB, and a
-// full reduction at >= 90% of the copy bandwidth (bytes read / time). CUDA
-// events after warm-up, median of many runs. Without a GPU it says so and
-// exits 77 (ctest's "skipped").
+// loom's reductions and scans on the GPU against CUB called directly, as a
+// share of the device-to-device copy bandwidth measured in the same run
+// (bytes moved per second; a reduction moves what it reads):
+//  - sum and max over 1 GiB of float: loom::sum(x) / loom::max(x) vs
+//    cub::DeviceReduce::Sum / Max (targets: within 3% of CUB, >= 90% of copy);
+//  - a fused reduction: loom::sum(x * y) vs the op-by-op chain (a product
+//    materialized, then reduced);
+//  - row sums of 8192 x 8192 (loom::sum(x, 1), one kernel);
+//  - cumsum of one row of 2^26 floats vs cub::DeviceScan::InclusiveSum, and
+//    cumsum of 8192 rows of 8192 (block per row).
+// Random never-zero data (the hash of gpu_bench.cuh); each result is checked
+// against a double reference computed on the host before it is timed. CUDA
+// events after warm-up, median of many samples; every buffer is larger than
+// the L2 cache. Usage: bench_reduce_gpu [--quick] [--json FILE]; exits 77
+// without a GPU.
 #include <cub/device/device_reduce.cuh>
 #include <cub/device/device_scan.cuh>
 
-#include <algorithm>
-#include <cstdio>
-#include <vector>
+#include <functional>
 
-#include <loom/loom.hpp>
 #include <loom/reduce/reduce.hpp>
 #include <loom/reduce/scan.hpp>
 
+#include "gpu_bench.cuh"
+
 namespace {
-constexpr int warmup = 5;
-constexpr int runs = 30;
+using loom::index_t;
+using namespace loom_bench;
 
-template <class F>
-double median_ms(F&& f) {
-  for (int i = 0; i < warmup; ++i) f();
-  std::vector<float> t;
-  loom::event start, stop;
-  for (int i = 0; i < runs; ++i) {
-    start.record();
-    f();
-    stop.record();
-    stop.synchronize();
-    t.push_back(loom::elapsed_ms(start, stop));
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-// One CUB algorithm with its temp storage allocated once, outside the timing.
+// CUB's temp storage, allocated once outside the timing (as a careful caller of CUB would).
 struct cub_temp {
   void* p = nullptr;
   std::size_t bytes = 0;
   void ensure(std::size_t b) {
     if (b <= bytes) return;
     if (p) LOOM_CUDA_CHECK(cudaFree(p));
+    p = nullptr;
     LOOM_CUDA_CHECK(cudaMalloc(&p, b));
     bytes = b;
   }
+  cub_temp() = default;
+  cub_temp(const cub_temp&) = delete;
+  cub_temp& operator=(const cub_temp&) = delete;
   ~cub_temp() {
     if (p) (void)cudaFree(p);
   }
 };
 
-void report(const char* what, double ms, double gb, double ref_ms, double copy_gbs) {
-  std::printf("  %-40s %8.3f ms  %7.1f GB/s  %6.1f%% of direct CUB  %6.1f%% of copy bandwidth\n", what, ms, gb / ms * 1e3,
-              100.0 * ref_ms / ms, 100.0 * (gb / ms * 1e3) / copy_gbs);
-}
-}  // namespace
+struct bench_state {
+  options opt;
+  gpu_timing timing;
+  copy_ceiling copy;
+  bool failed = false;
 
-int main() {
-  if (!loom::gpu::is_available()) {
-    std::printf("no GPU: %s; the reduction benchmark needs one\n", loom::gpu::unavailable_reason().c_str());
-    return 77;
+  void measure(const std::string& op, const std::string& shape, const std::string& impl, double bytes,
+               const std::string& check, const std::function<void()>& f) {
+    record r{"gpu_reduce", op, shape, "f32", impl};
+    r.bytes = bytes;
+    r.copy_gbps = copy.memcpy_gbps;
+    r.check = check;
+    if (check != "ok") failed = true;
+    r.ms = time_rotated_ms(1, timing, [&](int) { f(); });
+    print_row(r);
+    emit_json(opt.json_path, r);
   }
-  const auto props = loom::gpu::properties();
-  std::printf("%s, %d SMs\n", props.name.c_str(), props.sm_count);
-  const loom::index_t n = loom::index_t{1} << 28;  // 1 GiB of float
-  loom::device_tensor<float, 1> x({n});
-  loom::fill(x, 1.0f);
-  loom::device_tensor<float, 1> copy_dst({n});
+};
+
+std::string close_to(double got, double want, double tol) {
+  if (std::fabs(got - want) <= tol) return "ok";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "FAIL (%.9g, want %.9g)", got, want);
+  return buf;
+}
+
+// Host values of the tensors filled with hash_fill(seed): a float each.
+std::vector<float> host_values(std::uint64_t seed, index_t n) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (index_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = hashed<float>(seed, static_cast<std::uint64_t>(i));
+  return v;
+}
+
+// Checks a float inclusive scan of `in` (rows of `len`) on a sample of rows,
+// with the rounding bound of a float sum (u * (sum of |partials| + 16 sum |x|)).
+std::string check_scan(const loom::host_tensor<float, 1>& got, const std::vector<float>& in, index_t len,
+                       index_t row_step) {
+  const index_t rows = static_cast<index_t>(in.size()) / len;
+  for (index_t r = 0; r < rows; r += row_step) {
+    double prefix = 0, partials = 0, magnitude = 0;
+    for (index_t k = 0; k < len; ++k) {
+      const auto i = static_cast<std::size_t>(r * len + k);
+      prefix += in[i];
+      partials += std::fabs(prefix);
+      magnitude += std::fabs(in[i]);
+      if (std::fabs(static_cast<double>(got.data()[i]) - prefix) > 0x1p-24 * (partials + 16 * magnitude)) {
+        char buf[128];
+        std::snprintf(buf, sizeof buf, "FAIL (row %lld, element %lld: %.9g, want %.9g)", static_cast<long long>(r),
+                      static_cast<long long>(k), static_cast<double>(got.data()[i]), prefix);
+        return buf;
+      }
+    }
+  }
+  return "ok";
+}
+
+void full_reductions(bench_state& st, index_t n) {
+  const std::string shape = std::to_string(n);
+  loom::device_tensor<float, 1> x({n}), y({n});
+  hash_fill(x, 21), hash_fill(y, 22);
   loom::device_tensor<float, 0> out(loom::shape<0>{});
   const cudaStream_t s = loom::current_stream().get();
-  const double gb = static_cast<double>(n) * sizeof(float) / 1e9;
-
-  // The floor: a device-to-device copy moves 2 bytes per byte read.
-  const double copy_ms = median_ms([&] {
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(copy_dst.data(), x.data(), n * sizeof(float), cudaMemcpyDeviceToDevice, s));
-  });
-  const double copy_gbs = 2 * gb / copy_ms * 1e3;
-  std::printf("device-to-device copy of 1 GiB: %.3f ms, %.1f GB/s (read + write)\n", copy_ms, copy_gbs);
+  const auto hx = host_values(21, n), hy = host_values(22, n);
+  double sum = 0, sum_xy = 0, abs_sum = 0, abs_xy = 0;
+  float mx = -INFINITY;
+  for (std::size_t i = 0; i < hx.size(); ++i) {
+    sum += hx[i], abs_sum += std::fabs(hx[i]);
+    const double p = static_cast<double>(hx[i]) * hy[i];
+    sum_xy += p, abs_xy += std::fabs(p);
+    mx = std::max(mx, hx[i]);
+  }
+  // A tree of float additions: error below u * depth * sum |x|, depth <= 64.
+  const double tol = 64 * 0x1p-24 * abs_sum, tol_xy = 64 * 0x1p-24 * abs_xy;
+  const double bytes = static_cast<double>(n) * sizeof(float);
+  auto item = [&] { return static_cast<double>(loom::item(out)); };
 
   cub_temp tmp;
   std::size_t b = 0;
   LOOM_CUDA_CHECK(cub::DeviceReduce::Sum(nullptr, b, x.data(), out.data(), n, s));
   tmp.ensure(b);
-  const double cub_sum = median_ms([&] {
-    std::size_t bytes = tmp.bytes;
-    LOOM_CUDA_CHECK(cub::DeviceReduce::Sum(tmp.p, bytes, x.data(), out.data(), n, s));
-  });
+  auto cub_sum = [&] {
+    std::size_t bytes_ = tmp.bytes;
+    LOOM_CUDA_CHECK(cub::DeviceReduce::Sum(tmp.p, bytes_, x.data(), out.data(), n, s));
+  };
+  cub_sum();
+  st.measure("sum(x)", shape, "cub::DeviceReduce::Sum", bytes, close_to(item(), sum, tol), cub_sum);
+  auto loom_sum = [&] { out = loom::sum(x); };
+  loom_sum();
+  st.measure("sum(x)", shape, "loom", bytes, close_to(item(), sum, tol), loom_sum);
+
   LOOM_CUDA_CHECK(cub::DeviceReduce::Max(nullptr, b, x.data(), out.data(), n, s));
   tmp.ensure(b);
-  const double cub_max = median_ms([&] {
-    std::size_t bytes = tmp.bytes;
-    LOOM_CUDA_CHECK(cub::DeviceReduce::Max(tmp.p, bytes, x.data(), out.data(), n, s));
-  });
-  const double loom_sum = median_ms([&] { out = loom::sum(x); });
-  const double loom_max = median_ms([&] { out = loom::max(x); });
-  std::printf("full reductions over 1 GiB of float:\n");
-  report("cub::DeviceReduce::Sum", cub_sum, gb, cub_sum, copy_gbs / 2);
-  report("loom::sum(x)", loom_sum, gb, cub_sum, copy_gbs / 2);
-  report("cub::DeviceReduce::Max", cub_max, gb, cub_max, copy_gbs / 2);
-  report("loom::max(x)", loom_max, gb, cub_max, copy_gbs / 2);
-  std::printf("  (sum of 2^28 ones: %.0f)\n", static_cast<double>(loom::item(loom::sum(x))));
+  auto cub_max = [&] {
+    std::size_t bytes_ = tmp.bytes;
+    LOOM_CUDA_CHECK(cub::DeviceReduce::Max(tmp.p, bytes_, x.data(), out.data(), n, s));
+  };
+  cub_max();
+  st.measure("max(x)", shape, "cub::DeviceReduce::Max", bytes, close_to(item(), mx, 0), cub_max);
+  auto loom_max = [&] { out = loom::max(x); };
+  loom_max();
+  st.measure("max(x)", shape, "loom", bytes, close_to(item(), mx, 0), loom_max);
 
-  // Scans: 256 MiB in, 256 MiB out.
-  const loom::index_t m = loom::index_t{1} << 26;
-  auto xs = x.view().slice(loom::range(0, m));
-  loom::device_tensor<float, 1> scan_out({m});
-  LOOM_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, b, x.data(), scan_out.data(), m, s));
-  tmp.ensure(b);
-  const double cub_scan = median_ms([&] {
-    std::size_t bytes = tmp.bytes;
-    LOOM_CUDA_CHECK(cub::DeviceScan::InclusiveSum(tmp.p, bytes, x.data(), scan_out.data(), m, s));
-  });
-  loom::device_tensor<float, 1> loom_scan_out;
-  const double loom_scan = median_ms([&] { loom_scan_out = loom::cumsum(xs, 0); });
-  const double sgb = 2.0 * static_cast<double>(m) * sizeof(float) / 1e9;
-  std::printf("inclusive scan of 256 MiB of float (read + write):\n");
-  report("cub::DeviceScan::InclusiveSum", cub_scan, sgb, cub_scan, copy_gbs);
-  report("loom::cumsum(x, 0)", loom_scan, sgb, cub_scan, copy_gbs);
-  return 0;
+  auto fused = [&] { out = loom::sum(x * y); };
+  fused();
+  st.measure("sum(x*y)", shape, "loom fused", 2 * bytes, close_to(item(), sum_xy, tol_xy), fused);
+  auto op_by_op = [&] {
+    auto p = loom::materialize(x * y);
+    out = loom::sum(p);
+  };
+  op_by_op();
+  st.measure("sum(x*y)", shape, "loom op by op", 2 * bytes, close_to(item(), sum_xy, tol_xy), op_by_op);
+}
+
+void row_sums(bench_state& st, index_t rows, index_t cols) {
+  const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
+  loom::device_tensor<float, 2> x({rows, cols});
+  hash_fill(x, 23);
+  loom::device_tensor<float, 1> out({rows});
+  const auto hx = host_values(23, rows * cols);
+  poison(out);
+  auto f = [&] { out = loom::sum(x, 1); };
+  f();
+  const auto got = loom::to_host(out);
+  std::string check = "ok";
+  for (index_t r = 0; r < rows && check == "ok"; r += 97) {
+    double want = 0, mag = 0;
+    for (index_t c = 0; c < cols; ++c) {
+      want += hx[static_cast<std::size_t>(r * cols + c)];
+      mag += std::fabs(hx[static_cast<std::size_t>(r * cols + c)]);
+    }
+    check = close_to(got.data()[r], want, 64 * 0x1p-24 * mag);
+  }
+  st.measure("sum(x, 1)", shape, "loom", static_cast<double>(rows) * cols * sizeof(float) + rows * 4.0, check,
+             f);
+}
+
+void scans(bench_state& st, index_t n, index_t rows, index_t cols) {
+  const cudaStream_t s = loom::current_stream().get();
+  {
+    const std::string shape = std::to_string(n);
+    loom::device_tensor<float, 1> x({n}), y({n});
+    hash_fill(x, 24);
+    const auto hx = host_values(24, n);
+    const double bytes = 2.0 * static_cast<double>(n) * sizeof(float);
+    cub_temp tmp;
+    std::size_t b = 0;
+    LOOM_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, b, x.data(), y.data(), n, s));
+    tmp.ensure(b);
+    auto cub_scan = [&] {
+      std::size_t bytes_ = tmp.bytes;
+      LOOM_CUDA_CHECK(cub::DeviceScan::InclusiveSum(tmp.p, bytes_, x.data(), y.data(), n, s));
+    };
+    poison(y);
+    cub_scan();
+    st.measure("cumsum(x, 0)", shape, "cub::DeviceScan", bytes, check_scan(loom::to_host(y), hx, n, 1), cub_scan);
+    auto loom_scan = [&] { y = loom::cumsum(x, 0); };
+    poison(y);
+    loom_scan();
+    st.measure("cumsum(x, 0)", shape, "loom", bytes, check_scan(loom::to_host(y), hx, n, 1), loom_scan);
+  }
+  {
+    const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
+    loom::device_tensor<float, 2> x({rows, cols}), y({rows, cols});
+    hash_fill(x, 25);
+    const auto hx = host_values(25, rows * cols);
+    auto loom_scan = [&] { y = loom::cumsum(x, 1); };
+    poison(y);
+    loom_scan();
+    const auto flat = loom::to_host(y.view().reshape(loom::shape<1>{rows * cols}));
+    st.measure("cumsum(x, 1)", shape, "loom", 2.0 * static_cast<double>(rows) * cols * sizeof(float),
+               check_scan(flat, hx, cols, 61), loom_scan);
+  }
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench_state st{options::parse(argc, argv)};
+  if (!loom::gpu::is_available()) return no_gpu("bench_reduce_gpu");
+  try {
+    if (st.opt.quick) st.timing = {1, 3};
+    const auto p = loom::gpu::properties();
+    std::printf("bench_reduce_gpu on %s (%d SMs, L2 %d MiB); median of %d samples after %d warm-up\n", p.name.c_str(),
+                p.sm_count, p.l2_cache_bytes >> 20, st.timing.runs, st.timing.warmup);
+    print_header();
+    st.copy = measure_copy("gpu_reduce", st.opt, st.timing);
+    full_reductions(st, st.opt.quick ? (index_t{1} << 20) + 3 : index_t{1} << 28);
+    row_sums(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192);
+    scans(st, st.opt.quick ? (index_t{1} << 20) + 3 : index_t{1} << 26, st.opt.quick ? 257 : 8192,
+          st.opt.quick ? 1023 : 8192);
+    if (st.failed) {
+      std::printf("FAIL: a result differs from its double reference\n");
+      return 1;
+    }
+    return 0;
+  } catch (const loom::error& e) {
+    std::fprintf(stderr, "bench_reduce_gpu: %s\n", e.what());
+    return 1;
+  }
 }

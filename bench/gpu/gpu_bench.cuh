@@ -68,7 +68,9 @@ LOOM_HD float hash_value(std::uint64_t seed, std::uint64_t i) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
-  const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // 24 bits: [0, 1)
+  // 21 bits: 1.75 * u and 0.25 + 1.75 * u are exact in float, so the value is
+  // the same with or without a fused multiply-add (nvcc contracts, g++ not).
+  const float u = static_cast<float>(z >> 43) * (1.0f / 2097152.0f);
   const float v = 0.25f + 1.75f * u;
   return (z & 1) ? -v : v;
 }
