@@ -117,8 +117,13 @@ probe_out="$("$LOOM_BUILD_DIR/bench/bench_elementwise" --quick 2>&1)"
 probe="${probe_out%%$'\n'*}"
 if [[ "$probe" == *"no GPU is present"* ]]; then
   echo "bench/gpu_check.sh: NO GPU IS PRESENT: $probe"
-  echo "The build passed (sm_$arch, $((SECONDS - start)) s). Everything from here on (the ctest suite with its"
-  echo "[cuda] tests, compute-sanitizer, the benchmarks) needs a GPU; run bench/gpu_check.sh on a GPU machine."
+  if [[ -n "$prebuilt" ]]; then
+    echo "The prebuilt programs are in place ($LOOM_BUILD_DIR). Everything from here on (the [cuda] test programs,"
+    echo "the examples, compute-sanitizer, the benchmarks) needs a GPU; run bench/gpu_check.sh on a GPU machine."
+  else
+    echo "The build passed (sm_$arch, $((SECONDS - start)) s). Everything from here on (the ctest suite with its"
+    echo "[cuda] tests, compute-sanitizer, the benchmarks) needs a GPU; run bench/gpu_check.sh on a GPU machine."
+  fi
   exit 3
 fi
 gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)"
