@@ -5,6 +5,9 @@
 #   LOOM_CUDA_ARCH   CUDA architectures to compile for (default 90: H100/H200)
 #   LOOM_BUILD_DIR   build directory (default build/ in the repository)
 #   LOOM_JOBS        parallel compile jobs (default: all cores)
+#   LOOM_CHECK_ONLY_ARCH  (scripts/test.sh) CUDA architectures of the programs
+#                    that are only compiled: default 90-virtual (PTX) without
+#                    a GPU, empty (= LOOM_CUDA_ARCH) with one
 
 LOOM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOOM_CUDA_ARCH="${LOOM_CUDA_ARCH:-90}"

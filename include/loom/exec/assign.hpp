@@ -112,21 +112,32 @@ struct bound_leaf {
   fast_divmod period{};
   bool periodic = false;
 
+  // P (periodic-capable): only the elementwise contiguous path passes true.
+  // Reductions and scans read dense operands only, and keeping the branch
+  // and the division out of their kernels halves their device compile time.
+  template <bool P = false>
   LOOM_HD index_t linear_offset(index_t i) const {
-    if (!periodic) return i;
-    const auto u = static_cast<std::uint64_t>(i);
-    return static_cast<index_t>(u - period.div(u) * period.d);
+    if constexpr (P) {
+      if (periodic) {
+        const auto u = static_cast<std::uint64_t>(i);
+        return static_cast<index_t>(u - period.div(u) * period.d);
+      }
+    }
+    return i;
   }
-  LOOM_HD compute at_linear(index_t i) const { return static_cast<compute>(p[linear_offset(i)]); }
+  template <bool P = false>
+  LOOM_HD compute at_linear(index_t i) const {
+    return static_cast<compute>(p[linear_offset<P>(i)]);
+  }
   template <class Ctx = no_ctx>
   LOOM_HD compute at(const index_t* idx, const Ctx& = {}) const {
     index_t off = 0;
     for (std::size_t d = R; d-- > 0;) off += idx[d] * st[d];
     return static_cast<compute>(p[off]);
   }
-  template <int V>
+  template <int V, bool P = false>
   LOOM_HD void load(index_t i0, regs<V>& r) const {
-    vec_load<T, V>(p + linear_offset(i0), r);
+    vec_load<T, V>(p + linear_offset<P>(i0), r);
   }
   //! Loads columns [c0, c0 + V) of the row whose leading coordinates are
   //! `lead`: one 16-byte load when the last stride is 1; a repeated value
@@ -168,12 +179,15 @@ struct bound_scalar {
   static constexpr std::size_t slots = 0;
   C value;
 
-  LOOM_HD C at_linear(index_t) const { return value; }
+  template <bool P = false>
+  LOOM_HD C at_linear(index_t) const {
+    return value;
+  }
   template <class Ctx = no_ctx>
   LOOM_HD C at(const index_t*, const Ctx& = {}) const {
     return value;
   }
-  template <int V>
+  template <int V, bool P = false>
   LOOM_HD void load(index_t, regs<V>&) const {}
   template <int V>
   LOOM_HD void row_load(const index_t*, index_t, regs<V>&) const {}
@@ -196,14 +210,17 @@ struct bound_map {
   F f;
   tuple<B...> ch;
 
-  LOOM_HD compute at_linear(index_t i) const { return linear_impl(i, std::index_sequence_for<B...>{}); }
+  template <bool P = false>
+  LOOM_HD compute at_linear(index_t i) const {
+    return linear_impl<P>(i, std::index_sequence_for<B...>{});
+  }
   template <class Ctx = no_ctx>
   LOOM_HD compute at(const index_t* idx, const Ctx& ctx = {}) const {
     return at_impl(idx, ctx, std::index_sequence_for<B...>{});
   }
-  template <int V>
+  template <int V, bool P = false>
   LOOM_HD void load(index_t i0, regs<V>& r) const {
-    load_impl<V>(i0, r, std::index_sequence_for<B...>{});
+    load_impl<V, P>(i0, r, std::index_sequence_for<B...>{});
   }
   template <int V>
   LOOM_HD void row_load(const index_t* lead, index_t c0, regs<V>& r) const {
@@ -228,17 +245,17 @@ struct bound_map {
   }
 
  private:
-  template <std::size_t... I>
+  template <bool P, std::size_t... I>
   LOOM_HD compute linear_impl(index_t i, std::index_sequence<I...>) const {
-    return f(static_cast<Cin>(detail::get<I>(ch).at_linear(i))...);
+    return f(static_cast<Cin>(detail::get<I>(ch).template at_linear<P>(i))...);
   }
   template <class Ctx, std::size_t... I>
   LOOM_HD compute at_impl(const index_t* idx, const Ctx& ctx, std::index_sequence<I...>) const {
     return f(static_cast<Cin>(detail::get<I>(ch).at(idx, ctx))...);
   }
-  template <int V, std::size_t... I>
+  template <int V, bool P, std::size_t... I>
   LOOM_HD void load_impl(index_t i0, regs<V>& r, std::index_sequence<I...>) const {
-    (detail::get<I>(ch).template load<V>(i0, detail::get<I>(r.c)), ...);
+    (detail::get<I>(ch).template load<V, P>(i0, detail::get<I>(r.c)), ...);
   }
   template <int V, std::size_t... I>
   LOOM_HD void row_load_impl(const index_t* lead, index_t c0, regs<V>& r, std::index_sequence<I...>) const {
@@ -450,14 +467,14 @@ __global__ void __launch_bounds__(256) contiguous_kernel(O* out, B e, index_t n)
 #pragma unroll 1
   for (index_t v = tid; v < nv; v += step) {
     typename B::template regs<V> r;
-    e.template load<V>(v * V, r);
+    e.template load<V, true>(v * V, r);
     vec_regs<O, V> o;
 #pragma unroll
     for (int j = 0; j < V; ++j) o.v[j] = convert<O>(e.template elem<V>(r, j));
     vec_store<O, V>(out + v * V, o);
   }
   const index_t t = nv * V + tid;
-  if (t < n) out[t] = convert<O>(e.at_linear(t));
+  if (t < n) out[t] = convert<O>(e.template at_linear<true>(t));
 }
 
 template <class O, std::size_t R, class B>
@@ -584,7 +601,7 @@ eval_info assign_impl(const view<O, RO, S>& out, const E& e_in) {
     O* const p = out.data();
     if (contiguous) {
       info.path = eval_path::contiguous;
-      host_for_each(n, [&](index_t i) { p[i] = convert<O>(b.at_linear(i)); });
+      host_for_each(n, [&](index_t i) { p[i] = convert<O>(b.template at_linear<true>(i)); });
     } else {
       info.path = eval_path::general;
       general_out<O, RO> g{p, out.strides(), {}};

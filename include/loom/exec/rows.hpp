@@ -322,6 +322,7 @@ struct bound_column_index {
   static constexpr std::size_t slots = 0;
   fast_divmod cols;  // for linear indexing: column = i % cols
 
+  template <bool P = false>
   LOOM_HD std::int64_t at_linear(index_t i) const {
     std::uint64_t q, r;
     cols.divmod(static_cast<std::uint64_t>(i), q, r);
@@ -331,7 +332,7 @@ struct bound_column_index {
   LOOM_HD std::int64_t at(const index_t* idx, const Ctx& = {}) const {
     return idx[R - 1];
   }
-  template <int V>
+  template <int V, bool P = false>
   LOOM_HD void load(index_t i0, regs<V>& r) const {
     for (int j = 0; j < V; ++j) r.v[j] = at_linear(i0 + j);
   }
