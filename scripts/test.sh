@@ -17,13 +17,13 @@ section "dependencies"
 loom_install_deps
 loom_find_cuda
 
-# Without a GPU the [cuda] test programs, the GPU benchmarks and the nvcc
-# header checks can only be compiled, not run: they are compiled to PTX for
-# the first architecture (e.g. 90-virtual). The whole front end and NVVM run,
-# so every template and device-code error shows; ptxas does not run on them
-# (it took half of their compile time); the ptx_fusion_check test still runs
-# ptxas on representative kernels, and the examples are built as users build
-# them. With a GPU they are built for real (LOOM_CHECK_ONLY_ARCH overrides).
+# Without a GPU the [cuda] test programs, the GPU benchmarks, the nvcc header
+# checks and the examples (which then run on the host executor) cannot run
+# device code: their device code is compiled to PTX only, for the first
+# architecture (e.g. 90-virtual; see loom_check_only_target in CMakeLists.txt).
+# The whole front end and NVVM run, so every template and device-code error
+# shows; ptxas runs in the ptx_fusion_check test and the consumer build. With
+# a GPU everything is built for real (LOOM_CHECK_ONLY_ARCH overrides).
 if [[ -z "${LOOM_CHECK_ONLY_ARCH+x}" ]]; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
     LOOM_CHECK_ONLY_ARCH=""
@@ -35,10 +35,9 @@ fi
 
 section "configure ($LOOM_BUILD_DIR, CUDA architectures $LOOM_CUDA_ARCH, compile-only programs: ${LOOM_CHECK_ONLY_ARCH:-the same}, host tests with sanitizers: $LOOM_SANITIZE)"
 # The host test programs are built once, with g++ -fsanitize=address,undefined
-# at -O1 (LOOM_SANITIZE=ON, the default here; LOOM_SANITIZE=OFF builds them
+# at -O0 (LOOM_SANITIZE=ON, the default here; LOOM_SANITIZE=OFF builds them
 # plain at -O3): every host test runs under AddressSanitizer and
-# UndefinedBehaviorSanitizer, and the compile costs less than a -O3 build.
-# The [cuda] programs, examples and benchmarks are built as users build them.
+# UndefinedBehaviorSanitizer (tests/CMakeLists.txt says why -O0).
 loom_configure -DLOOM_SANITIZE="$LOOM_SANITIZE" -DLOOM_CHECK_ONLY_ARCHITECTURES="$LOOM_CHECK_ONLY_ARCH"
 
 section "build ($LOOM_JOBS jobs)"
