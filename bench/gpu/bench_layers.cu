@@ -163,9 +163,25 @@ struct bench_state {
       for (std::size_t j = 0; j < ref_row.size(); ++j) m.add(got_row[j], ref_row[j]);
     r.check = m.verdict();
     if (r.check != "ok") failed = true;
+    const int cached = loom::last_eval().cached_rows;
     if constexpr (std::is_same_v<Space, loom::device>) r.ms = time_rotated_ms(d.sets, timing, f);
     print_row(r);
     emit_json(opt.json_path, r);
+    if constexpr (std::is_same_v<Space, loom::device>) {
+      // The same kernel with the row cache off (every pass reads the rows in
+      // place): what the cache is worth at this shape.
+      if (cached > 0) {
+        auto& budget = loom::detail::row_cache_budget();
+        const std::size_t saved = budget;
+        budget = 0;
+        record off = r;
+        off.impl = "loom, row cache off";
+        off.ms = time_rotated_ms(d.sets, timing, f);
+        budget = saved;
+        print_row(off);
+        emit_json(opt.json_path, off);
+      }
+    }
   }
 };
 

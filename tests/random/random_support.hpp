@@ -60,11 +60,12 @@ struct rng {
 //! Counts over a run, printed at the end so the notes can say what ran.
 struct stats {
   long cases = 0, elements = 0, skipped = 0, in_place = 0, contiguous = 0, general = 0, rows = 0, empty = 0;
+  long row_cached = 0;  // rows-path cases that held input rows in the row cache
   void print(const char* what) const {
     std::printf("loom random: %s: %ld cases, %ld elements compared, %ld skipped near a rounding jump (%.4f%%), "
-                "%ld in place; paths: %ld contiguous, %ld general, %ld rows, %ld empty\n",
+                "%ld in place; paths: %ld contiguous, %ld general, %ld rows (%ld with cached rows), %ld empty\n",
                 what, cases, elements, skipped, elements + skipped ? 100.0 * skipped / (elements + skipped) : 0.0,
-                in_place, contiguous, general, rows, empty);
+                in_place, contiguous, general, rows, row_cached, empty);
   }
 };
 

@@ -212,6 +212,7 @@ void run_layer_case(std::uint64_t seed, long case_no, loom_random::stats& st) {
   const auto launched = launches_in_space<space_t>() - before;
   ++st.cases;
   count_path(st, info.path);
+  st.row_cached += info.cached_rows > 0;
   const auto want_path = n == 0 ? loom::eval_path::empty : loom::eval_path::rows;
   if (launched != (n > 0 ? 1u : 0u) || info.path != want_path) {
     FAIL_CHECK(describe() << launched << " launches on the " << path_name(info.path) << " path; want "
@@ -280,4 +281,134 @@ TEST_CASE("random row-reduction layers on strided views match double references"
   }
   st.print(on_device ? "layers [cuda]" : "layers");
   CHECK(st.cases == (only >= 0 ? 1 : n));
+}
+
+namespace {
+// Restores the row-cache budget when a test ends, also by an exception.
+struct budget_guard {
+  std::size_t saved = loom::detail::row_cache_budget();
+  ~budget_guard() { loom::detail::row_cache_budget() = saved; }
+};
+
+template <class T, std::size_t R>
+loom::tensor<T, R, space_t> in_space_copy(const loom::tensor<T, R, loom::host>& h) {
+  if constexpr (on_device) {
+    return loom::to_device(h);
+  } else {
+    loom::tensor<T, R, loom::host> c(h.extents());
+    loom::assign(c, h);
+    return c;
+  }
+}
+
+template <class T, std::size_t R>
+std::vector<double> host_values(const loom::tensor<T, R, space_t>& t) {
+  const auto h = loom::to_host(t);
+  std::vector<double> v;
+  for (index_t i = 0; i < h.size(); ++i) v.push_back(loom_test::as_double(h.data()[i]));
+  return v;
+}
+
+// Evaluates `make()` into `out` with the row cache on and off: the results
+// must be bit-identical (the passes do the same arithmetic in the same order,
+// only the memory they read differs). Returns the cached row count.
+template <class T, std::size_t R, class Make>
+int cached_vs_uncached(loom::tensor<T, R, space_t>& out, const Make& make) {
+  budget_guard keep;
+  auto off = loom::empty_like(out);
+  loom::fill(off, loom_test::poison_value<T>());
+  loom::detail::row_cache_budget() = 0;
+  loom::assign(off, make());
+  CHECK(loom::last_eval().cached_rows == 0);
+  loom::detail::row_cache_budget() = keep.saved;
+  loom::fill(out, loom_test::poison_value<T>());
+  const int cached = loom::assign(out, make()).cached_rows;
+  const auto a = loom::to_host(out), b = loom::to_host(off);
+  for (index_t i = 0; i < a.size(); ++i)
+    if (!loom_test::same_bits(a.data()[i], b.data()[i])) {
+      FAIL_CHECK("element " << i << " differs with the row cache on (" << loom_test::as_double(a.data()[i])
+                            << ") and off (" << loom_test::as_double(b.data()[i]) << ")");
+      break;
+    }
+  return cached;
+}
+}  // namespace
+
+TEST_CASE("rows read by several passes are cached on chip, with bit-identical results", "[rows][cache]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("row cache"));
+  const index_t n = 5;
+  for (index_t cols : {1, 7, 33, 1000, 4099}) {
+    INFO("rows of " << cols);
+    loom::tensor<float, 2, loom::host> xh({n, cols}), dyh({n, cols}), zh({n, 9});
+    loom::tensor<float, 1, loom::host> wh({cols});
+    for (auto* t : {&xh, &dyh}) loom_test::randomize(t->view(), g);
+    loom_test::randomize(zh.view(), g);
+    loom_test::randomize(wh.view(), g);
+    auto x = in_space_copy(xh);
+    const auto dy = in_space_copy(dyh), z = in_space_copy(zh);
+    const auto w = in_space_copy(wh);
+    loom::tensor<float, 2, space_t> y({n, cols});
+
+    // softmax reads x in three passes (max, sum, output): one cached row.
+    CHECK(cached_vs_uncached(y, [&] { return loom::softmax(x); }) == 1);
+    const auto xs = host_values(x), ys = host_values(y);
+    for (index_t r = 0; r < n; ++r) {
+      double m = -INFINITY, s = 0;
+      for (index_t c = 0; c < cols; ++c) m = std::max(m, xs[static_cast<std::size_t>(r * cols + c)]);
+      for (index_t c = 0; c < cols; ++c) s += std::exp(xs[static_cast<std::size_t>(r * cols + c)] - m);
+      for (index_t c = 0; c < cols; ++c) {
+        const double want = std::exp(xs[static_cast<std::size_t>(r * cols + c)] - m) / s;
+        REQUIRE(std::fabs(ys[static_cast<std::size_t>(r * cols + c)] - want) <= 1e-5 * want + 1e-7);
+      }
+    }
+    // In place: the row is cached before any of it is written.
+    auto yi = loom::empty_like(x);
+    loom::assign(yi, x);
+    CHECK(loom::assign(yi, loom::softmax(yi)).cached_rows == 1);
+    CHECK(host_values(yi) == ys);
+    // x and dy are both read by several passes; the weight is the same row
+    // for every row and stays in place.
+    CHECK(cached_vs_uncached(y, [&] { return loom::layer_norm_backward_input(x, w, dy, 1e-5); }) == 2);
+    CHECK(cached_vs_uncached(y, [&] { return loom::rms_norm(x, w, 1e-6); }) == 1);
+    // Rows read by one pass each gain nothing and are not cached.
+    CHECK(cached_vs_uncached(y, [&] { return x * loom::row_sum(dy); }) == 0);
+    // A reduction over rows of another length (z has 9 columns) caches z's
+    // row at its own length.
+    CHECK(cached_vs_uncached(y, [&] { return x + loom::row_sum(z) * loom::row_max(z); }) == 1);
+    // Strided rows (a transposed view) are not cached and stay correct; with
+    // one column the transposed view is one contiguous row.
+    loom::tensor<float, 2, space_t> yt({cols, n});
+    const auto xt = x.t();
+    CHECK(cached_vs_uncached(yt, [&] { return loom::softmax(xt); }) == (cols == 1 ? 1 : 0));
+  }
+  // Rows that do not fit the budget are read in place.
+  loom::tensor<float, 2, loom::host> bigh({3, 30001});
+  loom_test::randomize(bigh.view(), g);
+  const auto big = in_space_copy(bigh);
+  loom::tensor<float, 2, space_t> yb({3, 30001});
+  CHECK(cached_vs_uncached(yb, [&] { return loom::softmax(big); }) == 0);
+  {
+    budget_guard keep;
+    loom::detail::row_cache_budget() = std::size_t{1} << 20;
+    loom::fill(yb, loom_test::poison_value<float>());
+    const int cached = loom::assign(yb, loom::softmax(big)).cached_rows;
+#if LOOM_CUDA_COMPILER
+    // One block per row: cached when 120 KB fit the device's shared memory.
+    int dev = 0;
+    REQUIRE(cudaGetDevice(&dev) == cudaSuccess);
+    CHECK(cached == (loom::detail::row_cache_device_limit(dev) >= 30001 * 4 ? 1 : 0));
+#else
+    CHECK(cached == 1);
+#endif
+  }
+}
+
+TEST_CASE("LOOM_ROW_CACHE_BYTES is a number of bytes", "[rows][cache]" LOOM_TEST_TAG) {
+  using loom::detail::parse_row_cache_bytes;
+  CHECK(parse_row_cache_bytes(nullptr) == 96 * 1024);
+  CHECK(parse_row_cache_bytes("") == 96 * 1024);
+  CHECK(parse_row_cache_bytes("0") == 0);
+  CHECK(parse_row_cache_bytes("65536") == 65536);
+  CHECK_THROWS_WITH(parse_row_cache_bytes("64k"), Catch::Contains("LOOM_ROW_CACHE_BYTES") && Catch::Contains("'64k'"));
+  CHECK_THROWS_AS(parse_row_cache_bytes("-1"), loom::value_error);
 }

@@ -40,6 +40,8 @@ struct eval_info {
   bool on_device = false;
   int threads_per_row = 0;  //!< on the rows path: threads that share one row (1 on the host)
   int row_passes = 0;       //!< on the rows path: reduction passes over each row before the output pass
+  int cached_rows = 0;      //!< on the rows path: distinct input rows held on chip (shared memory; a per-thread buffer on
+                            //!< the host) and read from there by every pass; 0 when the rows do not fit the cache
 };
 
 namespace detail {

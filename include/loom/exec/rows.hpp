@@ -3,11 +3,15 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "loom/config.hpp"
 #include "loom/core/error.hpp"
@@ -395,7 +399,8 @@ template <expression E>
 //! broadcast back along the row). Accumulate in float (double for double
 //! inputs); max/min propagate NaN. Inside an assignment they cost no extra
 //! kernel: the whole assignment is one kernel with one pass per reduction
-//! over each row (re-reads hit L1/L2), then the output pass.
+//! over each row, then the output pass; a row that several passes read is
+//! copied into shared memory once first (see eval_info::cached_rows).
 //! Example: `y = exp(x - row_max(x)) / row_sum(exp(x - row_max(x)));`
 LOOM_ROW_REDUCTION(row_sum, row_sum_op)
 LOOM_ROW_REDUCTION(row_mean, row_mean_op)
@@ -601,11 +606,274 @@ __device__ __forceinline__ void device_reduce_all(const B& b, const index_t* lea
   (device_reduce_one<V, Vec, A, B, Ctx, R, S>(b, lead, ctx, lane, G, smem, reuse), ...);
 }
 
+#endif
+
+// ---------------------------------------------------------------------------
+// Row cache. A row kernel makes one pass over each row per reduction and one
+// for the output. Every distinct input row that two or more of those passes
+// read is copied once into on-chip memory (shared memory on the device, a
+// per-thread buffer on the host) and the passes read it there, so device
+// memory is read once per element. The tree is not compiled twice: its
+// leaves are rebased onto the cached row (a pointer into the cache, leading
+// strides 0, last stride 1), so the same code reads either memory.
+
+// Number of leaf occurrences in a bound tree.
+template <class B>
+struct leaf_count;
+template <class C>
+struct leaf_count<bound_scalar<C>> : std::integral_constant<std::size_t, 0> {};
+template <std::size_t R>
+struct leaf_count<bound_column_index<R>> : std::integral_constant<std::size_t, 0> {};
+template <class T, std::size_t R>
+struct leaf_count<bound_leaf<T, R>> : std::integral_constant<std::size_t, 1> {};
+template <class F, class Cin, class... B>
+struct leaf_count<bound_map<F, Cin, B...>> : std::integral_constant<std::size_t, (std::size_t{0} + ... + leaf_count<B>::value)> {};
+template <class Op, class A, std::size_t S, class B>
+struct leaf_count<bound_row_reduce<Op, A, S, B>> : leaf_count<B> {};
+
+// Visits every leaf of a bound tree in one fixed (depth-first) order as
+// f(leaf, k, len, pass): k numbers the occurrences, len is the length of the
+// rows the leaf is read along (the output's at the top, a reduction's own
+// inside it) and pass the slot of the innermost enclosing reduction (-1: the
+// output pass). A bound node type without an overload here does not compile.
+template <class C, class F>
+LOOM_HD void visit_leaves(bound_scalar<C>&, F&, int&, index_t, int) {}
+template <std::size_t R, class F>
+LOOM_HD void visit_leaves(bound_column_index<R>&, F&, int&, index_t, int) {}
+template <class T, std::size_t R, class F>
+LOOM_HD void visit_leaves(bound_leaf<T, R>& l, F& f, int& k, index_t len, int pass) {
+  f(l, k, len, pass);
+  ++k;
+}
+template <class Op, class A, std::size_t S, class B, class F>
+LOOM_HD void visit_leaves(bound_row_reduce<Op, A, S, B>& r, F& f, int& k, index_t, int) {
+  visit_leaves(r.arg, f, k, r.cols, static_cast<int>(S));
+}
+template <class Fn, class Cin, class... B, class F, std::size_t... I>
+LOOM_HD void visit_children(bound_map<Fn, Cin, B...>& m, F& f, int& k, index_t len, int pass, std::index_sequence<I...>) {
+  (visit_leaves(detail::get<I>(m.ch), f, k, len, pass), ...);
+}
+template <class Fn, class Cin, class... B, class F>
+LOOM_HD void visit_leaves(bound_map<Fn, Cin, B...>& m, F& f, int& k, index_t len, int pass) {
+  visit_children(m, f, k, len, pass, std::index_sequence_for<B...>{});
+}
+
+// Which leaf occurrences read a cached row, where it lies in the cache of
+// one group of threads, and the distinct rows to copy in (as bytes).
+template <std::size_t L, std::size_t R>
+struct row_cache_plan {
+  static constexpr std::size_t n = L > 0 ? L : 1;
+  bool on = false;
+  int rows = 0;                     // distinct rows cached
+  std::uint32_t group_bytes = 0;    // cache bytes per group of threads (one output row)
+  std::uint32_t off[n] = {};        // per leaf occurrence: byte offset of its cached row
+  std::uint8_t cached[n] = {};      // per leaf occurrence: reads the cache
+  const unsigned char* src[n] = {}; // per distinct row: base pointer of the leaf
+  index_t lead_bytes[n][R > 1 ? R - 1 : 1] = {};  // per distinct row: leading strides in bytes
+  index_t bytes[n] = {};            // per distinct row: bytes of one row
+  std::uint32_t to[n] = {};         // per distinct row: byte offset in the cache
+};
+
+template <class T>
+struct type_key {
+  static constexpr char id = 0;
+};
+
+// The cache budget per thread block (per row on the host), in bytes, from
+// the value of LOOM_ROW_CACHE_BYTES: unset or empty gives 96 KiB (two blocks
+// per SM on sm_90), 0 turns the cache off, anything but a number throws.
+inline std::size_t parse_row_cache_bytes(const char* e) {
+  if (e == nullptr || *e == '\0') return std::size_t{96} << 10;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(e, &end, 10);
+  if (end == e || *end != '\0' || *e == '-')
+    throw value_error(std::string("loom: LOOM_ROW_CACHE_BYTES must be a number of bytes, got '") + e + "'");
+  return static_cast<std::size_t>(v);
+}
+
+// The cache budget in use: read from the environment once; tests may set it.
+inline std::size_t& row_cache_budget() {
+  static std::size_t bytes = parse_row_cache_bytes(std::getenv("LOOM_ROW_CACHE_BYTES"));
+  return bytes;
+}
+
+// Plans the cache for a bound tree over output rows of rank R: a leaf's row
+// is cached when it is contiguous along the row (last stride 1), is not the
+// same row for every row of a multi-row output, and is read by two or more
+// passes that run (a reduction skipped as a duplicate reads nothing). Leaves
+// of one type over the same pointer, strides and row length share one cached
+// row. The plan is off when nothing qualifies or `groups` rows exceed
+// `budget` bytes.
+template <std::size_t R, class B>
+row_cache_plan<leaf_count<B>::value, R> plan_row_cache(const B& b, index_t cols, index_t rows, std::uint64_t reuse,
+                                                       std::size_t groups, std::size_t budget) {
+  constexpr std::size_t L = leaf_count<B>::value;
+  row_cache_plan<L, R> plan;
+  struct row_key {
+    const void* type;
+    const unsigned char* p;
+    std::vector<index_t> st;
+    index_t len;
+    std::size_t elem;
+    std::uint64_t passes;
+    bool out;
+  };
+  std::vector<row_key> keys;
+  int which[L > 0 ? L : 1];
+  B copy = b;
+  int k = 0;
+  auto f = [&](auto& leaf, int kk, index_t len, int pass) {
+    using T = std::remove_cvref_t<decltype(*leaf.p)>;
+    static_assert(std::tuple_size_v<std::remove_cvref_t<decltype(leaf.st)>> == R);
+    which[kk] = -1;
+    bool per_row = rows <= 1;
+    for (std::size_t d = 0; d + 1 < R; ++d) per_row = per_row || leaf.st[d] != 0;
+    if (leaf.st[R - 1] != 1 || !per_row || len <= 0) return;
+    const auto* p = reinterpret_cast<const unsigned char*>(leaf.p);
+    const std::vector<index_t> st(leaf.st.begin(), leaf.st.end());
+    std::size_t i = 0;
+    while (i < keys.size() &&
+           !(keys[i].type == &type_key<T>::id && keys[i].p == p && keys[i].st == st && keys[i].len == len))
+      ++i;
+    if (i == keys.size()) keys.push_back({&type_key<T>::id, p, st, len, sizeof(T), 0, false});
+    if (pass < 0)
+      keys[i].out = true;
+    else if (!((reuse >> pass) & 1))
+      keys[i].passes |= std::uint64_t{1} << pass;
+    which[kk] = static_cast<int>(i);
+  };
+  visit_leaves(copy, f, k, cols, -1);
+  std::vector<int> slot(keys.size(), -1);
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (std::popcount(keys[i].passes) + (keys[i].out ? 1 : 0) < 2) continue;
+    const auto j = static_cast<std::size_t>(plan.rows++);
+    slot[i] = static_cast<int>(j);
+    plan.src[j] = keys[i].p;
+    for (std::size_t d = 0; d + 1 < R; ++d) plan.lead_bytes[j][d] = keys[i].st[d] * static_cast<index_t>(keys[i].elem);
+    plan.bytes[j] = keys[i].len * static_cast<index_t>(keys[i].elem);
+    plan.to[j] = static_cast<std::uint32_t>(total);
+    total += (static_cast<std::size_t>(plan.bytes[j]) + 15) / 16 * 16;
+    if (total > budget) break;
+  }
+  if (total == 0 || total > budget / (groups > 0 ? groups : 1) || total > std::numeric_limits<std::uint32_t>::max())
+    return row_cache_plan<L, R>{};
+  plan.on = true;
+  plan.group_bytes = static_cast<std::uint32_t>(total);
+  for (std::size_t kk = 0; kk < L; ++kk) {
+    if (which[kk] < 0 || slot[static_cast<std::size_t>(which[kk])] < 0) continue;
+    plan.cached[kk] = 1;
+    plan.off[kk] = plan.to[static_cast<std::size_t>(slot[static_cast<std::size_t>(which[kk])])];
+  }
+  return plan;
+}
+
+// True when every leaf that stays in place can be read with row_load (the
+// cached rows always can: 16-byte aligned, contiguous).
+template <class B, std::size_t L, std::size_t R>
+bool row_vector_ok_cached(const B& b, const row_cache_plan<L, R>& plan) {
+  if (!plan.on) return b.row_vector_ok();
+  B copy = b;
+  bool ok = true;
+  int k = 0;
+  auto f = [&](auto& leaf, int kk, index_t, int) {
+    if (!plan.cached[kk]) ok = ok && leaf.row_vector_ok();
+  };
+  visit_leaves(copy, f, k, 0, -1);
+  return ok;
+}
+
+// Points the cached leaves of `bc` at their rows in `cache` for the output
+// row `lead`. Only the pointer changes (strides stay): it is moved so that
+// the leaf's offset of column 0 in this row lands on the cached row.
+template <class B, std::size_t L, std::size_t R>
+LOOM_HD void rebase_leaves(B& bc, const row_cache_plan<L, R>& plan, const index_t* lead, unsigned char* cache) {
+  int k = 0;
+  auto f = [&](auto& leaf, int kk, index_t, int) {
+    using T = std::remove_cvref_t<decltype(*leaf.p)>;
+    if (!plan.cached[kk]) return;
+    index_t off = 0;
+    for (std::size_t d = 0; d + 1 < R; ++d) off += lead[d] * leaf.st[d];
+    const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(cache + plan.off[kk]);
+    leaf.p = reinterpret_cast<const T*>(at - static_cast<std::uintptr_t>(off) * sizeof(T));
+  };
+  visit_leaves(bc, f, k, 0, -1);
+}
+
+// Host executor: copies the planned rows of `lead` into `cache`.
+template <std::size_t L, std::size_t R>
+void host_fill_cache(const row_cache_plan<L, R>& plan, const index_t* lead, unsigned char* cache) {
+  for (int j = 0; j < plan.rows; ++j) {
+    index_t off = 0;
+    for (std::size_t d = 0; d + 1 < R; ++d) off += lead[d] * plan.lead_bytes[j][d];
+    std::memcpy(cache + plan.to[j], plan.src[j] + off, static_cast<std::size_t>(plan.bytes[j]));
+  }
+}
+
+#if LOOM_CUDA_COMPILER
+// Copies `bytes` bytes with G threads in units of U (four in flight per
+// thread), then the remaining bytes one by one.
+template <class U>
+__device__ __forceinline__ void device_copy_bytes(const unsigned char* src, unsigned char* dst, index_t bytes, int lane,
+                                                  int G) {
+  const index_t units = bytes / static_cast<index_t>(sizeof(U));
+  const U* s = reinterpret_cast<const U*>(src);
+  U* d = reinterpret_cast<U*>(dst);
+  constexpr int N = 4;
+  index_t i = lane;
+#pragma unroll 1
+  for (; i + (N - 1) * G < units; i += N * G) {
+    U t[N];
+#pragma unroll
+    for (int u = 0; u < N; ++u) t[u] = s[i + u * G];
+#pragma unroll
+    for (int u = 0; u < N; ++u) d[i + u * G] = t[u];
+  }
+#pragma unroll 1
+  for (; i < units; i += G) d[i] = s[i];
+#pragma unroll 1
+  for (index_t b = units * static_cast<index_t>(sizeof(U)) + lane; b < bytes; b += G) dst[b] = src[b];
+}
+
+// Copies the planned rows of `lead` into the group's cache, G threads at a
+// time, in the widest unit the row's alignment allows.
+template <std::size_t L, std::size_t R>
+__device__ __forceinline__ void device_fill_cache(const row_cache_plan<L, R>& plan, const index_t* lead,
+                                                  unsigned char* cache, int lane, int G) {
+#pragma unroll 1
+  for (int j = 0; j < plan.rows; ++j) {
+    index_t off = 0;
+    for (std::size_t d = 0; d + 1 < R; ++d) off += lead[d] * plan.lead_bytes[j][d];
+    const unsigned char* src = plan.src[j] + off;
+    unsigned char* dst = cache + plan.to[j];
+    const auto a = reinterpret_cast<std::uintptr_t>(src);
+    if (a % 16 == 0)
+      device_copy_bytes<uint4>(src, dst, plan.bytes[j], lane, G);
+    else if (a % 4 == 0)
+      device_copy_bytes<unsigned>(src, dst, plan.bytes[j], lane, G);
+    else
+      device_copy_bytes<unsigned char>(src, dst, plan.bytes[j], lane, G);
+  }
+}
+
+__device__ __forceinline__ void group_sync(int G) {
+  if (G == 32)
+    __syncwarp();
+  else
+    __syncthreads();
+}
+
 // One group of G threads per row (G = 32: a warp per row; G = blockDim: a
-// block per row); every reduction slot in order, then the output pass.
-template <int V, bool Vec, class A, std::size_t R, class Sink, class B>
-__global__ void __launch_bounds__(256) row_kernel(Sink sink, B b, row_layout<R> lay, int G, std::uint64_t reuse) {
+// block per row): the planned rows into the group's part of the shared
+// cache, every reduction slot in order, then the output pass. Four blocks
+// per SM in the launch bounds: with the maximum thread count alone, ptxas
+// held the registers of the softmax kernel at 40-48 and spilled.
+template <int V, bool Vec, class A, std::size_t R, class Sink, class B, std::size_t L>
+__global__ void __launch_bounds__(256, 4)
+    row_kernel(Sink sink, B b, row_layout<R> lay, int G, std::uint64_t reuse, row_cache_plan<L, R> plan) {
   __shared__ A smem[32];
+  extern __shared__ __align__(16) unsigned char row_cache_smem[];
+  unsigned char* cache = row_cache_smem + static_cast<std::size_t>(threadIdx.x / G) * plan.group_bytes;
   const int lane = static_cast<int>(threadIdx.x) % G;
   const index_t groups_per_block = blockDim.x / G;
   const index_t group = static_cast<index_t>(blockIdx.x) * groups_per_block + threadIdx.x / G;
@@ -614,15 +882,21 @@ __global__ void __launch_bounds__(256) row_kernel(Sink sink, B b, row_layout<R> 
   for (index_t row = group; row < lay.rows; row += step) {
     index_t lead[R > 1 ? R - 1 : 1];
     lay.lead_of(row, lead);
+    B bc = b;
+    if (plan.on) {
+      device_fill_cache(plan, lead, cache, lane, G);
+      rebase_leaves(bc, plan, lead, cache);
+      group_sync(G);
+    }
     row_ctx<B::slots, A> ctx;
-    device_reduce_all<V, Vec, A, B, row_ctx<B::slots, A>, R>(b, lead, ctx, lane, G, smem, reuse,
+    device_reduce_all<V, Vec, A, B, row_ctx<B::slots, A>, R>(bc, lead, ctx, lane, G, smem, reuse,
                                                              std::make_index_sequence<B::slots>{});
     index_t c = lane;
     if constexpr (Vec) {
       const index_t full = lay.cols / V * V;
 #pragma unroll 1
       for (index_t c0 = static_cast<index_t>(lane) * V; c0 < full; c0 += static_cast<index_t>(G) * V)
-        sink.template vec<V>(b, lead, c0, ctx);
+        sink.template vec<V>(bc, lead, c0, ctx);
       c = full + lane;
     }
     index_t idx[R];
@@ -630,9 +904,24 @@ __global__ void __launch_bounds__(256) row_kernel(Sink sink, B b, row_layout<R> 
 #pragma unroll 1
     for (; c < lay.cols; c += G) {
       idx[R - 1] = c;
-      sink.one(b, idx, lead, c, ctx);
+      sink.one(bc, idx, lead, c, ctx);
     }
+    if (plan.on) group_sync(G);  // the next row's copy overwrites the cache
   }
+}
+
+// Largest dynamic shared memory one block of the row kernel may ask for on
+// `device` (the opt-in limit less 1 KiB for its static shared memory), cached.
+inline std::size_t row_cache_device_limit(int device) {
+  static thread_local int cached_device = -1;
+  static thread_local std::size_t cached = 0;
+  if (device != cached_device) {
+    int optin = 0;
+    LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cached = optin > 1024 ? static_cast<std::size_t>(optin) - 1024 : 0;
+    cached_device = device;
+  }
+  return cached;
 }
 #endif
 
@@ -653,16 +942,26 @@ eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool
   if constexpr (std::is_same_v<S, host>) {
     (void)sink_vector_ok;
     info.threads_per_row = 1;
+    const auto plan = plan_row_cache<RO>(b, lay.cols, lay.rows, reuse, 1, row_cache_budget());
+    info.cached_rows = plan.rows;
     host_for_each(lay.rows, [&](index_t row) {
       index_t lead[RO > 1 ? RO - 1 : 1];
       lay.lead_of(row, lead);
+      B bc = b;
+      if (plan.on) {
+        thread_local std::vector<std::max_align_t> cache;
+        cache.resize((plan.group_bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t));
+        auto* bytes = reinterpret_cast<unsigned char*>(cache.data());
+        host_fill_cache(plan, lead, bytes);
+        rebase_leaves(bc, plan, lead, bytes);
+      }
       row_ctx<B::slots, A> ctx;
-      host_reduce_all<B, row_ctx<B::slots, A>, RO>(b, lead, ctx, reuse, std::make_index_sequence<B::slots>{});
+      host_reduce_all<B, row_ctx<B::slots, A>, RO>(bc, lead, ctx, reuse, std::make_index_sequence<B::slots>{});
       index_t idx[RO];
       for (std::size_t d = 0; d + 1 < RO; ++d) idx[d] = lead[d];
       for (index_t c = 0; c < lay.cols; ++c) {
         idx[RO - 1] = c;
-        sink.one(b, idx, lead, c, ctx);
+        sink.one(bc, idx, lead, c, ctx);
       }
     }, lay.cols * static_cast<index_t>(B::slots + 1));
   } else {
@@ -672,19 +971,24 @@ eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool
     const index_t longest = longest_row(b, lay.cols, std::make_index_sequence<B::slots>{});
     // A warp per row for short rows, a block of 256 per row for long ones.
     const int G = longest <= 2048 ? 32 : 256;
-    const bool vec = sink_vector_ok && b.row_vector_ok();
     const stream_ref s = current_stream();
     const index_t groups = 256 / G;
+    const std::size_t budget = std::min(row_cache_budget(), row_cache_device_limit(s.device()));
+    const auto plan = plan_row_cache<RO>(b, lay.cols, lay.rows, reuse, static_cast<std::size_t>(groups), budget);
+    const std::size_t smem = plan.on ? static_cast<std::size_t>(groups) * plan.group_bytes : 0;
+    const bool vec = sink_vector_ok && row_vector_ok_cached(b, plan);
     const index_t want = (lay.rows + groups - 1) / groups;
     const index_t cap = static_cast<index_t>(sm_count(s.device())) * (G == 32 ? 8 : 4);
     const unsigned grid = static_cast<unsigned>(want < cap ? (want > 0 ? want : 1) : cap);
     info.threads_per_row = G;
     info.vector_width = vec ? V : 1;
+    info.cached_rows = plan.rows;
     if (lay.rows > 0) {
-      if (vec)
-        row_kernel<V, true, A, RO><<<grid, 256, 0, s.get()>>>(sink, b, lay, G, reuse);
-      else
-        row_kernel<V, false, A, RO><<<grid, 256, 0, s.get()>>>(sink, b, lay, G, reuse);
+      auto kernel = vec ? row_kernel<V, true, A, RO, Sink, B, leaf_count<B>::value>
+                        : row_kernel<V, false, A, RO, Sink, B, leaf_count<B>::value>;
+      if (smem > (std::size_t{48} << 10))
+        LOOM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      kernel<<<grid, 256, smem, s.get()>>>(sink, b, lay, G, reuse, plan);
       LOOM_CUDA_CHECK(cudaGetLastError());
       device_launch_counter().fetch_add(1, std::memory_order_relaxed);
     }

@@ -12,7 +12,8 @@
 // entries are all -inf (fully masked) gives NaN, as PyTorch does.
 namespace loom {
 //! softmax(x)_i = exp(x_i - max x) / sum_j exp(x_j - max x), over the last axis.
-//! One kernel, 2 reduction passes per row (the second hits L1/L2), 1 write.
+//! One kernel, 2 reduction passes per row over x's row cached in shared
+//! memory (when it fits; docs/04_layers.md), 1 write.
 //! Example: `y = loom::softmax(logits);`
 template <expression E>
 [[nodiscard]] auto softmax(const E& x) {
