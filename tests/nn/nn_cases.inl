@@ -4,6 +4,7 @@
 // the backward passes). The including file defines LOOM_TEST_SPACE and
 // LOOM_TEST_TAG.
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <vector>
@@ -449,13 +450,32 @@ TEST_CASE("a user-written layer fuses into one kernel", "[nn][layer]" LOOM_TEST_
   check_rows(y, want, 2e-2, 2e-2);
 }
 
+namespace {
+// Bitwise equality of two tensors of one shape.
+template <class T, std::size_t R>
+bool same_bits(const loom::tensor<T, R, space_t>& a, const loom::tensor<T, R, space_t>& b) {
+  const auto ha = loom::to_host(a), hb = loom::to_host(b);
+  return ha.extents() == hb.extents() &&
+         std::memcmp(ha.data(), hb.data(), static_cast<std::size_t>(ha.size()) * sizeof(T)) == 0;
+}
+}  // namespace
+
 TEMPLATE_TEST_CASE("weight and bias gradients of the norms are column sums in double", "[nn][backward]" LOOM_TEST_TAG,
                    float, double) {
   using T = TestType;
   std::mt19937_64 g(loom_test::seed_for("norm weight grads"));
-  for (index_t cols : {1, 7, 33, 300}) {
-    const index_t n = 37;
-    INFO("cols " << cols);
+  struct size_case {
+    index_t n, cols;
+  };
+  // Several blocks of rows (with a short last block), warp-per-row and
+  // block-per-row rows (2049 columns), and (device only: the host has no
+  // shared memory path to leave) rows too long for shared memory.
+  const size_case cases[] = {{37, 1},   {37, 7},    {37, 33},  {37, 300}, {9, 2049},
+                             {1000, 1}, {1000, 33}, {4099, 7}, {2, 40000}};
+  for (const auto& sc : cases) {
+    const index_t n = sc.n, cols = sc.cols;
+    if (!on_device && cols > 8192) continue;
+    INFO("n " << n << ", cols " << cols);
     auto xh = random_host<T, 2>({n, cols}, g);
     auto dyh = random_host<T, 2>({n, cols}, g);
     auto wh = random_host<T, 1>({cols}, g, 0.5, 2);
@@ -463,7 +483,6 @@ TEMPLATE_TEST_CASE("weight and bias gradients of the norms are column sums in do
     auto dy = in_space(dyh);
     auto w = in_space(wh);
     const auto xr = rows_of(xh), dr = rows_of(dyh);
-    const auto wr = rows_of(wh)[0];
     std::vector<double> dw(static_cast<std::size_t>(cols), 0.0), db(static_cast<std::size_t>(cols), 0.0),
         dw_rms(static_cast<std::size_t>(cols), 0.0);
     for (std::size_t r = 0; r < xr.size(); ++r) {
@@ -479,25 +498,77 @@ TEMPLATE_TEST_CASE("weight and bias gradients of the norms are column sums in do
         dw_rms[k] += dr[r][k] * xr[r][k] / std::sqrt(ms + 1e-6);
       }
     }
+    // How the rows were split: fixed blocks of consecutive rows, each
+    // writing one partial row; several blocks for the larger n.
+    auto check_plan = [&](const loom::column_sums_info& info, int passes) {
+      CHECK(info.kernels == 2);
+      CHECK(info.rows.row_passes == passes);
+      // x and dy are read by every pass: both rows are cached when they fit
+      // (not the 40000-column rows).
+      CHECK(info.rows.cached_rows == (cols <= 2049 ? 2 : 0));
+      REQUIRE(info.blocks >= 1);
+      CHECK(info.blocks * info.rows_per_block >= n);
+      CHECK((info.blocks - 1) * info.rows_per_block < n);
+      if (n >= 1000) CHECK(info.blocks > 1);
+      if (on_device) CHECK(info.rows.threads_per_row == (cols > 2048 ? 256 : 32));
+      if (!on_device)
+        CHECK(info.partials == loom::column_partials::host);
+      else
+        CHECK(info.partials == (cols > 8192 ? loom::column_partials::global_memory : loom::column_partials::shared_memory));
+    };
     const double rel = std::is_same_v<T, float> ? 2e-4 : 1e-10;
     const auto before = loom::launches();
     auto ln = loom::layer_norm_backward(x, w, dy, 1e-5);
     const auto after = loom::launches();
-    CHECK((on_device ? after.device - before.device : after.host - before.host) == 3);
+    CHECK((on_device ? after.device - before.device : after.host - before.host) == 2);
+    check_plan(loom::last_column_sums(), 4);
     check_rows(ln.dweight, {dw}, rel, rel);
     check_rows(ln.dbias, {db}, rel, rel);
     // dx agrees with the one-kernel input gradient.
     auto dx1 = poisoned<T, 2>({n, cols});
     dx1 = loom::layer_norm_backward_input(x, w, dy, 1e-5);
     check_rows(ln.dx, rows_of(loom::to_host(dx1)), rel, rel);
+    // Deterministic: the same bits again.
+    auto ln2 = loom::layer_norm_backward(x, w, dy, 1e-5);
+    CHECK(same_bits(ln.dx, ln2.dx));
+    CHECK(same_bits(ln.dweight, ln2.dweight));
+    CHECK(same_bits(ln.dbias, ln2.dbias));
     const auto before_rms = loom::launches();
     auto rms = loom::rms_norm_backward(x, w, dy, 1e-6);
     const auto after_rms = loom::launches();
-    CHECK((on_device ? after_rms.device - before_rms.device : after_rms.host - before_rms.host) == 3);
+    CHECK((on_device ? after_rms.device - before_rms.device : after_rms.host - before_rms.host) == 2);
+    check_plan(loom::last_column_sums(), 2);
     check_rows(rms.dweight, {dw_rms}, rel, rel);
     dx1 = loom::rms_norm_backward_input(x, w, dy, 1e-6);
     check_rows(rms.dx, rows_of(loom::to_host(dx1)), rel, rel);
-    (void)wr;
+    auto rms2 = loom::rms_norm_backward(x, w, dy, 1e-6);
+    CHECK(same_bits(rms.dx, rms2.dx));
+    CHECK(same_bits(rms.dweight, rms2.dweight));
+    // The row cache changes only where the passes read: the same bits without it.
+    {
+      auto& budget = loom::detail::row_cache_budget();
+      const std::size_t saved = budget;
+      budget = 0;
+      auto ln0 = loom::layer_norm_backward(x, w, dy, 1e-5);
+      const int cached_off = loom::last_column_sums().rows.cached_rows;
+      auto rms0 = loom::rms_norm_backward(x, w, dy, 1e-6);
+      budget = saved;
+      CHECK(cached_off == 0);
+      CHECK(same_bits(ln.dx, ln0.dx));
+      CHECK(same_bits(ln.dweight, ln0.dweight));
+      CHECK(same_bits(ln.dbias, ln0.dbias));
+      CHECK(same_bits(rms.dx, rms0.dx));
+      CHECK(same_bits(rms.dweight, rms0.dweight));
+    }
+  }
+  // No rows: zero gradients for the weights, one kernel (the second pass).
+  {
+    auto x = in_space(random_host<T, 2>({0, 5}, g));
+    auto w = in_space(random_host<T, 1>({5}, g));
+    auto ln = loom::layer_norm_backward(x, w, x, 1e-5);
+    CHECK(loom::last_column_sums().kernels == 1);
+    check_rows(ln.dweight, {std::vector<double>(5, 0.0)}, 0, 0);
+    check_rows(ln.dbias, {std::vector<double>(5, 0.0)}, 0, 0);
   }
   auto x = in_space(random_host<T, 2>({3, 4}, g));
   auto dy = in_space(random_host<T, 2>({3, 5}, g));

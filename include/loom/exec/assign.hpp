@@ -201,6 +201,14 @@ struct bound_scalar {
   bool same_as(const bound_scalar& o) const { return std::memcmp(&value, &o.value, sizeof(C)) == 0; }
 };
 
+// The first row-reduction slot inside a bound subtree (meaningful when the
+// subtree has slots). Slots are numbered in post-order, so a subtree's slots
+// are [first, first + slots): slot lookups descend into one child only.
+template <class B>
+struct first_slot_of {
+  static constexpr std::size_t value = 0;
+};
+
 template <class F, class Cin, class... B>
 struct bound_map {
   using compute = std::remove_cvref_t<decltype(std::declval<const F&>()(std::declval<repeat_t<B, Cin>>()...))>;
@@ -279,10 +287,24 @@ struct bound_map {
   LOOM_HD void with_slot_impl(G& g, std::index_sequence<I...>) const {
     (with_slot_child<S>(detail::get<I>(ch), g), ...);
   }
+  // Only the child whose slot range holds S is entered: one lookup
+  // instantiates a path through the tree, not every node that holds slots.
   template <std::size_t S, class Child, class G>
   LOOM_HD static void with_slot_child(const Child& c, G& g) {
-    if constexpr (Child::slots > 0) c.template with_slot<S>(g);
+    if constexpr (Child::slots > 0 && first_slot_of<Child>::value <= S && S < first_slot_of<Child>::value + Child::slots)
+      c.template with_slot<S>(g);
   }
+};
+
+template <class F, class Cin, class... B>
+struct first_slot_of<bound_map<F, Cin, B...>> {
+  static constexpr std::size_t value = [] {
+    const std::size_t slots[] = {B::slots..., 0};
+    const std::size_t first[] = {first_slot_of<B>::value..., 0};
+    for (std::size_t i = 0; i < sizeof...(B); ++i)
+      if (slots[i] > 0) return first[i];
+    return std::size_t{0};
+  }();
 };
 
 //! What binding learned about the operands.

@@ -131,6 +131,11 @@ struct bound_row_reduce {
   }
 };
 
+template <class Op, class A, std::size_t Slot, class B>
+struct first_slot_of<bound_row_reduce<Op, A, Slot, B>> {
+  static constexpr std::size_t value = Slot - B::slots;
+};
+
 // The smallest element size among a bound tree's leaves (16 without leaves).
 template <class B>
 struct min_bound_leaf_size {
@@ -810,6 +815,39 @@ void host_fill_cache(const row_cache_plan<L, R>& plan, const index_t* lead, unsi
   }
 }
 
+// Host executor, one row: copies the planned rows of `lead` into this
+// thread's buffer and rebases `bc` onto them, then computes every reduction
+// slot in order into ctx.
+template <class B, class Ctx, std::size_t L, std::size_t R>
+void host_row_reductions(B& bc, const row_cache_plan<L, R>& plan, const index_t* lead, Ctx& ctx, std::uint64_t reuse) {
+  if (plan.on) {
+    thread_local std::vector<std::max_align_t> cache;
+    cache.resize((plan.group_bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t));
+    auto* bytes = reinterpret_cast<unsigned char*>(cache.data());
+    host_fill_cache(plan, lead, bytes);
+    rebase_leaves(bc, plan, lead, bytes);
+  }
+  host_reduce_all<B, Ctx, R>(bc, lead, ctx, reuse, std::make_index_sequence<B::slots>{});
+}
+
+// Host executor, one whole row: its reductions, then one(bc, idx, lead, c,
+// ctx) for each column c, bc being the tree rebased onto the cached rows.
+template <class A, class B, std::size_t L, std::size_t R, class One>
+void host_row(const B& b, const row_cache_plan<L, R>& plan, const row_layout<R>& lay, index_t row, std::uint64_t reuse,
+              One&& one) {
+  index_t lead[R > 1 ? R - 1 : 1];
+  lay.lead_of(row, lead);
+  B bc = b;
+  row_ctx<B::slots, A> ctx;
+  host_row_reductions(bc, plan, lead, ctx, reuse);
+  index_t idx[R];
+  for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
+  for (index_t c = 0; c < lay.cols; ++c) {
+    idx[R - 1] = c;
+    one(bc, idx, lead, c, ctx);
+  }
+}
+
 #if LOOM_CUDA_COMPILER
 // Copies `bytes` bytes with G threads in units of U (four in flight per
 // thread), then the remaining bytes one by one.
@@ -863,6 +901,41 @@ __device__ __forceinline__ void group_sync(int G) {
     __syncthreads();
 }
 
+// One row, device: the planned rows of `lead` into the group's cache and
+// `bc` rebased onto them, then every reduction slot in order into ctx.
+template <int V, bool Vec, class A, std::size_t R, class B, class Ctx, std::size_t L>
+__device__ __forceinline__ void device_row_reductions(B& bc, const row_cache_plan<L, R>& plan, const index_t* lead,
+                                                      unsigned char* cache, Ctx& ctx, int lane, int G, A* smem,
+                                                      std::uint64_t reuse) {
+  if (plan.on) {
+    device_fill_cache(plan, lead, cache, lane, G);
+    rebase_leaves(bc, plan, lead, cache);
+    group_sync(G);
+  }
+  device_reduce_all<V, Vec, A, B, Ctx, R>(bc, lead, ctx, lane, G, smem, reuse, std::make_index_sequence<B::slots>{});
+}
+
+// The output pass of one row of `cols` columns: vec(c0) for V columns at a
+// time (the vector form), then one(idx, c) for the rest.
+template <int V, bool Vec, std::size_t R, class Vector, class One>
+__device__ __forceinline__ void device_row_output(const index_t* lead, index_t cols, int lane, int G, Vector&& vec,
+                                                  One&& one) {
+  index_t c = lane;
+  if constexpr (Vec) {
+    const index_t full = cols / V * V;
+#pragma unroll 1
+    for (index_t c0 = static_cast<index_t>(lane) * V; c0 < full; c0 += static_cast<index_t>(G) * V) vec(c0);
+    c = full + lane;
+  }
+  index_t idx[R];
+  for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
+#pragma unroll 1
+  for (; c < cols; c += G) {
+    idx[R - 1] = c;
+    one(idx, c);
+  }
+}
+
 // One group of G threads per row (G = 32: a warp per row; G = blockDim: a
 // block per row): the planned rows into the group's part of the shared
 // cache, every reduction slot in order, then the output pass. Four blocks
@@ -870,7 +943,8 @@ __device__ __forceinline__ void group_sync(int G) {
 // held the registers of the softmax kernel at 40-48 and spilled.
 template <int V, bool Vec, class A, std::size_t R, class Sink, class B, std::size_t L>
 __global__ void __launch_bounds__(256, 4)
-    row_kernel(Sink sink, B b, row_layout<R> lay, int G, std::uint64_t reuse, row_cache_plan<L, R> plan) {
+    row_kernel(Sink sink, B b, row_layout<R> lay, int G, std::uint64_t reuse,
+               __grid_constant__ const row_cache_plan<L, R> plan) {
   __shared__ A smem[32];
   extern __shared__ __align__(16) unsigned char row_cache_smem[];
   unsigned char* cache = row_cache_smem + static_cast<std::size_t>(threadIdx.x / G) * plan.group_bytes;
@@ -883,31 +957,25 @@ __global__ void __launch_bounds__(256, 4)
     index_t lead[R > 1 ? R - 1 : 1];
     lay.lead_of(row, lead);
     B bc = b;
-    if (plan.on) {
-      device_fill_cache(plan, lead, cache, lane, G);
-      rebase_leaves(bc, plan, lead, cache);
-      group_sync(G);
-    }
     row_ctx<B::slots, A> ctx;
-    device_reduce_all<V, Vec, A, B, row_ctx<B::slots, A>, R>(bc, lead, ctx, lane, G, smem, reuse,
-                                                             std::make_index_sequence<B::slots>{});
-    index_t c = lane;
-    if constexpr (Vec) {
-      const index_t full = lay.cols / V * V;
-#pragma unroll 1
-      for (index_t c0 = static_cast<index_t>(lane) * V; c0 < full; c0 += static_cast<index_t>(G) * V)
-        sink.template vec<V>(bc, lead, c0, ctx);
-      c = full + lane;
-    }
-    index_t idx[R];
-    for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
-#pragma unroll 1
-    for (; c < lay.cols; c += G) {
-      idx[R - 1] = c;
-      sink.one(bc, idx, lead, c, ctx);
-    }
+    device_row_reductions<V, Vec>(bc, plan, lead, cache, ctx, lane, G, smem, reuse);
+    device_row_output<V, Vec, R>(
+        lead, lay.cols, lane, G, [&](index_t c0) { sink.template vec<V>(bc, lead, c0, ctx); },
+        [&](const index_t* idx, index_t c) { sink.one(bc, idx, lead, c, ctx); });
     if (plan.on) group_sync(G);  // the next row's copy overwrites the cache
   }
+}
+
+// Launches a row kernel with `smem` bytes of dynamic shared memory (raising
+// the kernel's limit when over 48 KiB), checks the launch and counts it.
+template <class... P, class... Args>
+void launch_row_kernel(void (*kernel)(P...), unsigned grid, unsigned block, std::size_t smem, cudaStream_t s,
+                       const Args&... args) {
+  if (smem > (std::size_t{48} << 10))
+    LOOM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<grid, block, smem, s>>>(args...);
+  LOOM_CUDA_CHECK(cudaGetLastError());
+  device_launch_counter().fetch_add(1, std::memory_order_relaxed);
 }
 
 // Largest dynamic shared memory one block of the row kernel may ask for on
@@ -945,24 +1013,8 @@ eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool
     const auto plan = plan_row_cache<RO>(b, lay.cols, lay.rows, reuse, 1, row_cache_budget());
     info.cached_rows = plan.rows;
     host_for_each(lay.rows, [&](index_t row) {
-      index_t lead[RO > 1 ? RO - 1 : 1];
-      lay.lead_of(row, lead);
-      B bc = b;
-      if (plan.on) {
-        thread_local std::vector<std::max_align_t> cache;
-        cache.resize((plan.group_bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t));
-        auto* bytes = reinterpret_cast<unsigned char*>(cache.data());
-        host_fill_cache(plan, lead, bytes);
-        rebase_leaves(bc, plan, lead, bytes);
-      }
-      row_ctx<B::slots, A> ctx;
-      host_reduce_all<B, row_ctx<B::slots, A>, RO>(bc, lead, ctx, reuse, std::make_index_sequence<B::slots>{});
-      index_t idx[RO];
-      for (std::size_t d = 0; d + 1 < RO; ++d) idx[d] = lead[d];
-      for (index_t c = 0; c < lay.cols; ++c) {
-        idx[RO - 1] = c;
-        sink.one(bc, idx, lead, c, ctx);
-      }
+      host_row<A>(b, plan, lay, row, reuse, [&](const B& bc, const index_t* idx, const index_t* lead, index_t c,
+                                                const row_ctx<B::slots, A>& ctx) { sink.one(bc, idx, lead, c, ctx); });
     }, lay.cols * static_cast<index_t>(B::slots + 1));
   } else {
 #if LOOM_CUDA_COMPILER
@@ -986,11 +1038,7 @@ eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool
     if (lay.rows > 0) {
       auto kernel = vec ? row_kernel<V, true, A, RO, Sink, B, leaf_count<B>::value>
                         : row_kernel<V, false, A, RO, Sink, B, leaf_count<B>::value>;
-      if (smem > (std::size_t{48} << 10))
-        LOOM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      kernel<<<grid, 256, smem, s.get()>>>(sink, b, lay, G, reuse, plan);
-      LOOM_CUDA_CHECK(cudaGetLastError());
-      device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+      launch_row_kernel(kernel, grid, 256, smem, s.get(), sink, b, lay, G, reuse, plan);
     }
 #else
     (void)sink;

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "loom/exec/assign.hpp"
+#include "loom/exec/row_colsum.hpp"
 #include "loom/exec/rows.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/ops/arithmetic.hpp"
@@ -118,13 +119,20 @@ void check_norm_grad_shapes(const X& x, const D& dy, const char* what) {
 }  // namespace detail
 
 //! All gradients of layer_norm for x, dy of shape [N, C] (reshape leading
-//! axes into N first) and a weight of shape [C]. Deterministic (no atomics).
-//! Three kernels: the row statistics (mean and rstd, one row kernel writing
-//! [N, 2]), dx (one row kernel, two passes), and the column sums dweight =
-//! sum_rows(dy * xhat) and dbias = sum_rows(dy) (one row kernel over the
-//! transposed views writing both, via assign_pair; it reads columns, so it is
-//! strided on the GPU).
-//! Statistics are kept in float (double for double data) in a pool temporary.
+//! axes into N first) and a weight of shape [C]. Deterministic (no atomics;
+//! the same input gives the same bits run to run on one device).
+//! Two kernels (one launch each, exec/row_colsum.hpp):
+//!  1. a row kernel that recomputes the row statistics from x (4 reduction
+//!     passes per row, as layer_norm_backward_input), writes dx, and adds
+//!     dy * xhat and dy into per-column accumulators for a fixed block of
+//!     consecutive rows per thread block (shared memory on the device; the
+//!     partials tensor itself for rows too long for shared memory), then
+//!     writes its partial sums to a pool temporary partials [P, 2, C];
+//!  2. one row kernel over the transposed partials ([C, P]) that sums the P
+//!     partial rows in a fixed order into dweight and dbias (assign_pair).
+//! The partials hold float (double for double data); loom::last_column_sums()
+//! reports P and where the accumulators lived.
+//! Example: `auto g = loom::layer_norm_backward(x, gamma, dy, 1e-5);  // g.dx, g.dweight, g.dbias`
 template <tensor_like X, tensor_like W, tensor_like D>
 [[nodiscard]] auto layer_norm_backward(const X& x_in, const W& w_in, const D& dy_in, double eps = 1e-5) {
   const auto x = detail::as_view(x_in);
@@ -133,28 +141,29 @@ template <tensor_like X, tensor_like W, tensor_like D>
   using V = decltype(x);
   using T = typename V::value_type;
   using S = typename V::space;
-  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
   static_assert(V::rank == 2 && decltype(w)::rank == 1, "loom: layer_norm_backward takes x, dy [N, C] and weight [C]");
   detail::check_norm_grad_shapes(x, dy, "layer_norm_backward");
-  const index_t n = x.extent(0), c = x.extent(1);
-  tensor<A, 2, S> stats({n, 2});  // column 0: mean, column 1: rstd
-  assign(stats, where(column_index(stats) == 0, layer_norm_mean(x), layer_norm_rstd(x, eps)));
-  const auto mean = stats.slice(whole, range(0, 1));
-  const auto rstd = stats.slice(whole, range(1, 2));
-  const auto xhat = (detail::as_node(x) - mean) * rstd;
-  const auto g = detail::as_node(dy) * w;
+  const index_t c = x.extent(1);
+  // The same nodes as layer_norm_backward_input, so the extras' reductions
+  // are the output's (computed once per row).
+  const auto z = detail::as_node(x);
+  const auto centred = z - row_mean(z);
+  const auto rstd = rsqrt(row_mean(centred * centred) + eps);
+  const auto xhat = centred * rstd;
+  const auto d = detail::as_node(dy);
+  const auto g = d * w;
   layer_norm_grads<T, S> out{tensor<T, 2, S>(x.extents()), tensor<T, 1, S>({c}), tensor<T, 1, S>({c})};
-  assign(out.dx, rstd * (g - row_mean(g) - xhat * row_mean(g * xhat)));
-  // Column sums: rows of the transposed views; mean and rstd become [1, N].
-  const auto mean_t = mean.t(), rstd_t = rstd.t();
-  assign_pair(out.dweight.view().unsqueeze(1), row_sum(dy.t() * (x.t() - mean_t) * rstd_t),
-              out.dbias.view().unsqueeze(1), row_sum(dy.t()));
+  detail::assign_with_column_sums(out.dx, rstd * (g - row_mean(g) - xhat * row_mean(g * xhat)), out.dweight, d * xhat,
+                                  out.dbias, d);
   return out;
 }
 
-//! All gradients of rms_norm for x, dy [N, C] and weight [C]. Three kernels:
-//! rstd per row, dx (one row kernel), dweight = sum_rows(dy * x * rstd)
-//! (a row kernel over the transposed views). Deterministic.
+//! All gradients of rms_norm for x, dy [N, C] and weight [C]. Deterministic.
+//! Two kernels, as layer_norm_backward: a row kernel that recomputes
+//! r = rsqrt(mean(x^2) + eps) (2 reduction passes per row), writes dx and
+//! per-block partial column sums of dy * x * r into partials [P, 1, C], then
+//! one row kernel summing the partials into dweight.
+//! Example: `auto g = loom::rms_norm_backward(x, gamma, dy, 1e-6);  // g.dx, g.dweight`
 template <tensor_like X, tensor_like W, tensor_like D>
 [[nodiscard]] auto rms_norm_backward(const X& x_in, const W& w_in, const D& dy_in, double eps = 1e-6) {
   const auto x = detail::as_view(x_in);
@@ -163,17 +172,15 @@ template <tensor_like X, tensor_like W, tensor_like D>
   using V = decltype(x);
   using T = typename V::value_type;
   using S = typename V::space;
-  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
   static_assert(V::rank == 2 && decltype(w)::rank == 1, "loom: rms_norm_backward takes x, dy [N, C] and weight [C]");
   detail::check_norm_grad_shapes(x, dy, "rms_norm_backward");
-  const index_t n = x.extent(0), c = x.extent(1);
-  tensor<A, 2, S> r({n, 1});
-  assign(r, rms_norm_rstd(x, eps));
+  const index_t c = x.extent(1);
   const auto z = detail::as_node(x);
-  const auto g = detail::as_node(dy) * w;
+  const auto r = rsqrt(row_mean(z * z) + eps);
+  const auto d = detail::as_node(dy);
+  const auto g = d * w;
   rms_norm_grads<T, S> out{tensor<T, 2, S>(x.extents()), tensor<T, 1, S>({c})};
-  assign(out.dx, r * (g - z * (r * r) * row_mean(g * z)));
-  assign(out.dweight.view().unsqueeze(1), row_sum(dy.t() * x.t() * r.view().t()));
+  detail::assign_with_column_sums(out.dx, r * (g - z * (r * r) * row_mean(g * z)), out.dweight, d * z * r);
   return out;
 }
 }  // namespace loom
