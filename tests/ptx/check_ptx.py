@@ -36,8 +36,11 @@ CASES = {
     # memory once, by the copy into the row cache.
     5: ("bf16   rows: y = softmax(x)", 4, 1),
     6: ("bf16   rows: y = rms_norm(x, w)", 4, 1),
+    # bf16 in, float out: a vector step is 8 columns (16 bytes of bf16, two
+    # 16-byte float stores), never a half-filled 16-byte access.
+    7: ("bf16->f32 rows: y = softmax(x)", 4, 2),
 }
-ROW_CASES = {5, 6}
+ROW_CASES = {5, 6, 7}
 # The row-cache copy in both forms of the row kernel: 16-byte global loads
 # (four in flight, then one per remaining 16 bytes) and as many shared stores.
 ROW_COPY_V4 = 5

@@ -36,6 +36,8 @@ void run(device_tensor<bf16, 2>& y, const device_tensor<bf16, 2>& x) { y = softm
 void run(device_tensor<bf16, 2>& y, const device_tensor<bf16, 2>& x, const device_tensor<bf16, 1>& w) {
   y = rms_norm(x, w, 1e-6);
 }
+#elif LOOM_PTX_CASE == 7  // bf16 rows into a float output: 8 columns per vector step
+void run(device_tensor<float, 2>& y, const device_tensor<bf16, 2>& x) { y = softmax(x); }
 #else
 #error "unknown LOOM_PTX_CASE"
 #endif

@@ -61,6 +61,7 @@ struct alignas(16) vec_regs {
 
 template <class T, int V>
 LOOM_HD void vec_load(const T* p, vec_regs<T, V>& r) {
+  static_assert(sizeof(T) * V % 16 == 0, "loom: internal error: a vector load must cover whole 16-byte units");
 #if LOOM_DEVICE_CODE
   static_assert(sizeof(r) % 16 == 0);
   constexpr int k = static_cast<int>(sizeof(r) / 16);
@@ -75,6 +76,7 @@ LOOM_HD void vec_load(const T* p, vec_regs<T, V>& r) {
 
 template <class T, int V>
 LOOM_HD void vec_store(T* p, const vec_regs<T, V>& r) {
+  static_assert(sizeof(T) * V % 16 == 0, "loom: internal error: a vector store must cover whole 16-byte units");
 #if LOOM_DEVICE_CODE
   constexpr int k = static_cast<int>(sizeof(r) / 16);
   uint4* dst = reinterpret_cast<uint4*>(p);

@@ -245,7 +245,8 @@ eval_info run_rows_colsum(const view<O, RO, S>& out, const B& b, tensor<A, 3, S>
     }, plan.rows_per_block * cols * static_cast<index_t>(B::slots + 1 + K));
   } else {
 #if LOOM_CUDA_COMPILER
-    constexpr int V = row_vector_width<B>() < 16 / static_cast<int>(sizeof(O)) ? row_vector_width<B>()
+    // As run_rows: V elements of the smallest type fill 16 bytes.
+    constexpr int V = row_vector_width<B>() > 16 / static_cast<int>(sizeof(O)) ? row_vector_width<B>()
                                                                                 : 16 / static_cast<int>(sizeof(O));
     const index_t longest = longest_row(b, cols, std::make_index_sequence<B::slots>{});
     // As the row kernel: a warp per row for short rows, a block of 256 per row

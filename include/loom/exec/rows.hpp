@@ -1018,7 +1018,9 @@ eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool
     }, lay.cols * static_cast<index_t>(B::slots + 1));
   } else {
 #if LOOM_CUDA_COMPILER
-    constexpr int V = row_vector_width<B>() < 16 / static_cast<int>(Sink::smallest) ? row_vector_width<B>()
+    // V elements of the smallest type (leaves and outputs) fill 16 bytes, so
+    // every vector access covers whole 16-byte units of every type.
+    constexpr int V = row_vector_width<B>() > 16 / static_cast<int>(Sink::smallest) ? row_vector_width<B>()
                                                                                       : 16 / static_cast<int>(Sink::smallest);
     const index_t longest = longest_row(b, lay.cols, std::make_index_sequence<B::slots>{});
     // A warp per row for short rows, a block of 256 per row for long ones.
