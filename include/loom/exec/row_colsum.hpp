@@ -188,26 +188,6 @@ __global__ void __launch_bounds__(256) row_colsum_kernel(Sink sink, B b, row_lay
     mine[i] = s;
   }
 }
-
-// Shared memory limits of `device`, cached: the opt-in limit per block (less
-// 1 KiB for the kernel's static shared memory) and the total per SM.
-struct colsum_smem_limits {
-  std::size_t per_block = 0;
-  std::size_t per_sm = 0;
-};
-inline colsum_smem_limits colsum_limits(int device) {
-  static thread_local int cached_device = -1;
-  static thread_local colsum_smem_limits cached;
-  if (device != cached_device) {
-    int optin = 0, per_sm = 0;
-    LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-    cached.per_block = optin > 1024 ? static_cast<std::size_t>(optin) - 1024 : 0;
-    cached.per_sm = static_cast<std::size_t>(per_sm);
-    cached_device = device;
-  }
-  return cached;
-}
 #endif
 
 // Kernel 1: the output rows and the partial column sums of the K extras,
@@ -256,7 +236,7 @@ eval_info run_rows_colsum(const view<O, RO, S>& out, const B& b, tensor<A, 3, S>
     // limit; longer rows accumulate in the partials tensor instead.
     const int G = longest <= 2048 ? 32 : 256;
     const stream_ref s = current_stream();
-    const colsum_smem_limits lim = colsum_limits(s.device());
+    const device_smem_limits lim = smem_limits(s.device());
     const std::size_t copy_bytes = static_cast<std::size_t>(width) * sizeof(A);
     constexpr std::size_t default_smem = std::size_t{48} << 10;
     int groups = 1;

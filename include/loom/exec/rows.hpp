@@ -978,15 +978,23 @@ void launch_row_kernel(void (*kernel)(P...), unsigned grid, unsigned block, std:
   device_launch_counter().fetch_add(1, std::memory_order_relaxed);
 }
 
-// Largest dynamic shared memory one block of the row kernel may ask for on
-// `device` (the opt-in limit less 1 KiB for its static shared memory), cached.
-inline std::size_t row_cache_device_limit(int device) {
+// Shared memory limits of `device`, cached per thread: what one block may ask
+// for as dynamic shared memory (the opt-in limit less 1 KiB for the kernels'
+// static shared memory) and the total per SM.
+struct device_smem_limits {
+  std::size_t per_block = 0;
+  std::size_t per_sm = 0;
+};
+
+inline device_smem_limits smem_limits(int device) {
   static thread_local int cached_device = -1;
-  static thread_local std::size_t cached = 0;
+  static thread_local device_smem_limits cached;
   if (device != cached_device) {
-    int optin = 0;
+    int optin = 0, per_sm = 0;
     LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cached = optin > 1024 ? static_cast<std::size_t>(optin) - 1024 : 0;
+    LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    cached.per_block = optin > 1024 ? static_cast<std::size_t>(optin) - 1024 : 0;
+    cached.per_sm = static_cast<std::size_t>(per_sm);
     cached_device = device;
   }
   return cached;
@@ -1027,7 +1035,7 @@ eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool
     const int G = longest <= 2048 ? 32 : 256;
     const stream_ref s = current_stream();
     const index_t groups = 256 / G;
-    const std::size_t budget = std::min(row_cache_budget(), row_cache_device_limit(s.device()));
+    const std::size_t budget = std::min(row_cache_budget(), smem_limits(s.device()).per_block);
     const auto plan = plan_row_cache<RO>(b, lay.cols, lay.rows, reuse, static_cast<std::size_t>(groups), budget);
     const std::size_t smem = plan.on ? static_cast<std::size_t>(groups) * plan.group_bytes : 0;
     const bool vec = sink_vector_ok && row_vector_ok_cached(b, plan);
