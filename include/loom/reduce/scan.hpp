@@ -107,6 +107,28 @@ struct scan_writer {
   }
 };
 
+// Every scan runs inclusive; an exclusive one is the same scan written one
+// position later along the row (the inclusive result at k is the exclusive
+// result at k + 1), with the identity at the row's first position. So on the
+// device inclusive and exclusive share every kernel (compile time):
+// `exclusive` is a run-time flag. The host loop writes through it too.
+template <class W, class Op>
+struct inclusive_sink {
+  W w;
+  Op op;
+  bool exclusive;
+  // Position j of the row [row0, row_end) has the inclusive result a.
+  template <class A>
+  LOOM_HD void operator()(index_t j, const A& a, index_t row0, index_t row_end) const {
+    if (!exclusive) {
+      w(j, a);
+      return;
+    }
+    if (j + 1 < row_end) w(j + 1, a);
+    if (j == row0) w(j, op.identity());
+  }
+};
+
 #if LOOM_CUDA_COMPILER
 template <class Op, class B, bool Linear, std::size_t R>
 struct lift_scan_item {
@@ -128,9 +150,9 @@ struct running_prefix {
   }
 };
 
-template <int Block, bool Linear, bool Exclusive, class Op, class B, class W, std::size_t R>
+template <int Block, bool Linear, class Op, class B, class W, std::size_t R>
 __global__ void __launch_bounds__(Block)
-    segment_scan_kernel(W w, Op op, B b, axis_map<R> m, index_t rows, index_t len) {
+    segment_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, axis_map<R> m, index_t rows, index_t len) {
   using block_scan = cub::BlockScan<typename Op::acc, Block>;
   __shared__ typename block_scan::TempStorage tmp;
   for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -139,12 +161,9 @@ __global__ void __launch_bounds__(Block)
       const index_t k = k0 + threadIdx.x;
       const typename Op::acc v = k < len ? op.lift(read_at<Linear>(b, m, r * len + k), k) : op.identity();
       typename Op::acc o;
-      if constexpr (Exclusive)
-        block_scan(tmp).ExclusiveScan(v, o, op, prefix);
-      else
-        block_scan(tmp).InclusiveScan(v, o, op, prefix);
+      block_scan(tmp).InclusiveScan(v, o, op, prefix);
       __syncthreads();  // tmp is reused by the next tile
-      if (k < len) w(r * len + k, o);
+      if (k < len) w(r * len + k, o, r * len, r * len + len);
     }
   }
 }
@@ -166,13 +185,13 @@ struct lift_scan_at {
   LOOM_HD typename Op::acc operator()(index_t j) const { return op.lift(read_at<Linear>(b, m, j), j - row0); }
 };
 
-template <class W>
+template <class W, class Op>
 struct shifted_writer {
-  W w;
-  index_t t0;
+  inclusive_sink<W, Op> w;
+  index_t t0, row0, row_end;
   template <class A>
   LOOM_HD void operator()(index_t i, const A& a) const {
-    w(t0 + i, a);
+    w(t0 + i, a, row0, row_end);
   }
 };
 
@@ -189,10 +208,11 @@ struct tile_scan {
   };
   static constexpr index_t tile = static_cast<index_t>(Block) * Items;
 
-  // Scans positions [begin, end) starting from `start`.
-  template <bool Linear, bool Exclusive, class B, class W, std::size_t R>
-  __device__ static void run(temp& tmp, const W& w, const Op& op, const B& b, const axis_map<R>& m, index_t begin,
-                             index_t end, index_t row0, const acc& start) {
+  // Scans positions [begin, end) of the row [row0, row_end) starting from `start`.
+  template <bool Linear, class B, class W, std::size_t R>
+  __device__ static void run(temp& tmp, const inclusive_sink<W, Op>& w, const Op& op, const B& b,
+                             const axis_map<R>& m, index_t begin, index_t end, index_t row0, index_t row_end,
+                             const acc& start) {
     running_prefix<Op> prefix{op, start};
     for (index_t t0 = begin; t0 < end; t0 += tile) {
       const int valid = static_cast<int>(end - t0 < tile ? end - t0 : tile);
@@ -201,12 +221,10 @@ struct tile_scan {
                                                       lift_scan_at<Op, B, Linear, R>{op, b, m, row0});
       load_t(tmp.load).Load(in, items, valid, op.identity());
       __syncthreads();
-      if constexpr (Exclusive)
-        scan_t(tmp.scan).ExclusiveScan(items, items, op, prefix);
-      else
-        scan_t(tmp.scan).InclusiveScan(items, items, op, prefix);
+      scan_t(tmp.scan).InclusiveScan(items, items, op, prefix);
       __syncthreads();
-      store_t(tmp.store).Store(thrust::make_tabulate_output_iterator(shifted_writer<W>{w, t0}), items, valid);
+      store_t(tmp.store).Store(thrust::make_tabulate_output_iterator(shifted_writer<W, Op>{w, t0, row0, row_end}),
+                               items, valid);
       __syncthreads();
     }
   }
@@ -214,13 +232,13 @@ struct tile_scan {
 
 // Many rows of more than one tile's worth: a block per row (grid-stride over
 // rows), tile after tile.
-template <int Block, bool Linear, bool Exclusive, class Op, class B, class W, std::size_t R>
+template <int Block, bool Linear, class Op, class B, class W, std::size_t R>
 __global__ void __launch_bounds__(Block)
-    row_tile_scan_kernel(W w, Op op, B b, axis_map<R> m, index_t rows, index_t len) {
+    row_tile_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, axis_map<R> m, index_t rows, index_t len) {
   using ts = tile_scan<Block, scan_items<Op>, Op>;
   __shared__ typename ts::temp tmp;
   for (index_t r = blockIdx.x; r < rows; r += gridDim.x)
-    ts::template run<Linear, Exclusive>(tmp, w, op, b, m, r * len, r * len + len, r * len, op.identity());
+    ts::template run<Linear>(tmp, w, op, b, m, r * len, r * len + len, r * len, r * len + len, op.identity());
 }
 
 // One long row of a floating sum or product in chunks of a fixed length:
@@ -261,18 +279,20 @@ __global__ void __launch_bounds__(Block) chunk_prefix_kernel(typename Op::acc* t
   }
 }
 
-template <int Block, bool Linear, bool Exclusive, class Op, class B, class W, std::size_t R>
+template <int Block, bool Linear, class Op, class B, class W, std::size_t R>
 __global__ void __launch_bounds__(Block)
-    chunk_scan_kernel(W w, Op op, B b, axis_map<R> m, const typename Op::acc* prefixes, index_t len) {
+    chunk_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, axis_map<R> m, const typename Op::acc* prefixes,
+                      index_t len) {
   using ts = tile_scan<Block, scan_items<Op>, Op>;
   __shared__ typename ts::temp tmp;
   const index_t begin = static_cast<index_t>(blockIdx.x) * scan_chunk;
   const index_t end = begin + scan_chunk < len ? begin + scan_chunk : len;
-  ts::template run<Linear, Exclusive>(tmp, w, op, b, m, begin, end, 0, prefixes[blockIdx.x]);
+  ts::template run<Linear>(tmp, w, op, b, m, begin, end, 0, len, prefixes[blockIdx.x]);
 }
 
-template <bool Linear, bool Exclusive, class Op, class B, class W, std::size_t R>
-void chunked_scan(const Op& op, const B& b, const axis_map<R>& m, const W& w, index_t len, stream_ref s) {
+template <bool Linear, class Op, class B, class W, std::size_t R>
+void chunked_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& w, index_t len,
+                  stream_ref s) {
   using acc = typename Op::acc;
   const index_t chunks = (len + scan_chunk - 1) / scan_chunk;
   scratch<device> totals(static_cast<std::size_t>(chunks) * sizeof(acc), s);
@@ -282,29 +302,26 @@ void chunked_scan(const Op& op, const B& b, const axis_map<R>& m, const W& w, in
   LOOM_CUDA_CHECK(cudaGetLastError());
   chunk_prefix_kernel<1024><<<1, 1024, 0, s.get()>>>(t, op, chunks);
   LOOM_CUDA_CHECK(cudaGetLastError());
-  chunk_scan_kernel<chunk_block, Linear, Exclusive><<<grid, chunk_block, 0, s.get()>>>(w, op, b, m, t, len);
+  chunk_scan_kernel<chunk_block, Linear><<<grid, chunk_block, 0, s.get()>>>(w, op, b, m, t, len);
   LOOM_CUDA_CHECK(cudaGetLastError());
   device_launch_counter().fetch_add(3, std::memory_order_relaxed);
 }
 
-template <bool Linear, bool Exclusive, class Op, class B, class W, std::size_t R>
-void device_scan(const Op& op, const B& b, const axis_map<R>& m, const W& w, index_t rows, index_t len,
-                 stream_ref s) {
+template <bool Linear, class Op, class B, class W, std::size_t R>
+void device_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& w, index_t rows,
+                 index_t len, stream_ref s) {
   if constexpr (is_floating_v<typename Op::acc>) {
     if (rows == 1 && len > scan_chunk) {
-      chunked_scan<Linear, Exclusive>(op, b, m, w, len, s);
+      chunked_scan<Linear>(op, b, m, w, len, s);
       return;
     }
   } else if (rows == 1) {
     auto in = thrust::make_transform_iterator(thrust::counting_iterator<index_t>(0),
                                               lift_scan_item<Op, B, Linear, R>{op, b, m});
-    auto out = thrust::make_tabulate_output_iterator(w);
+    auto out = thrust::make_tabulate_output_iterator(shifted_writer<W, Op>{w, 0, 0, len});
     run_cub(
         [&](void* tmp, std::size_t& bytes) {
-          if constexpr (Exclusive)
-            return cub::DeviceScan::ExclusiveScan(tmp, bytes, in, out, op, op.identity(), len, s.get());
-          else
-            return cub::DeviceScan::InclusiveScan(tmp, bytes, in, out, op, len, s.get());
+          return cub::DeviceScan::InclusiveScan(tmp, bytes, in, out, op, len, s.get());
         },
         s);
     return;
@@ -312,9 +329,9 @@ void device_scan(const Op& op, const B& b, const axis_map<R>& m, const W& w, ind
   const index_t cap = static_cast<index_t>(sm_count(s.device())) * 32;
   const unsigned grid = static_cast<unsigned>(rows < cap ? rows : cap);
   if (len > 1024)
-    row_tile_scan_kernel<256, Linear, Exclusive><<<grid, 256, 0, s.get()>>>(w, op, b, m, rows, len);
+    row_tile_scan_kernel<256, Linear><<<grid, 256, 0, s.get()>>>(w, op, b, m, rows, len);
   else
-    segment_scan_kernel<128, Linear, Exclusive><<<grid, 128, 0, s.get()>>>(w, op, b, m, rows, len);
+    segment_scan_kernel<128, Linear><<<grid, 128, 0, s.get()>>>(w, op, b, m, rows, len);
   LOOM_CUDA_CHECK(cudaGetLastError());
   device_launch_counter().fetch_add(1, std::memory_order_relaxed);
 }
@@ -358,7 +375,7 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
   const Op op{};
   const scan_writer<Op, Indices, R> w{values.data(), Indices ? indices.data() : nullptr, op,
                                       scan_out<R>{m, contiguous_strides(ext), row_major}};
-  const bool exclusive = kind == scan_kind::exclusive;
+  const inclusive_sink<scan_writer<Op, Indices, R>, Op> sink{w, op, kind == scan_kind::exclusive};
 
   if constexpr (std::is_same_v<S, host>) {
     auto run = [&](auto linear_tag) {
@@ -371,10 +388,8 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
         typename Op::acc a = op.identity();
         for (index_t k = 0; k < len; ++k) {
           const index_t j = r * len + k;
-          const typename Op::acc v = op.lift(read_at<L>(b, m, j), k);
-          if (exclusive) w(j, a);
-          a = op(a, v);
-          if (!exclusive) w(j, a);
+          a = op(a, op.lift(read_at<L>(b, m, j), k));
+          sink(j, a, r * len, r * len + len);
         }
       }
     };
@@ -385,14 +400,10 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
   } else {
 #if LOOM_CUDA_COMPILER
     const stream_ref s = current_stream();
-    if (linear && exclusive)
-      device_scan<true, true>(op, b, m, w, rows, len, s);
-    else if (linear)
-      device_scan<true, false>(op, b, m, w, rows, len, s);
-    else if (exclusive)
-      device_scan<false, true>(op, b, m, w, rows, len, s);
+    if (linear)
+      device_scan<true>(op, b, m, sink, rows, len, s);
     else
-      device_scan<false, false>(op, b, m, w, rows, len, s);
+      device_scan<false>(op, b, m, sink, rows, len, s);
 #endif
   }
   if constexpr (Indices)
