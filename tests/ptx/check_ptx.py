@@ -10,7 +10,12 @@ no register spills and no local memory. Row kernels copy the rows their
 passes share into shared memory first (16-byte global loads, four in flight
 per thread, and 16-byte shared stores), then the passes read through
 generic 16-byte loads (the row is in shared memory when it fit the cache,
-else in global memory). Prints one report line per kernel.
+else in global memory). A whole-tensor reduction (one cub::DeviceReduce
+call) reads a contiguous aligned input in 16-byte vectors: its main kernel
+has a run of at least REDUCE_RUN such loads with no branch between them (a
+thread's loads of a tile are all issued before the first is used; a branch
+per load would keep one load in flight per thread). Prints one report line
+per kernel.
 Exit status 0 when every check holds.
 """
 import argparse
@@ -41,6 +46,9 @@ CASES = {
     7: ("bf16->f32 rows: y = softmax(x)", 4, 2),
 }
 ROW_CASES = {5, 6, 7}
+# case: description of a whole-tensor reduction
+REDUCE_CASES = {8: "float  y = sum(x), whole tensor"}
+REDUCE_RUN = 8
 # The row-cache copy in both forms of the row kernel: 16-byte global loads
 # (four in flight, then one per remaining 16 bytes) and as many shared stores.
 ROW_COPY_V4 = 5
@@ -64,6 +72,44 @@ def entries(ptx):
     return out
 
 
+def longest_load_run(body):
+    """Most 16-byte global loads in a row with no branch or label between them."""
+    best = cur = 0
+    for line in body.splitlines():
+        if V4_LOAD.search(line):
+            cur += 1
+            best = max(best, cur)
+        elif re.search(r"\bbra\b", line) or line.startswith("$L__"):
+            cur = 0
+    return best
+
+
+def check_reduce(case, desc, ents, stats, failures):
+    """The reduction's CUB kernels: no spills; the vector form's loads in runs."""
+    kernels = [n for n in ents if "DeviceReduce" in n and "SingleTile" not in n]
+    vector = [n for n in kernels if V4_LOAD.search(ents[n])]
+    if len(vector) != 1:
+        failures.append(f"case {case} ({desc}): expected one DeviceReduceKernel with 16-byte loads, "
+                        f"found {len(vector)} of {len(kernels)}")
+        return
+    for name in kernels:
+        kind = "vector" if name in vector else "coords"
+        run = longest_load_run(ents[name])
+        stack, spill, regs = stats.get(name, (-1, -1, -1))
+        print(f"{desc:<42} {kind:<12} {len(V4_LOAD.findall(ents[name])):>5} {0:>5} {'run ' + str(run):>5} "
+              f"{regs:>4} {spill:>5} {stack:>5}")
+        if name not in stats:
+            failures.append(f"case {case}: no ptxas report for {kind} kernel")
+        # The coordinates form indexes its coordinate array by a run-time
+        # axis number (axis_map), which puts that array on the stack: allowed
+        # there, spills are not.
+        if spill != 0 or (stack != 0 and name in vector):
+            failures.append(f"case {case} ({desc}): {kind} kernel spills {spill} bytes, stack {stack} bytes")
+        if name in vector and run < REDUCE_RUN:
+            failures.append(f"case {case} ({desc}): at most {run} 16-byte loads in a row without a branch, "
+                            f"expected at least {REDUCE_RUN}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nvcc", required=True)
@@ -75,8 +121,10 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
 
     failures = []
+    cases = dict(CASES)
+    cases.update({c: (d, 0, 0) for c, d in REDUCE_CASES.items()})
     print(f"{'case':<42} {'kernel':<12} {'v4 ld':>5} {'v4 st':>5} {'copy':>5} {'regs':>4} {'spill':>5} {'stack':>5}")
-    for case, (desc, want_loads, want_stores) in CASES.items():
+    for case, (desc, want_loads, want_stores) in cases.items():
         ptx_path = f"{args.workdir}/case{case}.ptx"
         cmd = [args.nvcc, "-std=c++20", "--expt-relaxed-constexpr", "--extended-lambda", f"-arch=sm_{args.arch}",
                "-I", args.include, f"-DLOOM_PTX_CASE={case}", "-ptx", args.source, "-o", ptx_path]
@@ -88,6 +136,9 @@ def main():
         stats = {m.group(1): (int(m.group(2)), int(m.group(3)) + int(m.group(4)), int(m.group(5)))
                  for m in PTXAS.finditer(sass.stdout + sass.stderr)}
         ents = entries(ptx)
+        if case in REDUCE_CASES:
+            check_reduce(case, desc, ents, stats, failures)
+            continue
         if case in ROW_CASES:
             kinds = {"vector rows": [n for n in ents if "row_kernel" in n and "Lb1E" in n],
                      "general rows": [n for n in ents if "row_kernel" in n and "Lb0E" in n]}
@@ -128,7 +179,7 @@ def main():
                 failures.append(f"case {case} ({desc}): {kind} kernel uses vector accesses")
     for f in failures:
         print("FAIL:", f)
-    print(f"{len(CASES)} cases, {len(failures)} failures")
+    print(f"{len(cases)} cases, {len(failures)} failures")
     return 1 if failures else 0
 
 

@@ -2,7 +2,8 @@
 // Representative assignments, one per LOOM_PTX_CASE, compiled to PTX by
 // check_ptx.py, which asserts what fusion and vectorization promise: one
 // kernel per compiled path, one 16-byte load per input and 16-byte stores on
-// the contiguous path, and no register spills.
+// the contiguous path, and no register spills; for a whole-tensor reduction,
+// a thread's 16-byte loads of a tile issued back to back.
 #include <loom/loom.hpp>
 
 using namespace loom;
@@ -38,6 +39,8 @@ void run(device_tensor<bf16, 2>& y, const device_tensor<bf16, 2>& x, const devic
 }
 #elif LOOM_PTX_CASE == 7  // bf16 rows into a float output: 8 columns per vector step
 void run(device_tensor<float, 2>& y, const device_tensor<bf16, 2>& x) { y = softmax(x); }
+#elif LOOM_PTX_CASE == 8  // float sum of a whole tensor: one cub::DeviceReduce call
+void run(device_tensor<float, 0>& y, const device_tensor<float, 2>& x) { y = sum(x); }
 #else
 #error "unknown LOOM_PTX_CASE"
 #endif

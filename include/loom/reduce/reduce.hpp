@@ -462,40 +462,43 @@ typename Op::acc host_reduce_all(const Op& op, const Get& get, index_t n) {
 
 #if LOOM_CUDA_COMPILER
 // Item v of what CUB reduces: V consecutive elements of a contiguous, aligned
-// expression loaded as 16-byte vectors and combined left to right (the last
-// item may be short), or, with V == 1, one element by coordinates.
+// expression loaded as 16-byte vectors and combined left to right, or, with
+// V == 1, one element by coordinates. Every vector item is whole (the last
+// n % V elements are combined by finalize_fn): an item has no branch, so the
+// compiler can issue all of a thread's loads of a tile before their first
+// use, as for CUB's own vectorized pointer loads.
 template <class Op, class B, int V, bool Linear, std::size_t R>
 struct lift_items {
   Op op;
   B b;
   axis_map<R> m;
-  index_t n;
 
   LOOM_HD typename Op::acc operator()(index_t v) const {
     if constexpr (V == 1) {
       return op.lift(read_at<Linear>(b, m, v), v);
     } else {
       const index_t i0 = v * V;
-      if (i0 + V <= n) {
-        typename B::template regs<V> r;
-        b.template load<V>(i0, r);
-        typename Op::acc a = op.lift(b.template elem<V>(r, 0), i0);
-
-        for (int j = 1; j < V; ++j) a = op(a, op.lift(b.template elem<V>(r, j), i0 + j));
-        return a;
-      }
-      typename Op::acc a = op.lift(b.at_linear(i0), i0);
-      for (index_t i = i0 + 1; i < n; ++i) a = op(a, op.lift(b.at_linear(i), i));
+      typename B::template regs<V> r;
+      b.template load<V>(i0, r);
+      typename Op::acc a = op.lift(b.template elem<V>(r, 0), i0);
+      for (int j = 1; j < V; ++j) a = op(a, op.lift(b.template elem<V>(r, j), i0 + j));
       return a;
     }
   }
 };
 
-template <class Op>
+// Applied once to CUB's result: combines the elements [tail, count) that no
+// whole vector item held (none with V == 1), then finalizes.
+template <class Op, class B, int V>
 struct finalize_fn {
   Op op;
-  index_t count;
-  LOOM_HD typename Op::result operator()(const typename Op::acc& a) const { return op.finalize(a, count); }
+  B b;
+  index_t tail, count;
+  LOOM_HD typename Op::result operator()(typename Op::acc a) const {
+    if constexpr (V > 1)
+      for (index_t i = tail; i < count; ++i) a = op(a, op.lift(b.at_linear(i), i));
+    return op.finalize(a, count);
+  }
 };
 
 //! Runs one CUB algorithm: asks for its temp storage size, takes that from
@@ -513,9 +516,9 @@ void run_cub(const Call& call, stream_ref s) {
 template <class Op, class B, int V, bool Linear, std::size_t R>
 void device_reduce_all(const Op& op, const B& b, const axis_map<R>& m, index_t n, typename Op::result* out,
                        stream_ref s) {
-  const index_t items = (n + V - 1) / V;
-  const lift_items<Op, B, V, Linear, R> lift{op, b, m, n};
-  auto out_it = thrust::make_transform_output_iterator(out, finalize_fn<Op>{op, n});
+  const index_t items = n / V;  // V == 1, or n >= V (a whole vector at least)
+  const lift_items<Op, B, V, Linear, R> lift{op, b, m};
+  auto out_it = thrust::make_transform_output_iterator(out, finalize_fn<Op, B, V>{op, b, items * V, n});
   run_cub(
       [&](void* tmp, std::size_t& bytes) {
         return cub::DeviceReduce::TransformReduce(tmp, bytes, thrust::counting_iterator<index_t>(0), out_it, items,
@@ -647,8 +650,9 @@ auto reduce_run(const Node& n, const std::array<bool, R>& red, const Op& op) {
     if constexpr (Whole) {
       constexpr int V = static_cast<int>(16 / min_leaf_size<Node>::value);
       // Two compiled paths per expression, not three: an unaligned contiguous
-      // input (rare: a slice at an odd offset) takes the coordinates path.
-      if (linear && info.aligned)
+      // input (rare: a slice at an odd offset) and one shorter than a vector
+      // take the coordinates path.
+      if (linear && info.aligned && k >= V)
         device_reduce_all<Op, B, V, true>(op, b, m, k, po, s);
       else
         device_reduce_all<Op, B, 1, false>(op, b, m, k, po, s);
