@@ -17,18 +17,18 @@ LOOM_JOBS="${LOOM_JOBS:-$(nproc)}"
 section() { printf '\n=== %s [at %d s] ===\n' "$*" "$SECONDS"; }
 die() { printf 'loom: %s\n' "$*" >&2; exit 1; }
 
-# Installs cmake, ninja, Catch2, ccache and python3 (for the PTX check; standard
-# library only) from Debian when one is missing: a prepared machine does not
-# touch apt at all.
+# Installs cmake, ninja, Catch2, ccache (not with CCACHE_DISABLE set, as CI
+# sets it) and python3 (for the PTX check; standard library only) from Debian
+# when one is missing: a prepared machine does not touch apt at all.
 loom_install_deps() {
   local missing=()
   command -v cmake >/dev/null 2>&1 || missing+=(cmake)
   command -v ninja >/dev/null 2>&1 || missing+=(ninja-build)
-  command -v ccache >/dev/null 2>&1 || missing+=(ccache)
+  [[ -n "${CCACHE_DISABLE:-}" ]] || command -v ccache >/dev/null 2>&1 || missing+=(ccache)
   command -v python3 >/dev/null 2>&1 || missing+=(python3)
   dpkg -s catch2 >/dev/null 2>&1 || missing+=(catch2)
   if ((${#missing[@]} == 0)); then
-    echo "cmake, ninja, ccache, python3 and Catch2 are installed"
+    echo "cmake, ninja, python3, Catch2 (and ccache unless disabled) are installed"
     return
   fi
   echo "installing from Debian: ${missing[*]}"

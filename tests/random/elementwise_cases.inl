@@ -253,7 +253,7 @@ std::vector<entry> make_table(std::index_sequence<C...>) {
 TEST_CASE("random elementwise expressions match the reference interpreter (" LOOM_RANDOM_PART_NAME ")",
           "[random]" LOOM_TEST_TAG) {
   const auto table = make_table(std::make_index_sequence<std::tuple_size_v<combos>>{});
-  const long n = loom_random::case_count(4000), only = loom_random::only_case();
+  const long n = loom_random::case_count(2000), only = loom_random::only_case();
   loom_random::stats st;
   for (long k = 0; k < n; ++k) {
     if (only >= 0 && k != only) continue;
