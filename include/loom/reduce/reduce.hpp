@@ -488,15 +488,16 @@ struct lift_items {
 };
 
 // Applied once to CUB's result: combines the elements [tail, count) that no
-// whole vector item held (none with V == 1), then finalizes.
-template <class Op, class B, int V>
+// whole vector item held (none on the coordinates path: tail == count), then
+// finalizes. One type for both paths of an expression, so CUB's second-pass
+// kernel (partials in, this out) is compiled once for both.
+template <class Op, class B>
 struct finalize_fn {
   Op op;
   B b;
   index_t tail, count;
   LOOM_HD typename Op::result operator()(typename Op::acc a) const {
-    if constexpr (V > 1)
-      for (index_t i = tail; i < count; ++i) a = op(a, op.lift(b.at_linear(i), i));
+    for (index_t i = tail; i < count; ++i) a = op(a, op.lift(b.at_linear(i), i));
     return op.finalize(a, count);
   }
 };
@@ -518,7 +519,7 @@ void device_reduce_all(const Op& op, const B& b, const axis_map<R>& m, index_t n
                        stream_ref s) {
   const index_t items = n / V;  // V == 1, or n >= V (a whole vector at least)
   const lift_items<Op, B, V, Linear, R> lift{op, b, m};
-  auto out_it = thrust::make_transform_output_iterator(out, finalize_fn<Op, B, V>{op, b, items * V, n});
+  auto out_it = thrust::make_transform_output_iterator(out, finalize_fn<Op, B>{op, b, items * V, n});
   run_cub(
       [&](void* tmp, std::size_t& bytes) {
         return cub::DeviceReduce::TransformReduce(tmp, bytes, thrust::counting_iterator<index_t>(0), out_it, items,
