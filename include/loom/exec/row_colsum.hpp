@@ -250,15 +250,23 @@ eval_info run_rows_colsum(const view<O, RO, S>& out, const B& b, tensor<A, 3, S>
                                           std::min(row_cache_budget(), room));
     const std::size_t smem = acc_bytes + (cplan.on ? static_cast<std::size_t>(groups) * cplan.group_bytes : 0);
     const int threads = G == 32 ? 32 * groups : 256;
-    // At most one wave (as many blocks as fit on the SMs at once: threads,
-    // shared memory), and at least 4 rows per group of threads where N
-    // allows, so the partials [P, K, C] stay small next to x and dy.
-    index_t per_sm = 2048 / threads;
-    if (smem > 0) per_sm = std::min<index_t>(per_sm, static_cast<index_t>(lim.per_sm / (smem + 1024)));
+    const bool vec = row_out_vector_ok(out) && row_vector_ok_cached(b, cplan);
+    constexpr std::size_t L = leaf_count<B>::value;
+    auto kernel = vec ? row_colsum_kernel<V, true, A, RO, K, colsum_sink<O, RO, K>, B, L>
+                      : row_colsum_kernel<V, false, A, RO, K, colsum_sink<O, RO, K>, B, L>;
+    // At most one wave: as many blocks as fit on the SMs at once, which the
+    // occupancy calculator gives from the kernel's registers, its threads and
+    // its shared memory (the general form uses about 120 registers, so two
+    // blocks of 256 per SM, not the eight that threads alone would allow);
+    // and at least 4 rows per group of threads where N allows. So the
+    // partials [P, K, C] stay small next to x and dy.
+    if (smem > (std::size_t{48} << 10))
+      LOOM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    int per_sm = 0;
+    LOOM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
     const index_t cap = static_cast<index_t>(sm_count(s.device())) * std::max<index_t>(per_sm, 1);
     const colsum_plan plan = plan_colsum(lay.rows, static_cast<index_t>(groups) * 4, cap);
     partials = tensor<A, 3, S>(shape<3>{plan.blocks, static_cast<index_t>(K), cols});
-    const bool vec = row_out_vector_ok(out) && row_vector_ok_cached(b, cplan);
     info.threads_per_row = G;
     info.vector_width = vec ? V : 1;
     info.cached_rows = cplan.rows;
@@ -267,9 +275,6 @@ eval_info run_rows_colsum(const view<O, RO, S>& out, const B& b, tensor<A, 3, S>
     ci.partials = plan.blocks == 0 ? column_partials::none
                                    : (in_shared ? column_partials::shared_memory : column_partials::global_memory);
     if (plan.blocks > 0) {
-      constexpr std::size_t L = leaf_count<B>::value;
-      auto kernel = vec ? row_colsum_kernel<V, true, A, RO, K, colsum_sink<O, RO, K>, B, L>
-                        : row_colsum_kernel<V, false, A, RO, K, colsum_sink<O, RO, K>, B, L>;
       launch_row_kernel(kernel, static_cast<unsigned>(plan.blocks), static_cast<unsigned>(threads), smem, s.get(), sink,
                         b, lay, G, reuse, plan.rows_per_block, partials.data(), in_shared, cplan, acc_bytes);
     }

@@ -978,23 +978,20 @@ void launch_row_kernel(void (*kernel)(P...), unsigned grid, unsigned block, std:
   device_launch_counter().fetch_add(1, std::memory_order_relaxed);
 }
 
-// Shared memory limits of `device`, cached per thread: what one block may ask
+// Shared memory limit of `device`, cached per thread: what one block may ask
 // for as dynamic shared memory (the opt-in limit less 1 KiB for the kernels'
-// static shared memory) and the total per SM.
+// static shared memory).
 struct device_smem_limits {
   std::size_t per_block = 0;
-  std::size_t per_sm = 0;
 };
 
 inline device_smem_limits smem_limits(int device) {
   static thread_local int cached_device = -1;
   static thread_local device_smem_limits cached;
   if (device != cached_device) {
-    int optin = 0, per_sm = 0;
+    int optin = 0;
     LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
     cached.per_block = optin > 1024 ? static_cast<std::size_t>(optin) - 1024 : 0;
-    cached.per_sm = static_cast<std::size_t>(per_sm);
     cached_device = device;
   }
   return cached;
