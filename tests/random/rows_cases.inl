@@ -396,7 +396,7 @@ TEST_CASE("rows read by several passes are cached on chip, with bit-identical re
     // One block per row: cached when 120 KB fit the device's shared memory.
     int dev = 0;
     REQUIRE(cudaGetDevice(&dev) == cudaSuccess);
-    CHECK(cached == (loom::detail::smem_limits(dev).per_block >= 30001 * 4 ? 1 : 0));
+    CHECK(cached == (loom::detail::smem_per_block(dev) >= 30001 * 4 ? 1 : 0));
 #else
     CHECK(cached == 1);
 #endif

@@ -225,9 +225,7 @@ eval_info run_rows_colsum(const view<O, RO, S>& out, const B& b, tensor<A, 3, S>
     }, plan.rows_per_block * cols * static_cast<index_t>(B::slots + 1 + K));
   } else {
 #if LOOM_CUDA_COMPILER
-    // As run_rows: V elements of the smallest type fill 16 bytes.
-    constexpr int V = row_vector_width<B>() > 16 / static_cast<int>(sizeof(O)) ? row_vector_width<B>()
-                                                                                : 16 / static_cast<int>(sizeof(O));
+    constexpr int V = row_vector_width<B, sizeof(O)>();
     const index_t longest = longest_row(b, cols, std::make_index_sequence<B::slots>{});
     // As the row kernel: a warp per row for short rows, a block of 256 per row
     // for long ones. Short rows: as many warps per block (up to 8) as the
@@ -236,16 +234,16 @@ eval_info run_rows_colsum(const view<O, RO, S>& out, const B& b, tensor<A, 3, S>
     // limit; longer rows accumulate in the partials tensor instead.
     const int G = longest <= 2048 ? 32 : 256;
     const stream_ref s = current_stream();
-    const device_smem_limits lim = smem_limits(s.device());
+    const std::size_t per_block = smem_per_block(s.device());
     const std::size_t copy_bytes = static_cast<std::size_t>(width) * sizeof(A);
     constexpr std::size_t default_smem = std::size_t{48} << 10;
     int groups = 1;
     if (G == 32)
       groups = static_cast<int>(std::clamp<std::size_t>(copy_bytes > 0 ? default_smem / copy_bytes : 8, 1, 8));
-    const bool in_shared = copy_bytes * static_cast<std::size_t>(groups) <= (G == 32 ? default_smem : lim.per_block);
+    const bool in_shared = copy_bytes * static_cast<std::size_t>(groups) <= (G == 32 ? default_smem : per_block);
     // The row cache takes what the accumulators leave of the budget.
     const std::size_t acc_bytes = in_shared ? (copy_bytes * static_cast<std::size_t>(groups) + 15) / 16 * 16 : 0;
-    const std::size_t room = lim.per_block > acc_bytes ? lim.per_block - acc_bytes : 0;
+    const std::size_t room = per_block > acc_bytes ? per_block - acc_bytes : 0;
     const auto cplan = plan_row_cache<RO>(b, cols, lay.rows, reuse, static_cast<std::size_t>(groups),
                                           std::min(row_cache_budget(), room));
     const std::size_t smem = acc_bytes + (cplan.on ? static_cast<std::size_t>(groups) * cplan.group_bytes : 0);

@@ -978,29 +978,28 @@ void launch_row_kernel(void (*kernel)(P...), unsigned grid, unsigned block, std:
   device_launch_counter().fetch_add(1, std::memory_order_relaxed);
 }
 
-// Shared memory limit of `device`, cached per thread: what one block may ask
-// for as dynamic shared memory (the opt-in limit less 1 KiB for the kernels'
-// static shared memory).
-struct device_smem_limits {
-  std::size_t per_block = 0;
-};
-
-inline device_smem_limits smem_limits(int device) {
+// What one block of a row kernel may ask for as dynamic shared memory on
+// `device` (the opt-in limit less 1 KiB for the kernels' static shared
+// memory), cached per thread.
+inline std::size_t smem_per_block(int device) {
   static thread_local int cached_device = -1;
-  static thread_local device_smem_limits cached;
+  static thread_local std::size_t cached = 0;
   if (device != cached_device) {
     int optin = 0;
     LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cached.per_block = optin > 1024 ? static_cast<std::size_t>(optin) - 1024 : 0;
+    cached = optin > 1024 ? static_cast<std::size_t>(optin) - 1024 : 0;
     cached_device = device;
   }
   return cached;
 }
 #endif
 
-template <class B>
+// Elements per vector step of a row kernel: 16 bytes of the smallest type
+// among the leaves and the output (element size OutSize), so every vector
+// access covers whole 16-byte units of every type.
+template <class B, std::size_t OutSize>
 constexpr int row_vector_width() {
-  return 16 / static_cast<int>(min_bound_leaf_size<B>::value);
+  return 16 / static_cast<int>(std::min<std::size_t>(min_bound_leaf_size<B>::value, OutSize));
 }
 
 // Runs the rows path for a bound tree and a sink over the output layout.
@@ -1023,16 +1022,13 @@ eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool
     }, lay.cols * static_cast<index_t>(B::slots + 1));
   } else {
 #if LOOM_CUDA_COMPILER
-    // V elements of the smallest type (leaves and outputs) fill 16 bytes, so
-    // every vector access covers whole 16-byte units of every type.
-    constexpr int V = row_vector_width<B>() > 16 / static_cast<int>(Sink::smallest) ? row_vector_width<B>()
-                                                                                      : 16 / static_cast<int>(Sink::smallest);
+    constexpr int V = row_vector_width<B, Sink::smallest>();
     const index_t longest = longest_row(b, lay.cols, std::make_index_sequence<B::slots>{});
     // A warp per row for short rows, a block of 256 per row for long ones.
     const int G = longest <= 2048 ? 32 : 256;
     const stream_ref s = current_stream();
     const index_t groups = 256 / G;
-    const std::size_t budget = std::min(row_cache_budget(), smem_limits(s.device()).per_block);
+    const std::size_t budget = std::min(row_cache_budget(), smem_per_block(s.device()));
     const auto plan = plan_row_cache<RO>(b, lay.cols, lay.rows, reuse, static_cast<std::size_t>(groups), budget);
     const std::size_t smem = plan.on ? static_cast<std::size_t>(groups) * plan.group_bytes : 0;
     const bool vec = sink_vector_ok && row_vector_ok_cached(b, plan);
