@@ -6,7 +6,9 @@
 //    cub::DeviceReduce::Sum / Max (targets: within 3% of CUB, >= 90% of copy);
 //  - a fused reduction: loom::sum(x * y) vs the op-by-op chain (a product
 //    materialized, then reduced);
-//  - row sums of 8192 x 8192 (loom::sum(x, 1), one kernel);
+//  - sums along an axis: 8192 x 8192 along rows (loom::sum(x, 1), one
+//    kernel) and across rows (loom::sum(x, 0)), and 262144 x 256 across
+//    rows (few columns: the rows in chunks, two kernels);
 //  - cumsum of one row of 2^26 floats vs cub::DeviceScan::InclusiveSum, and
 //    cumsum of 8192 rows of 8192 (block per row).
 // Random never-zero data (the hash of gpu_bench.cuh); each result is checked
@@ -160,27 +162,32 @@ void full_reductions(bench_state& st, index_t n) {
   st.measure("sum(x*y)", shape, "loom op by op", 2 * bytes, close_to(item(), sum_xy, tol_xy), op_by_op);
 }
 
-void row_sums(bench_state& st, index_t rows, index_t cols) {
+// sum(x, axis) of a rows x cols matrix: along rows (axis 1, a block per row)
+// or across rows (axis 0, 32 columns per block; the rows in chunks when the
+// columns are few).
+void axis_sums(bench_state& st, index_t rows, index_t cols, int axis) {
   const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
   loom::device_tensor<float, 2> x({rows, cols});
   hash_fill(x, 23);
-  loom::device_tensor<float, 1> out({rows});
+  const index_t outputs = axis == 1 ? rows : cols, k = axis == 1 ? cols : rows;
+  loom::device_tensor<float, 1> out({outputs});
   const auto hx = host_values(23, rows * cols);
   poison(out);
-  auto f = [&] { out = loom::sum(x, 1); };
+  auto f = [&] { out = loom::sum(x, axis); };
   f();
   const auto got = loom::to_host(out);
   std::string check = "ok";
-  for (index_t r = 0; r < rows && check == "ok"; r += 97) {
+  for (index_t o = 0; o < outputs && check == "ok"; o += 97) {
     double want = 0, mag = 0;
-    for (index_t c = 0; c < cols; ++c) {
-      want += hx[static_cast<std::size_t>(r * cols + c)];
-      mag += std::fabs(hx[static_cast<std::size_t>(r * cols + c)]);
+    for (index_t j = 0; j < k; ++j) {
+      const double v = hx[static_cast<std::size_t>(axis == 1 ? o * cols + j : j * cols + o)];
+      want += v;
+      mag += std::fabs(v);
     }
-    check = close_to(got.data()[r], want, 64 * 0x1p-24 * mag);
+    check = close_to(got.data()[o], want, 64 * 0x1p-24 * mag);
   }
-  st.measure("sum(x, 1)", shape, "loom", static_cast<double>(rows) * cols * sizeof(float) + rows * 4.0, check,
-             f);
+  st.measure(axis == 1 ? "sum(x, 1)" : "sum(x, 0)", shape, "loom",
+             static_cast<double>(rows) * cols * sizeof(float) + outputs * 4.0, check, f);
 }
 
 void scans(bench_state& st, index_t n, index_t rows, index_t cols) {
@@ -233,7 +240,9 @@ int main(int argc, char** argv) {
     print_header();
     st.copy = measure_copy("gpu_reduce", st.opt, st.timing);
     full_reductions(st, st.opt.quick ? (index_t{1} << 20) + 3 : index_t{1} << 28);
-    row_sums(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192);
+    axis_sums(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192, 1);
+    axis_sums(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192, 0);
+    axis_sums(st, st.opt.quick ? 4099 : 262144, st.opt.quick ? 33 : 256, 0);
     scans(st, st.opt.quick ? (index_t{1} << 20) + 3 : index_t{1} << 26, st.opt.quick ? 257 : 8192,
           st.opt.quick ? 1023 : 8192);
     if (st.failed) {

@@ -14,8 +14,11 @@ else in global memory). A whole-tensor reduction (one cub::DeviceReduce
 call) reads a contiguous aligned input in 16-byte vectors: its main kernel
 has a run of at least REDUCE_RUN such loads with no branch between them (a
 thread's loads of a tile are all issued before the first is used; a branch
-per load would keep one load in flight per thread). Prints one report line
-per kernel.
+per load would keep one load in flight per thread). An axis reduction (one
+axis_reduce_kernel in a linear and a coordinates form, and the kernel that
+combines chunks) reads rows of a contiguous aligned input in 16-byte vectors,
+AXIS_RUN of them in a row without a branch, and reads across rows AXIS_RUN
+scalar loads in a row. Prints one report line per kernel.
 Exit status 0 when every check holds.
 """
 import argparse
@@ -49,11 +52,15 @@ ROW_CASES = {5, 6, 7}
 # case: description of a whole-tensor reduction
 REDUCE_CASES = {8: "float  y = sum(x), whole tensor"}
 REDUCE_RUN = 8
+# case: description of an axis reduction
+AXIS_CASES = {9: "float  y = sum(x, 1), along an axis"}
+AXIS_RUN = 4
 # The row-cache copy in both forms of the row kernel: 16-byte global loads
 # (four in flight, then one per remaining 16 bytes) and as many shared stores.
 ROW_COPY_V4 = 5
 
 ENTRY = re.compile(r"^\.(?:visible )?\.entry\s+(\S+?)\(", re.M)
+SCALAR_LOAD = re.compile(r"\bld\.global(?:\.nc)?(?:\.L1::\S+)?\.(?:f|b|u|s)32\b")
 V4_LOAD = re.compile(r"\bld\.global(?:\.nc)?(?:\.L1::\S+)?\.v4\.")
 V4_STORE = re.compile(r"\bst\.global(?:\.\S+)?\.v4\.")
 V4_GENERIC_LOAD = re.compile(r"\bld(?:\.L1::\S+)?\.v4\.")
@@ -72,11 +79,11 @@ def entries(ptx):
     return out
 
 
-def longest_load_run(body):
-    """Most 16-byte global loads in a row with no branch or label between them."""
+def longest_run(body, pattern):
+    """Most loads matching `pattern` in a row with no branch or label between them."""
     best = cur = 0
     for line in body.splitlines():
-        if V4_LOAD.search(line):
+        if pattern.search(line):
             cur += 1
             best = max(best, cur)
         elif re.search(r"\bbra\b", line) or line.startswith("$L__"):
@@ -94,7 +101,7 @@ def check_reduce(case, desc, ents, stats, failures):
         return
     for name in kernels:
         kind = "vector" if name in vector else "coords"
-        run = longest_load_run(ents[name])
+        run = longest_run(ents[name], V4_LOAD)
         stack, spill, regs = stats.get(name, (-1, -1, -1))
         print(f"{desc:<42} {kind:<12} {len(V4_LOAD.findall(ents[name])):>5} {0:>5} {'run ' + str(run):>5} "
               f"{regs:>4} {spill:>5} {stack:>5}")
@@ -110,6 +117,37 @@ def check_reduce(case, desc, ents, stats, failures):
                             f"expected at least {REDUCE_RUN}")
 
 
+def check_axis(case, desc, ents, stats, failures):
+    """axis_reduce_kernel: the linear form's row loads are 16-byte vectors in
+    runs; both forms read across rows in runs of scalar loads; no spills."""
+    forms = {"linear": [n for n in ents if "axis_reduce_kernel" in n and "Lb1E" in n],
+             "coords": [n for n in ents if "axis_reduce_kernel" in n and "Lb0E" in n],
+             "combine": [n for n in ents if "axis_combine_kernel" in n]}
+    if any(len(v) != 1 for v in forms.values()):
+        failures.append(f"case {case} ({desc}): expected one kernel of each of {list(forms)}, found "
+                        f"{ {k: len(v) for k, v in forms.items()} }")
+        return
+    for kind, (name,) in forms.items():
+        body = ents[name]
+        v4 = longest_run(body, V4_LOAD)
+        scalar = longest_run(body, SCALAR_LOAD)
+        stack, spill, regs = stats.get(name, (-1, -1, -1))
+        print(f"{desc:<42} {kind:<12} {len(V4_LOAD.findall(body)):>5} {0:>5} {'run ' + str(v4):>5} "
+              f"{regs:>4} {spill:>5} {stack:>5}")
+        if name not in stats:
+            failures.append(f"case {case}: no ptxas report for {kind} kernel")
+        # As for whole reductions, the coordinates form's array indexed by a
+        # run-time axis number may live on the stack; nothing may spill.
+        if spill != 0 or (stack != 0 and kind != "coords"):
+            failures.append(f"case {case} ({desc}): {kind} kernel spills {spill} bytes, stack {stack} bytes")
+        if kind == "linear" and v4 < AXIS_RUN:
+            failures.append(f"case {case} ({desc}): linear kernel has at most {v4} 16-byte loads in a row, "
+                            f"expected at least {AXIS_RUN}")
+        if scalar < AXIS_RUN:
+            failures.append(f"case {case} ({desc}): {kind} kernel has at most {scalar} loads in a row, "
+                            f"expected at least {AXIS_RUN}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nvcc", required=True)
@@ -123,6 +161,7 @@ def main():
     failures = []
     cases = dict(CASES)
     cases.update({c: (d, 0, 0) for c, d in REDUCE_CASES.items()})
+    cases.update({c: (d, 0, 0) for c, d in AXIS_CASES.items()})
     print(f"{'case':<42} {'kernel':<12} {'v4 ld':>5} {'v4 st':>5} {'copy':>5} {'regs':>4} {'spill':>5} {'stack':>5}")
     for case, (desc, want_loads, want_stores) in cases.items():
         ptx_path = f"{args.workdir}/case{case}.ptx"
@@ -138,6 +177,9 @@ def main():
         ents = entries(ptx)
         if case in REDUCE_CASES:
             check_reduce(case, desc, ents, stats, failures)
+            continue
+        if case in AXIS_CASES:
+            check_axis(case, desc, ents, stats, failures)
             continue
         if case in ROW_CASES:
             kinds = {"vector rows": [n for n in ents if "row_kernel" in n and "Lb1E" in n],

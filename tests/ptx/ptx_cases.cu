@@ -41,6 +41,8 @@ void run(device_tensor<bf16, 2>& y, const device_tensor<bf16, 2>& x, const devic
 void run(device_tensor<float, 2>& y, const device_tensor<bf16, 2>& x) { y = softmax(x); }
 #elif LOOM_PTX_CASE == 8  // float sum of a whole tensor: one cub::DeviceReduce call
 void run(device_tensor<float, 0>& y, const device_tensor<float, 2>& x) { y = sum(x); }
+#elif LOOM_PTX_CASE == 9  // float sums along an axis: one kernel, linear and coordinates forms
+void run(device_tensor<float, 1>& y, const device_tensor<float, 2>& x) { y = sum(x, 1); }
 #else
 #error "unknown LOOM_PTX_CASE"
 #endif

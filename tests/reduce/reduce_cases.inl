@@ -377,6 +377,35 @@ TEMPLATE_TEST_CASE("prod matches a double reference along axes", "[reduce]" LOOM
   }
 }
 
+TEST_CASE("axis reductions of tall and long matrices match references in one or two launches",
+          "[reduce]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("reduce tall"));
+  // Across rows: 1000 rows of 7 run in 15 chunks on any GPU (at most
+  // 1000 / (4 lanes x 16) chunks; 16 blocks per SM wanted), so the device
+  // takes two launches (partials, then their combination); along rows of
+  // 4099 (every row start unaligned but the first), one.
+  auto ht = random_host<float, 2>({1000, 7}, g);
+  auto hl = random_host<float, 2>({3, 4099}, g);
+  auto t = in_space(ht);
+  auto l = in_space(hl);
+  auto at = [](const auto& h) { return [&h](auto c) { return static_cast<double>(h(c[0], c[1])); }; };
+  for (const std::string op : {"sum", "argmin", "var", "logsumexp"}) {
+    INFO(op);
+    auto before = loom::launches();
+    const auto across = run_axis(op, t * 1.5f, 0, false);
+    auto after = loom::launches();
+    CHECK((on_device ? after.device - before.device : after.host - before.host) == (on_device ? 2 : 1));
+    check_result<float>(op, across, gather_ref(ht.extents(), std::array<bool, 2>{true, false}, [&](auto c) {
+                          return static_cast<double>(ht(c[0], c[1]) * 1.5f);
+                        }));
+    before = loom::launches();
+    const auto along = run_axis(op, l, 1, false);
+    after = loom::launches();
+    CHECK((on_device ? after.device - before.device : after.host - before.host) == 1);
+    check_result<float>(op, along, gather_ref(hl.extents(), std::array<bool, 2>{false, true}, at(hl)));
+  }
+}
+
 TEST_CASE("reductions are bitwise deterministic run to run", "[reduce]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("reduce determinism"));
   auto h = random_host<float, 2>({1025, 1027}, g);
@@ -504,5 +533,132 @@ TEST_CASE("a reduction is one launch and reads a fused expression once", "[reduc
     for (double v : s.v) got += v;
     CHECK(std::fabs(got - want) <= 1e-4 * 37 * 129 * 17);
   }
+}
+#endif
+
+#if defined(LOOM_REDUCE_REPLAY)
+namespace {
+// The device's axis-reduction plan replayed on the host: every output, block
+// and thread of axis_reduce_kernel in turn, through the kernel's own
+// per-thread shares (loom::detail::row_share, row_share_vec, cross_share) and
+// its combining order (lanes in order, then chunks in order). The threads of
+// a block along rows are combined in thread order here, by cub::BlockReduce's
+// tree in the kernel: the results are compared with references, not bits.
+template <class Op, class E, std::size_t R>
+result replay_axes(const E& e, const std::array<bool, R>& red, int sms, loom::detail::axis_plan& plan) {
+  using namespace loom::detail;
+  const auto n = as_node(e);
+  const loom::shape<R> ext = n.extents();
+  const auto lay = layout_of(ext, red);
+  bool row_major = false;
+  const auto m = make_axis_map(ext, lay.order, row_major);
+  bind_info info;
+  const auto b = bind_for_read(n, ext, info);
+  plan = plan_axis_reduce(ext, red, info.contiguous, info.aligned, lay.outputs, lay.k, sms);
+  constexpr int V = static_cast<int>(16 / min_leaf_size<node_t<E>>::value);
+  const Op op{};
+  const index_t k = lay.k;
+  result r;
+  for (index_t o = 0; o < lay.outputs; ++o) {
+    typename Op::acc total = op.identity();
+    if (!plan.cross) {
+      for (int t = 0; t < axis_block; ++t) {
+        if (plan.vec)
+          total = op(total, row_share_vec<V>(op, b, o * k, k, t));
+        else if (plan.linear)
+          total = op(total, row_share<true>(op, b, m, o * k, k, t));
+        else
+          total = op(total, row_share<false>(op, b, m, o * k, k, t));
+      }
+    } else {
+      for (index_t s = 0; s < plan.splits; ++s) {
+        const index_t lo = s * plan.chunk, hi = std::min(k, lo + plan.chunk);
+        auto share = [&](int lane) {
+          return plan.linear ? cross_share<true>(op, b, m, o, lay.outputs, k, lo, hi, lane)
+                             : cross_share<false>(op, b, m, o, lay.outputs, k, lo, hi, lane);
+        };
+        typename Op::acc a = share(0);
+        for (int lane = 1; lane < cross_lanes; ++lane) a = op(a, share(lane));
+        total = s == 0 ? a : op(total, a);
+      }
+    }
+    r.v.push_back(loom_test::as_double(op.finalize(total, k)));
+  }
+  return r;
+}
+
+struct plan_want {
+  bool cross, linear, vec;
+  index_t splits;
+};
+
+// Replays sum, argmax, amax and count_nonzero (every element is non-zero, so
+// count is k exactly when each element is read once) and checks the plan.
+template <class T, class E, std::size_t R, class Val>
+void check_replay(const E& e, const std::array<bool, R>& red, int sms, const plan_want& want, Val val) {
+  using namespace loom::detail;
+  using C = typename node_t<E>::value_type;
+  const auto segs = gather_ref(as_node(e).extents(), red, val);
+  axis_plan plan;
+  check_result<T>("sum", replay_axes<sum_op<C>>(e, red, sms, plan), segs);
+  CHECK(plan.cross == want.cross);
+  CHECK(plan.linear == want.linear);
+  CHECK(plan.vec == want.vec);
+  CHECK(plan.splits == want.splits);
+  check_result<T>("argmax", replay_axes<argmax_op<C>>(e, red, sms, plan), segs);
+  check_result<T>("amax", replay_axes<max_op<C>>(e, red, sms, plan), segs);
+  check_result<T>("count", replay_axes<count_nonzero_op<C>>(e, red, sms, plan), segs);
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("the device plans of axis reductions read every element once, replayed on the host",
+                   "[reduce]", float, loom::bf16) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("reduce axis plans"));
+  auto nonzero = [&]<std::size_t R>(const loom::shape<R>& s) {
+    auto h = random_host<T, R>(s, g);
+    for (index_t i = 0; i < h.size(); ++i)
+      if (loom_test::as_double(h.data()[i]) == 0) h.data()[i] = T(1.0f);
+    return h;
+  };
+  auto at2 = [](const auto& h) { return [&h](auto c) { return loom_test::as_double(h(c[0], c[1])); }; };
+  auto at3 = [](const auto& h) { return [&h](auto c) { return loom_test::as_double(h(c[0], c[1], c[2])); }; };
+  // Along rows: 16-byte vectors with an unaligned head and tail per row
+  // (37 columns), whole vectors only (64), rows shorter than a vector (3).
+  for (index_t cols : {37, 64, 3}) {
+    INFO(cols << " columns");
+    auto h = nonzero(loom::shape<2>{5, cols});
+    check_replay<T>(h, std::array<bool, 2>{false, true}, 132, {false, true, true, 1}, at2(h));
+  }
+  // A contiguous view at an unaligned offset: linear, element by element.
+  auto h3 = nonzero(loom::shape<3>{2, 5, 37});
+  const auto off = h3.view().slice(1);
+  check_replay<T>(off, std::array<bool, 2>{false, true}, 132, {false, true, false, 1},
+                  [&](auto c) { return loom_test::as_double(h3(1, c[0], c[1])); });
+  // Across rows: 300 rows of 5 split into 4 chunks of 75 (300 / (4 lanes x 16)
+  // chunks at most), whatever the SM count; on one SM of 48 rows, one chunk.
+  auto tall = nonzero(loom::shape<2>{300, 5});
+  for (int sms : {1, 132}) check_replay<T>(tall, std::array<bool, 2>{true, false}, sms, {true, true, false, 4}, at2(tall));
+  auto wide = nonzero(loom::shape<2>{48, 700});
+  check_replay<T>(wide, std::array<bool, 2>{true, false}, 1, {true, true, false, 1}, at2(wide));
+  // 3-D: a middle axis (by coordinates), leading axes (linear), the last
+  // axis and a set of axes ending with the last (along rows).
+  auto x = nonzero(loom::shape<3>{7, 33, 5});
+  check_replay<T>(x, std::array<bool, 3>{false, true, false}, 132, {true, false, false, 1}, at3(x));
+  check_replay<T>(x, std::array<bool, 3>{true, true, false}, 132, {true, true, false, 3}, at3(x));
+  check_replay<T>(x, std::array<bool, 3>{false, false, true}, 132, {false, true, true, 1}, at3(x));
+  check_replay<T>(x, std::array<bool, 3>{true, false, true}, 132, {false, false, false, 1}, at3(x));
+  // A transposed (strided) view and a fused expression of two inputs.
+  auto hw = nonzero(loom::shape<2>{37, 9});
+  const auto tr = hw.view().permute({1, 0});  // [9, 37]
+  auto at_tr = [&](auto c) { return loom_test::as_double(hw(c[1], c[0])); };
+  check_replay<T>(tr, std::array<bool, 2>{true, false}, 132, {true, false, false, 1}, at_tr);
+  check_replay<T>(tr, std::array<bool, 2>{false, true}, 132, {false, false, false, 1}, at_tr);
+  auto hb = nonzero(loom::shape<2>{300, 6});
+  using Cv = loom::compute_t<T>;
+  check_replay<T>(hb * hb, std::array<bool, 2>{true, false}, 132, {true, true, false, 4}, [&](auto c) {
+    const auto v = static_cast<Cv>(hb(c[0], c[1]));
+    return static_cast<double>(v * v);
+  });
 }
 #endif

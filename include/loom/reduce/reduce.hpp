@@ -48,8 +48,12 @@
 //    GPU; its tiling, hence its rounding, may differ between GPU models). On
 //    the contiguous path each item CUB sees is one 16-byte vector of input,
 //    combined left to right.
-//  - device, along axes: one block per output element; thread t combines
-//    elements t, t + B, t + 2B, ... left to right, then cub::BlockReduce.
+//  - device, along axes: along rows (the reduced range innermost) one block
+//    per output, each thread combining its elements (or 16-byte vectors)
+//    left to right, then cub::BlockReduce; across rows (`sum(x, 0)`) 32
+//    outputs per block, 4 lanes per output combined in order, and the range
+//    in fixed chunks when the outputs are few. See "Axis reductions on the
+//    device" below.
 namespace loom {
 
 //! Tag that keeps the reduced axes (extent 1) in a reduction's result, like
@@ -458,6 +462,139 @@ typename Op::acc host_reduce_all(const Op& op, const Get& get, index_t n) {
 }
 
 // ---------------------------------------------------------------------------
+// Axis reductions on the device: one kernel (two when a cross reduction is
+// split along its range), in one of two thread mappings chosen at run time.
+//
+//  - Along rows, when the reduced range is innermost (the expression's last
+//    axis of extent > 1 is reduced): a block of axis_block threads per
+//    output. On the contiguous, 16-byte-aligned path thread t combines the
+//    row's unaligned head element t, then the 16-byte vectors t, t + B, ...
+//    (V elements each, left to right), then tail element t; otherwise
+//    elements t, t + B, t + 2B, ... Then cub::BlockReduce.
+//  - Across rows, when the last axis of extent > 1 is kept (`sum(x, 0)`):
+//    a block takes 32 consecutive outputs, one per thread of a warp, so a
+//    warp's loads are consecutive in memory; its cross_lanes warps split the
+//    range (lane l combines j = lo + l, lo + l + L, ...), and lane 0 combines
+//    the lanes in order. When the outputs are too few to fill the GPU, the
+//    range is also split into `splits` fixed chunks (a second kernel
+//    combines the chunks' partial results in order).
+//
+// The per-thread shares are LOOM_HD functions: the host tests replay a
+// kernel's plan with them (tests/reduce/reduce_cases.inl), so which thread
+// reads which element is checked without a GPU.
+
+inline constexpr int axis_block = 128;                     // threads per block
+inline constexpr int cross_outputs = 32;                   // outputs per block across rows
+inline constexpr int cross_lanes = axis_block / cross_outputs;
+inline constexpr index_t cross_min_per_lane = 16;          // elements per lane and chunk, at least
+
+//! How an axis reduction runs on the device (decided on the host).
+struct axis_plan {
+  bool linear = false;  // contiguous: element (o, j) at a linear index (o * k + j along rows, j * outputs + o across)
+  bool vec = false;     // along rows and linear: 16-byte vector loads (every leaf 16-byte aligned)
+  bool cross = false;   // across rows (32 outputs per block) instead of along rows (one output per block)
+  index_t splits = 1;   // across rows: chunks of the reduced range, each a partial result
+  index_t chunk = 0;    // across rows: elements of the range per chunk (the last may have fewer)
+};
+
+//! The plan for reducing the axes `red` of an expression of extents `ext`
+//! bound with `contiguous`/`aligned` leaves (`outputs` results of `k`
+//! elements), on a device of `sms` multiprocessors.
+template <std::size_t R>
+axis_plan plan_axis_reduce(const shape<R>& ext, const std::array<bool, R>& red, bool contiguous, bool aligned,
+                           index_t outputs, index_t k, int sms) {
+  axis_plan p;
+  // The axes of extent > 1 in order: "reduced* kept*" makes (o, j) linear
+  // across rows, "kept* reduced*" along rows.
+  bool seen_kept = false, seen_red = false, red_after_kept = false, kept_after_red = false;
+  for (std::size_t d = 0; d != R; ++d) {
+    if (ext[d] == 1) continue;
+    if (red[d]) {
+      red_after_kept = red_after_kept || seen_kept;
+      seen_red = true;
+    } else {
+      kept_after_red = kept_after_red || seen_red;
+      seen_kept = true;
+    }
+  }
+  bool last_kept = false;
+  for (std::size_t d = R; d-- > 0;)
+    if (ext[d] != 1) {
+      last_kept = !red[d];
+      break;
+    }
+  p.cross = last_kept;
+  if (!p.cross) {
+    p.linear = contiguous && !kept_after_red;
+    p.vec = p.linear && aligned;
+    return p;
+  }
+  p.linear = contiguous && !red_after_kept;
+  // Enough blocks for 16 per SM (a full GPU of 128-thread blocks), each lane
+  // combining at least cross_min_per_lane elements of its chunk.
+  const index_t tiles = (outputs + cross_outputs - 1) / cross_outputs;
+  const index_t want = (static_cast<index_t>(sms > 0 ? sms : 1) * 16 + tiles - 1) / tiles;
+  const index_t most = std::max<index_t>(1, k / (cross_lanes * cross_min_per_lane));
+  const index_t splits = std::clamp<index_t>(want, 1, std::min<index_t>(most, 65535));
+  p.chunk = (k + splits - 1) / splits;
+  p.splits = k > 0 ? (k + p.chunk - 1) / p.chunk : 1;
+  return p;
+}
+
+//! Thread t's share of output element (row) o along rows, element by
+//! element: j = t, t + axis_block, ... of the row starting at position
+//! `start`.
+template <bool Linear, class Op, class B, std::size_t R>
+LOOM_HD typename Op::acc row_share(const Op& op, const B& b, const axis_map<R>& m, index_t start, index_t k, int t) {
+  typename Op::acc a = op.identity();
+  for (index_t j = t; j < k; j += axis_block) a = op(a, op.lift(read_at<Linear>(b, m, start + j), j));
+  return a;
+}
+
+//! Thread t's share of the contiguous row [start, start + k) in 16-byte
+//! vectors of V elements: head element t (the row's elements before its
+//! first V-aligned position), vectors t, t + axis_block, ..., tail element t.
+template <int V, class Op, class B>
+LOOM_HD typename Op::acc row_share_vec(const Op& op, const B& b, index_t start, index_t k, int t) {
+  typename Op::acc a = op.identity();
+  const index_t skew = (V - start % V) % V;
+  const index_t head = skew < k ? skew : k;
+  const index_t vectors = (k - head) / V;
+  const index_t body = head + vectors * V;  // row position of the tail
+  if (t < head) a = op(a, op.lift(b.at_linear(start + t), t));
+#if LOOM_DEVICE_CODE
+#pragma unroll 4
+#endif
+  for (index_t v = t; v < vectors; v += axis_block) {
+    const index_t j0 = head + v * V;
+    typename B::template regs<V> r;
+    b.template load<V>(start + j0, r);
+    LOOM_UNROLL
+    for (int i = 0; i < V; ++i) a = op(a, op.lift(b.template elem<V>(r, i), j0 + i));
+  }
+  if (t < k - body) a = op(a, op.lift(b.at_linear(start + body + t), body + t));
+  return a;
+}
+
+//! Lane `lane`'s share of output o across rows, over the range [lo, hi):
+//! j = lo + lane, lo + lane + cross_lanes, ...
+template <bool Linear, class Op, class B, std::size_t R>
+LOOM_HD typename Op::acc cross_share(const Op& op, const B& b, const axis_map<R>& m, index_t o, index_t outputs,
+                                     index_t k, index_t lo, index_t hi, int lane) {
+  typename Op::acc a = op.identity();
+#if LOOM_DEVICE_CODE
+#pragma unroll 4
+#endif
+  for (index_t j = lo + lane; j < hi; j += cross_lanes) {
+    if constexpr (Linear)
+      a = op(a, op.lift(b.at_linear(j * outputs + o), j));
+    else
+      a = op(a, op.lift(read_at<false>(b, m, o * k + j), j));
+  }
+  return a;
+}
+
+// ---------------------------------------------------------------------------
 // CUDA executor.
 
 #if LOOM_CUDA_COMPILER
@@ -528,28 +665,86 @@ void device_reduce_all(const Op& op, const B& b, const axis_map<R>& m, index_t n
       s);
 }
 
-// One block per output element (grid-stride over outputs); see the order above.
-template <int Block, bool Linear, class Op, class B, std::size_t R>
-__global__ void __launch_bounds__(Block)
-    segment_reduce_kernel(typename Op::result* out, Op op, B b, axis_map<R> m, index_t outputs, index_t k) {
-  using block_reduce = cub::BlockReduce<typename Op::acc, Block>;
+// Along rows: one block per output (grid-stride over outputs). Across rows:
+// block (x, y) takes tiles of 32 outputs x, x + gridDim.x, ... over chunk y
+// of the range. See the mappings above.
+template <int V, bool Linear, class Op, class B, std::size_t R>
+__global__ void __launch_bounds__(axis_block)
+    axis_reduce_kernel(typename Op::result* out, typename Op::acc* partial, Op op, B b, axis_map<R> m,
+                       index_t outputs, index_t k, axis_plan plan) {
+  using acc = typename Op::acc;
+  using block_reduce = cub::BlockReduce<acc, axis_block>;
+  struct lane_accs {
+    acc v[axis_block];
+  };
   __shared__ typename block_reduce::TempStorage tmp;
-  for (index_t o = blockIdx.x; o < outputs; o += gridDim.x) {
-    typename Op::acc a = op.identity();
-    for (index_t j = threadIdx.x; j < k; j += Block) a = op(a, op.lift(read_at<Linear>(b, m, o * k + j), j));
-    const typename Op::acc total = block_reduce(tmp).Reduce(a, op);
-    if (threadIdx.x == 0) out[o] = op.finalize(total, k);
-    __syncthreads();  // tmp is reused by the next output
+  __shared__ cub::Uninitialized<lane_accs> lanes;
+  const int t = static_cast<int>(threadIdx.x);
+  if (!plan.cross) {
+    const auto share = [&](index_t o) {
+      if constexpr (Linear && V > 1)
+        if (plan.vec) return row_share_vec<V>(op, b, o * k, k, t);
+      return row_share<Linear>(op, b, m, o * k, k, t);
+    };
+    for (index_t o = blockIdx.x; o < outputs; o += gridDim.x) {
+      const acc total = block_reduce(tmp).Reduce(share(o), op);
+      if (t == 0) out[o] = op.finalize(total, k);
+      __syncthreads();  // tmp is reused by the next output
+    }
+    return;
+  }
+  const int x = t % cross_outputs, lane = t / cross_outputs;
+  const index_t s = blockIdx.y, lo = s * plan.chunk, hi = lo + plan.chunk < k ? lo + plan.chunk : k;
+  const index_t tiles = (outputs + cross_outputs - 1) / cross_outputs;
+  for (index_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const index_t o = tile * cross_outputs + x;
+    lanes.Alias().v[t] = o < outputs ? cross_share<Linear>(op, b, m, o, outputs, k, lo, hi, lane) : op.identity();
+    __syncthreads();
+    if (lane == 0 && o < outputs) {
+      acc a = lanes.Alias().v[x];
+      for (int l = 1; l < cross_lanes; ++l) a = op(a, lanes.Alias().v[l * cross_outputs + x]);
+      if (plan.splits == 1)
+        out[o] = op.finalize(a, k);
+      else
+        partial[s * outputs + o] = a;
+    }
+    __syncthreads();  // lanes is reused by the next tile
   }
 }
 
-template <bool Linear, class Op, class B, std::size_t R>
-void device_reduce_segments(const Op& op, const B& b, const axis_map<R>& m, index_t outputs, index_t k,
-                            typename Op::result* out, stream_ref s) {
-  constexpr int block = 128;
+// Combines the chunks' partial results of each output in chunk order.
+template <class Op>
+__global__ void __launch_bounds__(256) axis_combine_kernel(typename Op::result* out, const typename Op::acc* partial,
+                                                           Op op, index_t outputs, index_t splits, index_t k) {
+  const index_t step = static_cast<index_t>(gridDim.x) * blockDim.x;
+  for (index_t o = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; o < outputs; o += step) {
+    typename Op::acc a = partial[o];
+    for (index_t s = 1; s < splits; ++s) a = op(a, partial[s * outputs + o]);
+    out[o] = op.finalize(a, k);
+  }
+}
+
+template <int V, bool Linear, class Op, class B, std::size_t R>
+void device_reduce_axes(const Op& op, const B& b, const axis_map<R>& m, index_t outputs, index_t k,
+                        const axis_plan& plan, typename Op::result* out, stream_ref s) {
+  using acc = typename Op::acc;
   const index_t cap = static_cast<index_t>(sm_count(s.device())) * 16;
-  const unsigned grid = static_cast<unsigned>(outputs < cap ? outputs : cap);
-  segment_reduce_kernel<block, Linear><<<grid, block, 0, s.get()>>>(out, op, b, m, outputs, k);
+  const index_t blocks = plan.cross ? (outputs + cross_outputs - 1) / cross_outputs : outputs;
+  const dim3 grid(static_cast<unsigned>(blocks < cap ? blocks : cap), static_cast<unsigned>(plan.cross ? plan.splits : 1));
+  const auto launch = [&](acc* partial) {
+    axis_reduce_kernel<V, Linear><<<grid, axis_block, 0, s.get()>>>(out, partial, op, b, m, outputs, k, plan);
+    LOOM_CUDA_CHECK(cudaGetLastError());
+    device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+  };
+  if (!plan.cross || plan.splits == 1) {
+    launch(nullptr);
+    return;
+  }
+  scratch<device> part(static_cast<std::size_t>(plan.splits * outputs) * sizeof(acc), s);
+  launch(static_cast<acc*>(part.p));
+  const index_t want = (outputs + 255) / 256;
+  axis_combine_kernel<<<static_cast<unsigned>(want < cap ? want : cap), 256, 0, s.get()>>>(
+      out, static_cast<const acc*>(part.p), op, outputs, plan.splits, k);
   LOOM_CUDA_CHECK(cudaGetLastError());
   device_launch_counter().fetch_add(1, std::memory_order_relaxed);
 }
@@ -582,9 +777,35 @@ std::array<bool, R> reduced_axes(const std::array<int, K>& axes, const char* nam
   return red;
 }
 
+//! The walk order of a reduction over the axes `red` of extents `ext`: the
+//! kept axes, then the reduced ones; the number of outputs and the elements
+//! of each (`k`).
+template <std::size_t R>
+struct reduce_layout {
+  std::array<std::size_t, R> order{};
+  index_t outputs = 1, k = 1;
+};
+template <std::size_t R>
+reduce_layout<R> layout_of(const shape<R>& ext, const std::array<bool, R>& red) {
+  reduce_layout<R> l;
+  std::size_t p = 0;
+  for (std::size_t d = 0; d != R; ++d)
+    if (!red[d]) {
+      l.order[p++] = d;
+      l.outputs *= ext[d];
+    }
+  for (std::size_t d = 0; d != R; ++d)
+    if (red[d]) {
+      l.order[p++] = d;
+      l.k *= ext[d];
+    }
+  return l;
+}
+
 // Whole: every axis is reduced (known at compile time), the one case that
-// compiles CUB's device-wide reduction; axis reductions compile only the
-// block-per-output kernel (compile time grows with every CUB instantiation).
+// compiles CUB's device-wide reduction; axis reductions compile only
+// axis_reduce_kernel, twice (linear and by coordinates), and one combining
+// kernel per reduction type (compile time grows with every CUB instantiation).
 template <class Op, bool Keep, bool Whole, std::size_t OR, class Node, std::size_t R>
 auto reduce_run(const Node& n, const std::array<bool, R>& red, const Op& op) {
   using S = typename Node::space;
@@ -592,22 +813,13 @@ auto reduce_run(const Node& n, const std::array<bool, R>& red, const Op& op) {
   require_cuda_compiler_for<S>();
   const shape<R> ext = n.extents();
   shape<OR> oshape{};
-  std::array<std::size_t, R> order{};
-  index_t outputs = 1, k = 1;
-  std::size_t p = 0, o = 0;
-  for (std::size_t d = 0; d != R; ++d) {
-    if (!red[d]) {
-      order[p++] = d;
-      outputs *= ext[d];
-    }
-    if constexpr (OR > 0)
+  if constexpr (OR > 0) {
+    std::size_t o = 0;
+    for (std::size_t d = 0; d != R; ++d)
       if (!red[d] || Keep) oshape[o++] = red[d] ? 1 : ext[d];
   }
-  for (std::size_t d = 0; d != R; ++d)
-    if (red[d]) {
-      order[p++] = d;
-      k *= ext[d];
-    }
+  const reduce_layout<R> lay = layout_of(ext, red);
+  const index_t outputs = lay.outputs, k = lay.k;
   tensor<result, OR, S> out(oshape);
   if (outputs == 0) return out;
   if (k == 0) {
@@ -620,7 +832,7 @@ auto reduce_run(const Node& n, const std::array<bool, R>& red, const Op& op) {
     }
   }
   bool row_major = false;
-  const axis_map<R> m = make_axis_map(ext, order, row_major);
+  const axis_map<R> m = make_axis_map(ext, lay.order, row_major);
   bind_info info;
   const auto b = bind_for_read(n, ext, info);
   const bool linear = info.contiguous && row_major;
@@ -657,10 +869,14 @@ auto reduce_run(const Node& n, const std::array<bool, R>& red, const Op& op) {
         device_reduce_all<Op, B, V, true>(op, b, m, k, po, s);
       else
         device_reduce_all<Op, B, 1, false>(op, b, m, k, po, s);
-    } else if (linear) {
-      device_reduce_segments<true>(op, b, m, outputs, k, po, s);
     } else {
-      device_reduce_segments<false>(op, b, m, outputs, k, po, s);
+      constexpr int V = static_cast<int>(16 / min_leaf_size<Node>::value);
+      const axis_plan plan =
+          plan_axis_reduce(ext, red, info.contiguous, info.aligned, outputs, k, sm_count(s.device()));
+      if (plan.linear)
+        device_reduce_axes<V, true>(op, b, m, outputs, k, plan, po, s);
+      else
+        device_reduce_axes<V, false>(op, b, m, outputs, k, plan, po, s);
     }
 #endif
   }
