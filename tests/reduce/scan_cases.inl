@@ -272,7 +272,12 @@ TEST_CASE("a long float cumsum is bitwise the same run to run and close to a dou
     const auto x = in_space(h);
     for (bool ex : {false, true}) {
       const auto kind = ex ? loom::scan_kind::exclusive : loom::scan_kind::inclusive;
+      const auto before = loom::launches();
       const auto a = loom::to_host(loom::cumsum(x * 2.0f, 0, kind));
+      const auto after = loom::launches();
+      // One pass: one kernel on either executor (the device's look-back scan
+      // beyond 4096 elements, a block for the row below).
+      CHECK((on_device ? after.device - before.device : after.host - before.host) == 1);
       const auto b = loom::to_host(loom::cumsum(x * 2.0f, 0, kind));
       CHECK(std::memcmp(a.data(), b.data(), static_cast<std::size_t>(n) * sizeof(float)) == 0);
       std::vector<double> want, widx, in;

@@ -19,16 +19,17 @@
 #include <cub/block/block_scan.cuh>
 #include <cub/block/block_store.cuh>
 #include <cub/device/device_scan.cuh>
+#include <cuda/atomic>
 #endif
 
 // Scans (cumulative sums, products, maxima and minima) along one axis of any
 // expression, fused into the loads like the reductions. Order of combination:
 // the host runs each row left to right; the device runs many rows with one
-// block per row, and one long row of floating sums or products in fixed
-// chunks (three kernels: chunk totals, their scan, each chunk's scan from its
-// prefix), so the result depends on the length alone, never on timing; one
-// long row of an exact operation (integers, cummax/cummin) is one
-// cub::DeviceScan call. Many rows: one block per row
+// block per row, and one long row of floating sums or products in one pass
+// over tiles whose prefixes come from a look-back that folds the earlier
+// tiles' aggregates in tile order (see lookback_scan_kernel), so the result
+// depends on the length alone, never on timing; one long row of an exact
+// operation (integers, cummax/cummin) is one cub::DeviceScan call. Many rows: one block per row
 // (cub::BlockScan over tiles of the row, carrying the running prefix), one kernel.
 namespace loom {
 
@@ -241,70 +242,132 @@ __global__ void __launch_bounds__(Block)
     ts::template run<Linear>(tmp, w, op, b, m, r * len, r * len + len, r * len, r * len + len, op.identity());
 }
 
-// One long row of a floating sum or product in chunks of a fixed length:
-// each chunk's total (a fixed tree), the exclusive scan of the totals (one
-// block), then each chunk scanned from its prefix. The order of combination
-// depends on the row's length alone, so results are bitwise reproducible.
+// One long row of a floating sum or product in one pass, deterministic:
+// tiles of chunk_block x scan_items elements take a ticket (an atomic
+// counter: the order in which they start, so a tile only ever waits for
+// tiles that are already running); each scans its tile, publishes its
+// aggregate, and looks back for the nearest earlier tile that published its
+// inclusive prefix. It then folds the aggregates after that one in tile
+// order, left to right:
+//   prefix(i) = (((incl(j) + agg(j + 1)) + agg(j + 2)) + ...) + agg(i - 1),
+// which is incl(i - 1) = incl(i - 2) + agg(i - 1) unrolled down to j: the
+// same value whichever j the look-back found. So every prefix, hence every
+// result, depends on the data and the length alone, never on which tile
+// published first. No value is combined atomically; the input is read once.
 constexpr int chunk_block = 256;
-constexpr index_t scan_chunk = 16 * chunk_block;
+constexpr index_t scan_chunk = 16 * chunk_block;  // one block per row up to this length
+constexpr int lookback_windows = 8;               // windows of 32 tiles kept while looking back
 
-template <int Block, bool Linear, class Op, class B, std::size_t R>
-__global__ void __launch_bounds__(Block)
-    chunk_total_kernel(typename Op::acc* totals, Op op, B b, axis_map<R> m, index_t len) {
-  using block_reduce = cub::BlockReduce<typename Op::acc, Block>;
-  __shared__ typename block_reduce::TempStorage tmp;
-  const index_t begin = static_cast<index_t>(blockIdx.x) * scan_chunk;
-  typename Op::acc a = op.identity();
-  LOOM_UNROLL
-  for (int it = 0; it < static_cast<int>(scan_chunk / Block); ++it) {
-    const index_t k = begin + it * Block + threadIdx.x;
-    if (k < len) a = op(a, op.lift(read_at<Linear>(b, m, k), k));
-  }
-  const typename Op::acc t = block_reduce(tmp).Reduce(a, op);
-  if (threadIdx.x == 0) totals[blockIdx.x] = t;
-}
+enum : unsigned { tile_pending = 0, tile_aggregate = 1, tile_inclusive = 2 };
 
-template <int Block, class Op>
-__global__ void __launch_bounds__(Block) chunk_prefix_kernel(typename Op::acc* totals, Op op, index_t n) {
-  using block_scan = cub::BlockScan<typename Op::acc, Block>;
-  __shared__ typename block_scan::TempStorage tmp;
-  running_prefix<Op> prefix{op, op.identity()};
-  for (index_t k0 = 0; k0 < n; k0 += Block) {
-    const index_t k = k0 + threadIdx.x;
-    const typename Op::acc v = k < n ? totals[k] : op.identity();
-    typename Op::acc o;
-    block_scan(tmp).ExclusiveScan(v, o, op, prefix);
-    __syncthreads();
-    if (k < n) totals[k] = o;
-  }
-}
+template <class A>
+struct lookback_state {
+  A* agg;            // each tile's aggregate
+  A* incl;           // each tile's inclusive prefix
+  unsigned* flag;    // tile_pending -> tile_aggregate -> tile_inclusive
+  unsigned* ticket;  // tiles started
+};
 
 template <int Block, bool Linear, class Op, class B, class W, std::size_t R>
 __global__ void __launch_bounds__(Block)
-    chunk_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, axis_map<R> m, const typename Op::acc* prefixes,
-                      index_t len) {
+    lookback_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, axis_map<R> m, index_t len,
+                         lookback_state<typename Op::acc> st) {
+  using acc = typename Op::acc;
   using ts = tile_scan<Block, scan_items<Op>, Op>;
+  using flag_ref = cuda::atomic_ref<unsigned, cuda::thread_scope_device>;
   __shared__ typename ts::temp tmp;
-  const index_t begin = static_cast<index_t>(blockIdx.x) * scan_chunk;
-  const index_t end = begin + scan_chunk < len ? begin + scan_chunk : len;
-  ts::template run<Linear>(tmp, w, op, b, m, begin, end, 0, len, prefixes[blockIdx.x]);
+  __shared__ acc saved[lookback_windows][32];
+  __shared__ acc prefix_sh;
+  __shared__ index_t tile_sh;
+  if (threadIdx.x == 0) tile_sh = atomicAdd(st.ticket, 1u);
+  __syncthreads();
+  const index_t tile = tile_sh, t0 = tile * ts::tile;
+  const int valid = static_cast<int>(len - t0 < ts::tile ? len - t0 : ts::tile);
+  acc items[scan_items<Op>];
+  const auto in = thrust::make_transform_iterator(thrust::counting_iterator<index_t>(t0),
+                                                  lift_scan_at<Op, B, Linear, R>{op, b, m, 0});
+  typename ts::load_t(tmp.load).Load(in, items, valid, op.identity());
+  __syncthreads();
+  acc aggregate;
+  typename ts::scan_t(tmp.scan).InclusiveScan(items, items, op, aggregate);
+  if (threadIdx.x < 32) {
+    const int lane = static_cast<int>(threadIdx.x);
+    if (tile == 0) {
+      if (lane == 0) {
+        st.incl[0] = aggregate;
+        flag_ref(st.flag[0]).store(tile_inclusive, cuda::memory_order_release);
+      }
+    } else {
+      if (lane == 0) {
+        st.agg[tile] = aggregate;
+        flag_ref(st.flag[tile]).store(tile_aggregate, cuda::memory_order_release);
+      }
+      // Window [end - 32, end): lane l reads tile end - 1 - l. Windows with
+      // no inclusive prefix are kept (at most lookback_windows; past that the
+      // walk starts again from this tile: the nearer tiles publish theirs
+      // meanwhile). Tile 0 is always inclusive, so a walk ends there at the latest.
+      index_t end = tile;
+      int kept = 0;
+      for (;;) {
+        const index_t j = end - 1 - lane;
+        unsigned f = tile_pending;
+        acc v = op.identity();
+        if (j >= 0) {
+          while ((f = flag_ref(st.flag[j]).load(cuda::memory_order_acquire)) == tile_pending) __nanosleep(32);
+          v = f == tile_inclusive ? st.incl[j] : st.agg[j];
+        }
+        const unsigned found = __ballot_sync(0xffffffffu, f == tile_inclusive);
+        if (found != 0) {
+          const int first = __ffs(found) - 1;  // the nearest inclusive tile
+          acc r = __shfl_sync(0xffffffffu, v, first);
+          for (int l = first - 1; l >= 0; --l) r = op(r, __shfl_sync(0xffffffffu, v, l));
+          for (int k = kept - 1; k >= 0; --k)
+            for (int l = 31; l >= 0; --l) r = op(r, saved[k][l]);
+          if (lane == 0) {
+            prefix_sh = r;
+            st.incl[tile] = op(r, aggregate);
+            flag_ref(st.flag[tile]).store(tile_inclusive, cuda::memory_order_release);
+          }
+          break;
+        }
+        if (kept == lookback_windows) {
+          kept = 0;
+          end = tile;
+          continue;
+        }
+        saved[kept][lane] = v;
+        __syncwarp();
+        ++kept;
+        end -= 32;
+      }
+    }
+  }
+  __syncthreads();
+  if (tile > 0) {
+    const acc prefix = prefix_sh;
+    LOOM_UNROLL
+    for (int i = 0; i < scan_items<Op>; ++i) items[i] = op(prefix, items[i]);
+  }
+  typename ts::store_t(tmp.store)
+      .Store(thrust::make_tabulate_output_iterator(shifted_writer<W, Op>{w, t0, 0, len}), items, valid);
 }
 
 template <bool Linear, class Op, class B, class W, std::size_t R>
-void chunked_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& w, index_t len,
-                  stream_ref s) {
+void lookback_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& w, index_t len,
+                   stream_ref s) {
   using acc = typename Op::acc;
-  const index_t chunks = (len + scan_chunk - 1) / scan_chunk;
-  scratch<device> totals(static_cast<std::size_t>(chunks) * sizeof(acc), s);
-  acc* const t = static_cast<acc*>(totals.p);
-  const auto grid = static_cast<unsigned>(chunks);
-  chunk_total_kernel<chunk_block, Linear><<<grid, chunk_block, 0, s.get()>>>(t, op, b, m, len);
+  constexpr index_t tile = tile_scan<chunk_block, scan_items<Op>, Op>::tile;
+  const index_t tiles = (len + tile - 1) / tile;
+  const std::size_t values = 2 * static_cast<std::size_t>(tiles) * sizeof(acc);
+  const std::size_t flags = (static_cast<std::size_t>(tiles) + 1) * sizeof(unsigned);
+  scratch<device> state(values + flags, s);
+  acc* const agg = static_cast<acc*>(state.p);
+  unsigned* const flag = reinterpret_cast<unsigned*>(agg + 2 * tiles);
+  LOOM_CUDA_CHECK(cudaMemsetAsync(flag, 0, flags, s.get()));
+  lookback_scan_kernel<chunk_block, Linear><<<static_cast<unsigned>(tiles), chunk_block, 0, s.get()>>>(
+      w, op, b, m, len, lookback_state<acc>{agg, agg + tiles, flag, flag + tiles});
   LOOM_CUDA_CHECK(cudaGetLastError());
-  chunk_prefix_kernel<1024><<<1, 1024, 0, s.get()>>>(t, op, chunks);
-  LOOM_CUDA_CHECK(cudaGetLastError());
-  chunk_scan_kernel<chunk_block, Linear><<<grid, chunk_block, 0, s.get()>>>(w, op, b, m, t, len);
-  LOOM_CUDA_CHECK(cudaGetLastError());
-  device_launch_counter().fetch_add(3, std::memory_order_relaxed);
+  device_launch_counter().fetch_add(1, std::memory_order_relaxed);
 }
 
 template <bool Linear, class Op, class B, class W, std::size_t R>
@@ -312,7 +375,7 @@ void device_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive
                  index_t len, stream_ref s) {
   if constexpr (is_floating_v<typename Op::acc>) {
     if (rows == 1 && len > scan_chunk) {
-      chunked_scan<Linear>(op, b, m, w, len, s);
+      lookback_scan<Linear>(op, b, m, w, len, s);
       return;
     }
   } else if (rows == 1) {
@@ -419,9 +482,9 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
 //! float), same shape. Host: one loop, rows in parallel, each left to right.
 //! Device, bitwise reproducible run to run: many rows take one kernel (a
 //! block per row); a single row (rank 1 or one row) longer than 4096 takes
-//! three kernels for floating types (fixed chunks of 4096: totals, their
-//! scan, the chunks' scans; the input is read twice) and one
-//! cub::DeviceScan call for integers, whose sums are exact in any order.
+//! one kernel for floating types (tiles of 4096, or 2048 for double, each
+//! prefix folded from the earlier tiles in tile order; the input read once)
+//! and one cub::DeviceScan call for integers, whose sums are exact in any order.
 //! Example: `auto c = loom::cumsum(x, -1);`, `auto offs = loom::cumsum(counts, 0, loom::scan_kind::exclusive);`
 template <expression E>
 [[nodiscard]] auto cumsum(const E& e, int axis, scan_kind kind = scan_kind::inclusive) {
