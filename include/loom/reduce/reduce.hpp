@@ -944,8 +944,9 @@ std::array<int, K> to_axes(const int (&a)[K]) {
 //! in accumulate_t<T> (float for half/bf16). Empty: 0. The expression's
 //! elementwise work is fused into the loads: one pass over the inputs.
 //! Kernels: whole tensor, one cub::DeviceReduce call (CUB runs one kernel, or
-//! two for inputs larger than one tile); along axes, one kernel. Host: one
-//! parallel loop.
+//! two for inputs larger than one tile); along axes, one kernel (two across
+//! rows with few outputs and a long range: the range in chunks, then their
+//! combination; see docs/03_reductions.md). Host: one parallel loop.
 //! Example: `auto s = loom::sum(x * y); float v = loom::item(s);`,
 //! `auto rows = loom::sum(x, -1);`, `auto c = loom::sum(x, {0, 2}, loom::keepdims);`
 LOOM_REDUCTION(sum, detail::sum_op)
