@@ -10,7 +10,7 @@
 //    kernel) and across rows (loom::sum(x, 0)), and 262144 x 256 across
 //    rows (few columns: the rows in chunks, two kernels);
 //  - cumsum of one row of 2^26 floats vs cub::DeviceScan::InclusiveSum, and
-//    cumsum of 8192 rows of 8192 (block per row).
+//    cumsum of 8192 x 8192 along rows (block per row) and across rows.
 // Random never-zero data (the hash of gpu_bench.cuh); each result is checked
 // against a double reference computed on the host before it is timed. CUDA
 // events after warm-up, median of many samples; every buffer is larger than
@@ -225,6 +225,17 @@ void scans(bench_state& st, index_t n, index_t rows, index_t cols) {
     const auto flat = loom::to_host(y.view().reshape(loom::shape<1>{rows * cols}));
     st.measure("cumsum(x, 1)", shape, "loom", 2.0 * static_cast<double>(rows) * cols * sizeof(float),
                check_scan(flat, hx, cols, 61), loom_scan);
+    // Across rows: the transpose's rows are x's columns.
+    auto across = [&] { y = loom::cumsum(x, 0); };
+    poison(y);
+    across();
+    const auto yt = loom::contiguous(loom::to_host(y).view().permute({1, 0}));
+    std::vector<float> ht(hx.size());
+    for (index_t r = 0; r < rows; ++r)
+      for (index_t c = 0; c < cols; ++c)
+        ht[static_cast<std::size_t>(c * rows + r)] = hx[static_cast<std::size_t>(r * cols + c)];
+    st.measure("cumsum(x, 0)", shape, "loom", 2.0 * static_cast<double>(rows) * cols * sizeof(float),
+               check_scan(loom::to_host(yt.view().reshape(loom::shape<1>{rows * cols})), ht, rows, 61), across);
   }
 }
 }  // namespace

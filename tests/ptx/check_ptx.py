@@ -18,7 +18,10 @@ per load would keep one load in flight per thread). An axis reduction (one
 axis_reduce_kernel in a linear and a coordinates form, and the kernel that
 combines chunks) reads rows of a contiguous aligned input in 16-byte vectors,
 AXIS_RUN of them in a row without a branch, and reads across rows AXIS_RUN
-scalar loads in a row. Prints one report line per kernel.
+scalar loads in a row. A scan across rows (cross_scan_kernel) issues a
+thread's SCAN_RUN loads together; the look-back scan of one long row reads
+its tiles' flags with acquire loads and publishes them with release stores.
+Prints one report line per kernel.
 Exit status 0 when every check holds.
 """
 import argparse
@@ -55,6 +58,11 @@ REDUCE_RUN = 8
 # case: description of an axis reduction
 AXIS_CASES = {9: "float  y = sum(x, 1), along an axis"}
 AXIS_RUN = 4
+# case: description of a scan
+SCAN_CASES = {10: "float  y = cumsum(x, 0)"}
+SCAN_RUN = 8
+ACQUIRE = re.compile(r"\bld\.acquire\.gpu\b")
+RELEASE = re.compile(r"\bst\.release\.gpu\b")
 # The row-cache copy in both forms of the row kernel: 16-byte global loads
 # (four in flight, then one per remaining 16 bytes) and as many shared stores.
 ROW_COPY_V4 = 5
@@ -148,6 +156,32 @@ def check_axis(case, desc, ents, stats, failures):
                             f"expected at least {AXIS_RUN}")
 
 
+def check_scan(case, desc, ents, stats, failures):
+    """cross_scan_kernel's loads in runs; the look-back scan's flags ordered; no spills."""
+    forms = {"across rows": [n for n in ents if "cross_scan_kernel" in n],
+             "look-back": [n for n in ents if "lookback_scan_kernel" in n and "Lb1E" in n]}
+    if any(len(v) != 1 for v in forms.values()):
+        failures.append(f"case {case} ({desc}): expected one kernel of each of {list(forms)}, found "
+                        f"{ {k: len(v) for k, v in forms.items()} }")
+        return
+    for kind, (name,) in forms.items():
+        body = ents[name]
+        run = longest_run(body, SCALAR_LOAD)
+        stack, spill, regs = stats.get(name, (-1, -1, -1))
+        print(f"{desc:<42} {kind:<12} {0:>5} {0:>5} {'run ' + str(run):>5} {regs:>4} {spill:>5} {stack:>5}")
+        if name not in stats:
+            failures.append(f"case {case}: no ptxas report for {kind} kernel")
+        # The look-back kernel writes through scan_out, whose coordinates
+        # (indexed by a run-time axis number) may live on the stack; nothing may spill.
+        if spill != 0 or (stack != 0 and kind != "look-back"):
+            failures.append(f"case {case} ({desc}): {kind} kernel spills {spill} bytes, stack {stack} bytes")
+        if kind == "across rows" and run < SCAN_RUN:
+            failures.append(f"case {case} ({desc}): at most {run} loads in a row, expected at least {SCAN_RUN}")
+        if kind == "look-back" and (not ACQUIRE.search(body) or len(RELEASE.findall(body)) < 2):
+            failures.append(f"case {case} ({desc}): look-back kernel without acquire loads and release stores "
+                            f"of its tile flags")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nvcc", required=True)
@@ -162,6 +196,7 @@ def main():
     cases = dict(CASES)
     cases.update({c: (d, 0, 0) for c, d in REDUCE_CASES.items()})
     cases.update({c: (d, 0, 0) for c, d in AXIS_CASES.items()})
+    cases.update({c: (d, 0, 0) for c, d in SCAN_CASES.items()})
     print(f"{'case':<42} {'kernel':<12} {'v4 ld':>5} {'v4 st':>5} {'copy':>5} {'regs':>4} {'spill':>5} {'stack':>5}")
     for case, (desc, want_loads, want_stores) in cases.items():
         ptx_path = f"{args.workdir}/case{case}.ptx"
@@ -180,6 +215,9 @@ def main():
             continue
         if case in AXIS_CASES:
             check_axis(case, desc, ents, stats, failures)
+            continue
+        if case in SCAN_CASES:
+            check_scan(case, desc, ents, stats, failures)
             continue
         if case in ROW_CASES:
             kinds = {"vector rows": [n for n in ents if "row_kernel" in n and "Lb1E" in n],

@@ -380,3 +380,109 @@ TEST_CASE("topk gives the k largest or smallest of each row of an expression", "
   }
   CHECK_THROWS_AS(loom::topk(x, 51), loom::value_error);
 }
+
+#if defined(LOOM_SCAN_REPLAY)
+namespace {
+template <class A>
+bool same_acc(const A& a, const A& b) {
+  if constexpr (std::is_class_v<A>)
+    return loom_test::same_bits(a.v, b.v) && a.i == b.i;
+  else
+    return loom_test::same_bits(a, b);
+}
+
+// cross_scan_kernel replayed on the host: every tile of 32 lines, step by
+// step, every warp and lane in turn, through the kernel's own per-thread
+// parts (loom::detail::line_base, cross_scan_run, cross_scan_prefix,
+// cross_scan_write), into a NaN-poisoned output.
+template <class Op, bool Indices, class E>
+std::pair<std::vector<double>, std::vector<double>> replay_cross_scan(const E& e, std::size_t axis, bool exclusive) {
+  using namespace loom::detail;
+  using acc = typename Op::acc;
+  constexpr std::size_t R = node_t<E>::rank;
+  const auto n = as_node(e);
+  const loom::shape<R> ext = n.extents();
+  bind_info info;
+  const auto b = bind_for_read(n, ext, info);
+  index_t inner = 1;
+  for (std::size_t d = axis + 1; d < R; ++d) inner *= ext[d];
+  REQUIRE(info.contiguous);
+  REQUIRE(inner > 1);
+  const index_t len = ext[axis], lines = loom::shape_size(ext) / len;
+  loom::host_tensor<typename Op::result, R> values(ext);
+  loom::host_tensor<std::int64_t, R> indices(ext);
+  using result_t = typename Op::result;
+  for (index_t i = 0; i < values.size(); ++i) {
+    if constexpr (loom::is_floating_v<result_t>)
+      values.data()[i] = result_t(std::numeric_limits<float>::quiet_NaN());
+    else
+      values.data()[i] = std::numeric_limits<result_t>::min();
+    indices.data()[i] = -7;
+  }
+  const Op op{};
+  const scan_writer<Op, Indices, R> w{values.data(), Indices ? indices.data() : nullptr, op, scan_out<R>{}};
+  const inclusive_sink<scan_writer<Op, Indices, R>, Op> sink{w, op, exclusive};
+  const fast_divmod div(static_cast<std::uint64_t>(inner));
+  bool carried_same = true;
+  for (index_t tile = 0; tile * 32 < lines; ++tile) {
+    std::vector<acc> carry(32, op.identity());
+    for (index_t p0 = 0; p0 < len; p0 += cross_scan_step) {
+      std::vector<std::array<acc, cross_scan_items>> v(cross_scan_warps * 32);
+      acc totals[cross_scan_warps][32];
+      for (int warp = 0; warp < cross_scan_warps; ++warp)
+        for (int lane = 0; lane < 32; ++lane) {
+          const index_t o = tile * 32 + lane, q0 = p0 + warp * cross_scan_items;
+          acc run[cross_scan_items];
+          for (auto& x : run) x = op.identity();
+          if (o < lines) cross_scan_run(op, b, line_base(o, div, len), inner, len, q0, run);
+          std::copy(run, run + cross_scan_items, v[warp * 32 + lane].begin());
+          totals[warp][lane] = run[cross_scan_items - 1];
+        }
+      std::vector<acc> next(32);
+      for (int warp = 0; warp < cross_scan_warps; ++warp)
+        for (int lane = 0; lane < 32; ++lane) {
+          const index_t o = tile * 32 + lane, q0 = p0 + warp * cross_scan_items;
+          acc c = carry[lane];
+          const acc prefix = cross_scan_prefix(op, [&](int k) { return totals[k][lane]; }, warp, c);
+          carried_same = carried_same && (warp == 0 || same_acc(c, next[lane]));  // every warp carries the same value on
+          next[lane] = c;
+          acc run[cross_scan_items];
+          std::copy(v[warp * 32 + lane].begin(), v[warp * 32 + lane].end(), run);
+          if (o < lines) cross_scan_write(sink, op, line_base(o, div, len), inner, len, q0, prefix, run);
+        }
+      carry = next;
+    }
+  }
+  CHECK(carried_same);
+  return {flat(values), flat(indices)};
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("scans across rows of contiguous inputs, replayed from the device kernel's parts on the host",
+                   "[reduce][scan]", float, std::int32_t) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("scan across rows"));
+  // Lines of 1, of fewer positions than a step (16 warps x 8), of more (300,
+  // with a partial run and a partial step), and a tile of fewer than 32 lines.
+  const auto h = eighths<T, 3>({300, 5, 7}, g);
+  const auto small = eighths<T, 2>({3, 33}, g);
+  std::vector<double> want, widx;
+  for (bool ex : {false, true}) {
+    for (std::size_t axis : {0, 1}) {
+      INFO("axis " << axis << (ex ? " exclusive" : " inclusive"));
+      const auto [got, gi] = replay_cross_scan<loom::detail::sum_op<T>, false>(h, axis, ex);
+      reference_scan(scan_op::sum, ex, flat(h), h.extents(), axis, want, widx);
+      check_values(got, want, 0);
+      const auto [mv, mi] = replay_cross_scan<loom::detail::cum_extreme_op<T, true>, true>(h * T(2), axis, ex);
+      std::vector<double> in;
+      for (double x : flat(h)) in.push_back(2 * x);
+      reference_scan(scan_op::max, ex, in, h.extents(), axis, want, widx, scan_none<T>(scan_op::max));
+      check_values(mv, want, 0);
+      check_values(mi, widx, 0);
+    }
+    const auto [got, gi] = replay_cross_scan<loom::detail::sum_op<T>, false>(small, 0, ex);
+    reference_scan(scan_op::sum, ex, flat(small), small.extents(), 0, want, widx);
+    check_values(got, want, 0);
+  }
+}
+#endif

@@ -30,7 +30,9 @@
 // tiles' aggregates in tile order (see lookback_scan_kernel), so the result
 // depends on the length alone, never on timing; one long row of an exact
 // operation (integers, cummax/cummin) is one cub::DeviceScan call. Many rows: one block per row
-// (cub::BlockScan over tiles of the row, carrying the running prefix), one kernel.
+// (cub::BlockScan over tiles of the row, carrying the running prefix), one kernel;
+// along an axis that is not the last of a contiguous input, 32 neighbouring
+// rows per block instead (cross_scan_kernel), one kernel.
 namespace loom {
 
 //! Whether a scan's output i includes element i (inclusive, like
@@ -101,8 +103,9 @@ struct scan_writer {
   std::int64_t* idx;
   Op op;
   scan_out<R> where;
-  LOOM_HD void operator()(index_t j, const typename Op::acc& a) const {
-    const index_t off = where.offset(j);
+  LOOM_HD void operator()(index_t j, const typename Op::acc& a) const { put(where.offset(j), a); }
+  //! Writes a result at offset `off` of the contiguous output.
+  LOOM_HD void put(index_t off, const typename Op::acc& a) const {
     out[off] = op.finalize(a, 0);
     if constexpr (Indices) idx[off] = index_of<Op>(a);
   }
@@ -128,7 +131,85 @@ struct inclusive_sink {
     if (j + 1 < row_end) w(j + 1, a);
     if (j == row0) w(j, op.identity());
   }
+  // Position q of a line of `len` elements at output offsets base,
+  // base + stride, ... (a contiguous output scanned across rows) has the
+  // inclusive result a.
+  template <class A>
+  LOOM_HD void strided(index_t base, index_t stride, index_t q, index_t len, const A& a) const {
+    if (!exclusive) {
+      w.put(base + q * stride, a);
+      return;
+    }
+    if (q + 1 < len) w.put(base + (q + 1) * stride, a);
+    if (q == 0) w.put(base, op.identity());
+  }
 };
+
+// ---------------------------------------------------------------------------
+// Scans across rows: a contiguous expression scanned along an axis that is
+// not its last (`cumsum(x, 0)`, `cumsum(x, 1)` of a [B, T, C] tensor). Line o
+// (one output row of the scan) is at linear offsets line_base(o) + q * inner,
+// inner being the product of the extents after the scanned axis. On the
+// device a block takes 32 consecutive lines, one per lane, so each warp reads
+// and writes 32 neighbouring elements; its cross_scan_warps warps take
+// consecutive runs of cross_scan_items positions of a step: each thread scans
+// its run, then adds the prefix folded from the line's carry and the runs of
+// the warps before it, in warp order. The order of combination depends on
+// the shape alone. The per-thread parts are LOOM_HD: the host tests replay
+// the kernel with them.
+inline constexpr int cross_scan_warps = 16;
+inline constexpr int cross_scan_items = 8;
+inline constexpr index_t cross_scan_step = static_cast<index_t>(cross_scan_warps) * cross_scan_items;
+
+//! Linear offset of the first element of line o of a contiguous expression
+//! scanned along an axis of `len` elements followed by `inner` elements.
+LOOM_HD index_t line_base(index_t o, const fast_divmod& inner, index_t len) {
+  std::uint64_t q, r;
+  inner.divmod(static_cast<std::uint64_t>(o), q, r);
+  return static_cast<index_t>(q) * len * static_cast<index_t>(inner.d) + static_cast<index_t>(r);
+}
+
+//! Loads positions q0, q0 + 1, ... (cross_scan_items of them, the identity
+//! past the line's end) of the line at `base` and scans them in place.
+template <class Op, class B>
+LOOM_HD void cross_scan_run(const Op& op, const B& b, index_t base, index_t inner, index_t len, index_t q0,
+                            typename Op::acc (&v)[cross_scan_items]) {
+  if (q0 + cross_scan_items <= len) {  // a whole run: its loads are issued together, no branch between them
+    LOOM_UNROLL
+    for (int u = 0; u < cross_scan_items; ++u) v[u] = op.lift(b.at_linear(base + (q0 + u) * inner), q0 + u);
+  } else {
+    LOOM_UNROLL
+    for (int u = 0; u < cross_scan_items; ++u) {
+      const index_t q = q0 + u;
+      v[u] = q < len ? op.lift(b.at_linear(base + q * inner), q) : op.identity();
+    }
+  }
+  LOOM_UNROLL
+  for (int u = 1; u < cross_scan_items; ++u) v[u] = op(v[u - 1], v[u]);
+}
+
+//! The prefix of warp `warp`'s run: the line's carry, then the last values
+//! of the runs of warps 0 .. warp - 1 (`total(k)`), in order; the carry then
+//! becomes the line's prefix after the whole step (the runs of warps warp ..
+//! cross_scan_warps - 1 added too), the same value in every warp.
+template <class Op, class Total>
+LOOM_HD typename Op::acc cross_scan_prefix(const Op& op, const Total& total, int warp, typename Op::acc& carry) {
+  typename Op::acc prefix = carry;
+  for (int k = 0; k < warp; ++k) prefix = op(prefix, total(k));
+  carry = prefix;
+  for (int k = warp; k < cross_scan_warps; ++k) carry = op(carry, total(k));
+  return prefix;
+}
+
+//! Writes a thread's run (positions q0, q0 + 1, ... of the line at `base`)
+//! from its prefix.
+template <class Sink, class Op>
+LOOM_HD void cross_scan_write(const Sink& w, const Op& op, index_t base, index_t stride, index_t len, index_t q0,
+                              const typename Op::acc& prefix, const typename Op::acc (&v)[cross_scan_items]) {
+  LOOM_UNROLL
+  for (int u = 0; u < cross_scan_items; ++u)
+    if (q0 + u < len) w.strided(base, stride, q0 + u, len, op(prefix, v[u]));
+}
 
 #if LOOM_CUDA_COMPILER
 template <class Op, class B, bool Linear, std::size_t R>
@@ -370,6 +451,48 @@ void lookback_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusi
   device_launch_counter().fetch_add(1, std::memory_order_relaxed);
 }
 
+// Scans across rows (see cross_scan_run): block x takes lines 32x .. 32x + 31.
+template <class Op, class B, class W>
+__global__ void __launch_bounds__(cross_scan_warps * 32)
+    cross_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, index_t lines, index_t len, fast_divmod inner) {
+  using acc = typename Op::acc;
+  __shared__ acc totals[cross_scan_warps][32];
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const index_t tiles = (lines + 31) / 32, stride = static_cast<index_t>(inner.d);
+  for (index_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const index_t o = tile * 32 + lane;
+    const bool live = o < lines;
+    const index_t base = live ? line_base(o, inner, len) : 0;
+    acc carry = op.identity();
+    for (index_t p0 = 0; p0 < len; p0 += cross_scan_step) {
+      const index_t q0 = p0 + static_cast<index_t>(warp) * cross_scan_items;
+      acc v[cross_scan_items];
+      if (live) {
+        cross_scan_run(op, b, base, stride, len, q0, v);
+      } else {
+        LOOM_UNROLL
+        for (int u = 0; u < cross_scan_items; ++u) v[u] = op.identity();
+      }
+      totals[warp][lane] = v[cross_scan_items - 1];
+      __syncthreads();
+      const acc prefix = cross_scan_prefix(op, [&](int k) { return totals[k][lane]; }, warp, carry);
+      if (live) cross_scan_write(w, op, base, stride, len, q0, prefix, v);
+      __syncthreads();  // totals is rewritten by the next step
+    }
+  }
+}
+
+template <class Op, class B, class W>
+void device_cross_scan(const Op& op, const B& b, const inclusive_sink<W, Op>& w, index_t lines, index_t len,
+                       index_t inner, stream_ref s) {
+  const index_t tiles = (lines + 31) / 32;
+  const index_t cap = static_cast<index_t>(sm_count(s.device())) * 4;
+  cross_scan_kernel<<<static_cast<unsigned>(tiles < cap ? tiles : cap), cross_scan_warps * 32, 0, s.get()>>>(
+      w, op, b, lines, len, fast_divmod(static_cast<std::uint64_t>(inner)));
+  LOOM_CUDA_CHECK(cudaGetLastError());
+  device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+}
+
 template <bool Linear, class Op, class B, class W, std::size_t R>
 void device_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& w, index_t rows,
                  index_t len, stream_ref s) {
@@ -463,8 +586,12 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
   } else {
 #if LOOM_CUDA_COMPILER
     const stream_ref s = current_stream();
+    index_t inner = 1;
+    for (std::size_t d = axis + 1; d < R; ++d) inner *= ext[d];
     if (linear)
       device_scan<true>(op, b, m, sink, rows, len, s);
+    else if (info.contiguous && inner > 1)
+      device_cross_scan(op, b, sink, rows, len, inner, s);
     else
       device_scan<false>(op, b, m, sink, rows, len, s);
 #endif
@@ -481,7 +608,8 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
 //! sum_result_t<T> (int64 for bool/integers; half stays half, accumulated in
 //! float), same shape. Host: one loop, rows in parallel, each left to right.
 //! Device, bitwise reproducible run to run: many rows take one kernel (a
-//! block per row); a single row (rank 1 or one row) longer than 4096 takes
+//! block per row; 32 neighbouring rows per block along an axis that is not
+//! the last of a contiguous input); a single row (rank 1 or one row) longer than 4096 takes
 //! one kernel for floating types (tiles of 4096, or 2048 for double, each
 //! prefix folded from the earlier tiles in tile order; the input read once)
 //! and one cub::DeviceScan call for integers, whose sums are exact in any order.
