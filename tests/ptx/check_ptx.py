@@ -125,29 +125,40 @@ def check_reduce(case, desc, ents, stats, failures):
                             f"expected at least {REDUCE_RUN}")
 
 
-def check_axis(case, desc, ents, stats, failures):
-    """axis_reduce_kernel: the linear form's row loads are 16-byte vectors in
-    runs; both forms read across rows in runs of scalar loads; no spills."""
-    forms = {"linear": [n for n in ents if "axis_reduce_kernel" in n and "Lb1E" in n],
-             "coords": [n for n in ents if "axis_reduce_kernel" in n and "Lb0E" in n],
-             "combine": [n for n in ents if "axis_combine_kernel" in n]}
+def find_forms(case, desc, ents, forms, failures):
+    """{kind: kernel name} when each kind matched exactly one kernel, else None."""
     if any(len(v) != 1 for v in forms.values()):
         failures.append(f"case {case} ({desc}): expected one kernel of each of {list(forms)}, found "
                         f"{ {k: len(v) for k, v in forms.items()} }")
-        return
-    for kind, (name,) in forms.items():
+        return None
+    return {k: v[0] for k, v in forms.items()}
+
+
+def report(case, desc, kind, name, body, run, stats, stack_ok, failures):
+    """Prints a kernel's line; no ptxas report, spills, or a stack where none is allowed fail."""
+    stack, spill, regs = stats.get(name, (-1, -1, -1))
+    print(f"{desc:<42} {kind:<12} {len(V4_LOAD.findall(body)):>5} {0:>5} {'run ' + str(run):>5} "
+          f"{regs:>4} {spill:>5} {stack:>5}")
+    if name not in stats:
+        failures.append(f"case {case}: no ptxas report for {kind} kernel")
+    if spill != 0 or (stack != 0 and not stack_ok):
+        failures.append(f"case {case} ({desc}): {kind} kernel spills {spill} bytes, stack {stack} bytes")
+
+
+def check_axis(case, desc, ents, stats, failures):
+    """axis_reduce_kernel: the linear form's row loads are 16-byte vectors in
+    runs; both forms read across rows in runs of scalar loads; no spills."""
+    forms = find_forms(case, desc, ents, {
+        "linear": [n for n in ents if "axis_reduce_kernel" in n and "Lb1E" in n],
+        "coords": [n for n in ents if "axis_reduce_kernel" in n and "Lb0E" in n],
+        "combine": [n for n in ents if "axis_combine_kernel" in n]}, failures)
+    for kind, name in (forms or {}).items():
         body = ents[name]
         v4 = longest_run(body, V4_LOAD)
         scalar = longest_run(body, SCALAR_LOAD)
-        stack, spill, regs = stats.get(name, (-1, -1, -1))
-        print(f"{desc:<42} {kind:<12} {len(V4_LOAD.findall(body)):>5} {0:>5} {'run ' + str(v4):>5} "
-              f"{regs:>4} {spill:>5} {stack:>5}")
-        if name not in stats:
-            failures.append(f"case {case}: no ptxas report for {kind} kernel")
         # As for whole reductions, the coordinates form's array indexed by a
         # run-time axis number may live on the stack; nothing may spill.
-        if spill != 0 or (stack != 0 and kind != "coords"):
-            failures.append(f"case {case} ({desc}): {kind} kernel spills {spill} bytes, stack {stack} bytes")
+        report(case, desc, kind, name, body, v4, stats, kind == "coords", failures)
         if kind == "linear" and v4 < AXIS_RUN:
             failures.append(f"case {case} ({desc}): linear kernel has at most {v4} 16-byte loads in a row, "
                             f"expected at least {AXIS_RUN}")
@@ -158,23 +169,15 @@ def check_axis(case, desc, ents, stats, failures):
 
 def check_scan(case, desc, ents, stats, failures):
     """cross_scan_kernel's loads in runs; the look-back scan's flags ordered; no spills."""
-    forms = {"across rows": [n for n in ents if "cross_scan_kernel" in n],
-             "look-back": [n for n in ents if "lookback_scan_kernel" in n and "Lb1E" in n]}
-    if any(len(v) != 1 for v in forms.values()):
-        failures.append(f"case {case} ({desc}): expected one kernel of each of {list(forms)}, found "
-                        f"{ {k: len(v) for k, v in forms.items()} }")
-        return
-    for kind, (name,) in forms.items():
+    forms = find_forms(case, desc, ents, {
+        "across rows": [n for n in ents if "cross_scan_kernel" in n],
+        "look-back": [n for n in ents if "lookback_scan_kernel" in n and "Lb1E" in n]}, failures)
+    for kind, name in (forms or {}).items():
         body = ents[name]
         run = longest_run(body, SCALAR_LOAD)
-        stack, spill, regs = stats.get(name, (-1, -1, -1))
-        print(f"{desc:<42} {kind:<12} {0:>5} {0:>5} {'run ' + str(run):>5} {regs:>4} {spill:>5} {stack:>5}")
-        if name not in stats:
-            failures.append(f"case {case}: no ptxas report for {kind} kernel")
         # The look-back kernel writes through scan_out, whose coordinates
-        # (indexed by a run-time axis number) may live on the stack; nothing may spill.
-        if spill != 0 or (stack != 0 and kind != "look-back"):
-            failures.append(f"case {case} ({desc}): {kind} kernel spills {spill} bytes, stack {stack} bytes")
+        # (indexed by a run-time axis number) may live on the stack.
+        report(case, desc, kind, name, body, run, stats, kind == "look-back", failures)
         if kind == "across rows" and run < SCAN_RUN:
             failures.append(f"case {case} ({desc}): at most {run} loads in a row, expected at least {SCAN_RUN}")
         if kind == "look-back" and (not ACQUIRE.search(body) or len(RELEASE.findall(body)) < 2):
