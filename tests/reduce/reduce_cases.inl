@@ -574,8 +574,9 @@ result replay_axes(const E& e, const std::array<bool, R>& red, int sms, loom::de
       for (index_t s = 0; s < plan.splits; ++s) {
         const index_t lo = s * plan.chunk, hi = std::min(k, lo + plan.chunk);
         auto share = [&](int lane) {
-          return plan.linear ? cross_share<true>(op, b, m, o, lay.outputs, k, lo, hi, lane)
-                             : cross_share<false>(op, b, m, o, lay.outputs, k, lo, hi, lane);
+          const auto inner = static_cast<index_t>(plan.inner.d);
+          return plan.linear ? cross_share<true>(op, b, m, o, line_base(o, plan.inner, k), inner, k, lo, hi, lane)
+                             : cross_share<false>(op, b, m, o, 0, inner, k, lo, hi, lane);
         };
         typename Op::acc a = share(0);
         for (int lane = 1; lane < cross_lanes; ++lane) a = op(a, share(lane));
@@ -641,13 +642,23 @@ TEMPLATE_TEST_CASE("the device plans of axis reductions read every element once,
   for (int sms : {1, 132}) check_replay<T>(tall, std::array<bool, 2>{true, false}, sms, {true, true, false, 4}, at2(tall));
   auto wide = nonzero(loom::shape<2>{48, 700});
   check_replay<T>(wide, std::array<bool, 2>{true, false}, 1, {true, true, false, 1}, at2(wide));
-  // 3-D: a middle axis (by coordinates), leading axes (linear), the last
-  // axis and a set of axes ending with the last (along rows).
+  // 3-D: a middle axis and leading axes (linear: one run of reduced axes),
+  // the last axis, and a set of axes ending with the last (along rows, by
+  // coordinates: two runs).
   auto x = nonzero(loom::shape<3>{7, 33, 5});
-  check_replay<T>(x, std::array<bool, 3>{false, true, false}, 132, {true, false, false, 1}, at3(x));
+  check_replay<T>(x, std::array<bool, 3>{false, true, false}, 132, {true, true, false, 1}, at3(x));
   check_replay<T>(x, std::array<bool, 3>{true, true, false}, 132, {true, true, false, 3}, at3(x));
   check_replay<T>(x, std::array<bool, 3>{false, false, true}, 132, {false, true, true, 1}, at3(x));
   check_replay<T>(x, std::array<bool, 3>{true, false, true}, 132, {false, false, false, 1}, at3(x));
+  // 4-D: a run of two middle axes (linear), two runs (by coordinates), an
+  // axis of extent 1 between reduced axes (still one run).
+  auto x4 = nonzero(loom::shape<4>{3, 4, 70, 6});
+  auto at4 = [&](auto c) { return loom_test::as_double(x4(c[0], c[1], c[2], c[3])); };
+  check_replay<T>(x4, std::array<bool, 4>{false, true, true, false}, 132, {true, true, false, 4}, at4);
+  check_replay<T>(x4, std::array<bool, 4>{true, false, true, false}, 132, {true, false, false, 3}, at4);
+  auto x1 = nonzero(loom::shape<4>{5, 1, 90, 7});
+  check_replay<T>(x1, std::array<bool, 4>{true, false, true, false}, 132, {true, true, false, 7},
+                  [&](auto c) { return loom_test::as_double(x1(c[0], c[1], c[2], c[3])); });
   // A transposed (strided) view and a fused expression of two inputs.
   auto hw = nonzero(loom::shape<2>{37, 9});
   const auto tr = hw.view().permute({1, 0});  // [9, 37]

@@ -490,11 +490,12 @@ inline constexpr index_t cross_min_per_lane = 16;          // elements per lane 
 
 //! How an axis reduction runs on the device (decided on the host).
 struct axis_plan {
-  bool linear = false;  // contiguous: element (o, j) at a linear index (o * k + j along rows, j * outputs + o across)
+  bool linear = false;  // contiguous: element (o, j) at o * k + j along rows, line_base(o, inner, k) + j * inner across
   bool vec = false;     // along rows and linear: 16-byte vector loads (every leaf 16-byte aligned)
   bool cross = false;   // across rows (32 outputs per block) instead of along rows (one output per block)
   index_t splits = 1;   // across rows: chunks of the reduced range, each a partial result
   index_t chunk = 0;    // across rows: elements of the range per chunk (the last may have fewer)
+  fast_divmod inner{};  // across rows and linear: the elements of the axes after the reduced ones
 };
 
 //! The plan for reducing the axes `red` of an expression of extents `ext`
@@ -504,17 +505,21 @@ template <std::size_t R>
 axis_plan plan_axis_reduce(const shape<R>& ext, const std::array<bool, R>& red, bool contiguous, bool aligned,
                            index_t outputs, index_t k, int sms) {
   axis_plan p;
-  // The axes of extent > 1 in order: "reduced* kept*" makes (o, j) linear
-  // across rows, "kept* reduced*" along rows.
-  bool seen_kept = false, seen_red = false, red_after_kept = false, kept_after_red = false;
+  // The axes of extent > 1 in order: "kept* reduced*" makes (o, j) linear
+  // along rows; "kept* reduced* kept*" (one run of reduced axes) across rows.
+  bool seen_red = false, kept_after_red = false;
+  int red_runs = 0;
+  index_t inner = 1;  // the elements of the axes after the last reduced one
   for (std::size_t d = 0; d != R; ++d) {
     if (ext[d] == 1) continue;
     if (red[d]) {
-      red_after_kept = red_after_kept || seen_kept;
+      red_runs += seen_red && !kept_after_red ? 0 : 1;
       seen_red = true;
+      kept_after_red = false;
+      inner = 1;
     } else {
       kept_after_red = kept_after_red || seen_red;
-      seen_kept = true;
+      inner *= ext[d];
     }
   }
   bool last_kept = false;
@@ -525,11 +530,12 @@ axis_plan plan_axis_reduce(const shape<R>& ext, const std::array<bool, R>& red, 
     }
   p.cross = last_kept;
   if (!p.cross) {
-    p.linear = contiguous && !kept_after_red;
+    p.linear = contiguous && red_runs <= 1;
     p.vec = p.linear && aligned;
     return p;
   }
-  p.linear = contiguous && !red_after_kept;
+  p.linear = contiguous && red_runs <= 1;
+  p.inner = fast_divmod(static_cast<std::uint64_t>(inner));
   // Enough blocks for 16 per SM (a full GPU of 128-thread blocks), each lane
   // combining at least cross_min_per_lane elements of its chunk.
   const index_t tiles = (outputs + cross_outputs - 1) / cross_outputs;
@@ -539,6 +545,16 @@ axis_plan plan_axis_reduce(const shape<R>& ext, const std::array<bool, R>& red, 
   p.chunk = (k + splits - 1) / splits;
   p.splits = k > 0 ? (k + p.chunk - 1) / p.chunk : 1;
   return p;
+}
+
+//! Linear offset of element 0 of line o of a contiguous expression whose
+//! lines (reduced or scanned ranges) of `len` elements are followed by
+//! `inner` elements: line o starts at (o / inner) * len * inner + o % inner,
+//! and its elements are `inner` apart.
+LOOM_HD index_t line_base(index_t o, const fast_divmod& inner, index_t len) {
+  std::uint64_t q, r;
+  inner.divmod(static_cast<std::uint64_t>(o), q, r);
+  return static_cast<index_t>(q) * len * static_cast<index_t>(inner.d) + static_cast<index_t>(r);
 }
 
 //! Thread t's share of output element (row) o along rows, element by
@@ -577,17 +593,18 @@ LOOM_HD typename Op::acc row_share_vec(const Op& op, const B& b, index_t start, 
 }
 
 //! Lane `lane`'s share of output o across rows, over the range [lo, hi):
-//! j = lo + lane, lo + lane + cross_lanes, ...
+//! j = lo + lane, lo + lane + cross_lanes, ... (Linear: element j at
+//! base + j * inner, base = line_base(o, plan.inner, k)).
 template <bool Linear, class Op, class B, std::size_t R>
-LOOM_HD typename Op::acc cross_share(const Op& op, const B& b, const axis_map<R>& m, index_t o, index_t outputs,
-                                     index_t k, index_t lo, index_t hi, int lane) {
+LOOM_HD typename Op::acc cross_share(const Op& op, const B& b, const axis_map<R>& m, index_t o, index_t base,
+                                     index_t inner, index_t k, index_t lo, index_t hi, int lane) {
   typename Op::acc a = op.identity();
 #if LOOM_DEVICE_CODE
 #pragma unroll 4
 #endif
   for (index_t j = lo + lane; j < hi; j += cross_lanes) {
     if constexpr (Linear)
-      a = op(a, op.lift(b.at_linear(j * outputs + o), j));
+      a = op(a, op.lift(b.at_linear(base + j * inner), j));
     else
       a = op(a, op.lift(read_at<false>(b, m, o * k + j), j));
   }
@@ -698,7 +715,10 @@ __global__ void __launch_bounds__(axis_block)
   const index_t tiles = (outputs + cross_outputs - 1) / cross_outputs;
   for (index_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const index_t o = tile * cross_outputs + x;
-    lanes.Alias().v[t] = o < outputs ? cross_share<Linear>(op, b, m, o, outputs, k, lo, hi, lane) : op.identity();
+    const index_t base = Linear && o < outputs ? line_base(o, plan.inner, k) : 0;
+    lanes.Alias().v[t] = o < outputs ? cross_share<Linear>(op, b, m, o, base, static_cast<index_t>(plan.inner.d), k,
+                                                           lo, hi, lane)
+                                     : op.identity();
     __syncthreads();
     if (lane == 0 && o < outputs) {
       acc a = lanes.Alias().v[x];

@@ -161,14 +161,6 @@ inline constexpr int cross_scan_warps = 16;
 inline constexpr int cross_scan_items = 8;
 inline constexpr index_t cross_scan_step = static_cast<index_t>(cross_scan_warps) * cross_scan_items;
 
-//! Linear offset of the first element of line o of a contiguous expression
-//! scanned along an axis of `len` elements followed by `inner` elements.
-LOOM_HD index_t line_base(index_t o, const fast_divmod& inner, index_t len) {
-  std::uint64_t q, r;
-  inner.divmod(static_cast<std::uint64_t>(o), q, r);
-  return static_cast<index_t>(q) * len * static_cast<index_t>(inner.d) + static_cast<index_t>(r);
-}
-
 //! Loads positions q0, q0 + 1, ... (cross_scan_items of them, the identity
 //! past the line's end) of the line at `base` and scans them in place.
 template <class Op, class B>
