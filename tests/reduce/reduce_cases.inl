@@ -377,17 +377,20 @@ TEMPLATE_TEST_CASE("prod matches a double reference along axes", "[reduce]" LOOM
   }
 }
 
-TEST_CASE("axis reductions of tall and long matrices match references in one or two launches",
+TEST_CASE("axis reductions of tall, long and few-row matrices match references in one or two launches",
           "[reduce]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("reduce tall"));
   // Across rows: 1000 rows of 7 run in 15 chunks on any GPU (at most
   // 1000 / (4 lanes x 16) chunks; 16 blocks per SM wanted), so the device
   // takes two launches (partials, then their combination); along rows of
-  // 4099 (every row start unaligned but the first), one.
+  // 4099 (every row start unaligned but the first), one; 2 rows of 40001 in
+  // 4 chunks (at most 40001 / 8192), two.
   auto ht = random_host<float, 2>({1000, 7}, g);
   auto hl = random_host<float, 2>({3, 4099}, g);
+  auto hf = random_host<float, 2>({2, 40001}, g);
   auto t = in_space(ht);
   auto l = in_space(hl);
+  auto f = in_space(hf);
   auto at = [](const auto& h) { return [&h](auto c) { return static_cast<double>(h(c[0], c[1])); }; };
   for (const std::string op : {"sum", "argmin", "var", "logsumexp"}) {
     INFO(op);
@@ -403,6 +406,11 @@ TEST_CASE("axis reductions of tall and long matrices match references in one or 
     after = loom::launches();
     CHECK((on_device ? after.device - before.device : after.host - before.host) == 1);
     check_result<float>(op, along, gather_ref(hl.extents(), std::array<bool, 2>{false, true}, at(hl)));
+    before = loom::launches();
+    const auto few = run_axis(op, f, 1, false);
+    after = loom::launches();
+    CHECK((on_device ? after.device - before.device : after.host - before.host) == (on_device ? 2 : 1));
+    check_result<float>(op, few, gather_ref(hf.extents(), std::array<bool, 2>{false, true}, at(hf)));
   }
 }
 
@@ -562,13 +570,18 @@ result replay_axes(const E& e, const std::array<bool, R>& red, int sms, loom::de
   for (index_t o = 0; o < lay.outputs; ++o) {
     typename Op::acc total = op.identity();
     if (!plan.cross) {
-      for (int t = 0; t < axis_block; ++t) {
-        if (plan.vec)
-          total = op(total, row_share_vec<V>(op, b, o * k, k, t));
-        else if (plan.linear)
-          total = op(total, row_share<true>(op, b, m, o * k, k, t));
-        else
-          total = op(total, row_share<false>(op, b, m, o * k, k, t));
+      for (index_t s = 0; s < plan.splits; ++s) {
+        const index_t lo = s * plan.chunk, n = std::min(k, lo + plan.chunk) - lo;
+        typename Op::acc a = op.identity();
+        for (int t = 0; t < axis_block; ++t) {
+          if (plan.vec)
+            a = op(a, row_share_vec<V>(op, b, o * k + lo, n, t, lo));
+          else if (plan.linear)
+            a = op(a, row_share<true>(op, b, m, o * k + lo, n, t, lo));
+          else
+            a = op(a, row_share<false>(op, b, m, o * k + lo, n, t, lo));
+        }
+        total = s == 0 ? a : op(total, a);
       }
     } else {
       for (index_t s = 0; s < plan.splits; ++s) {
@@ -631,6 +644,16 @@ TEMPLATE_TEST_CASE("the device plans of axis reductions read every element once,
     auto h = nonzero(loom::shape<2>{5, cols});
     check_replay<T>(h, std::array<bool, 2>{false, true}, 132, {false, true, true, 1}, at2(h));
   }
+  // Few long rows: the rows in chunks (multiples of 16 elements, at least
+  // 64 x 128 each): 2 rows of 40001 in 4 chunks of 10016 (40001 / 8192
+  // chunks at most); 6 rows on one SM in 3 (16 blocks wanted); strided rows too.
+  auto few = nonzero(loom::shape<2>{2, 40001});
+  check_replay<T>(few, std::array<bool, 2>{false, true}, 132, {false, true, true, 4}, at2(few));
+  auto six = nonzero(loom::shape<2>{6, 40001});
+  check_replay<T>(six, std::array<bool, 2>{false, true}, 1, {false, true, true, 3}, at2(six));
+  const auto few_t = few.view().slice(loom::whole, loom::range(0, loom::none, 2));  // [2, 20001], stride 2
+  check_replay<T>(few_t, std::array<bool, 2>{false, true}, 132, {false, false, false, 2},
+                  [&](auto c) { return loom_test::as_double(few(c[0], 2 * c[1])); });
   // A contiguous view at an unaligned offset: linear, element by element.
   auto h3 = nonzero(loom::shape<3>{2, 5, 37});
   const auto off = h3.view().slice(1);

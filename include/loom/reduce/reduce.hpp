@@ -462,15 +462,17 @@ typename Op::acc host_reduce_all(const Op& op, const Get& get, index_t n) {
 }
 
 // ---------------------------------------------------------------------------
-// Axis reductions on the device: one kernel (two when a cross reduction is
-// split along its range), in one of two thread mappings chosen at run time.
+// Axis reductions on the device: one kernel (two when the ranges are split
+// into chunks), in one of two thread mappings chosen at run time.
 //
 //  - Along rows, when the reduced range is innermost (the expression's last
 //    axis of extent > 1 is reduced): a block of axis_block threads per
 //    output. On the contiguous, 16-byte-aligned path thread t combines the
 //    row's unaligned head element t, then the 16-byte vectors t, t + B, ...
 //    (V elements each, left to right), then tail element t; otherwise
-//    elements t, t + B, t + 2B, ... Then cub::BlockReduce.
+//    elements t, t + B, t + 2B, ... Then cub::BlockReduce. Rows too few to
+//    fill the GPU are cut into `splits` fixed chunks, a block per chunk (a
+//    second kernel combines each row's chunks in order).
 //  - Across rows, when the last axis of extent > 1 is kept (`sum(x, 0)`):
 //    a block takes 32 consecutive outputs, one per thread of a warp, so a
 //    warp's loads are consecutive in memory; its cross_lanes warps split the
@@ -487,14 +489,15 @@ inline constexpr int axis_block = 128;                     // threads per block
 inline constexpr int cross_outputs = 32;                   // outputs per block across rows
 inline constexpr int cross_lanes = axis_block / cross_outputs;
 inline constexpr index_t cross_min_per_lane = 16;          // elements per lane and chunk, at least
+inline constexpr index_t row_min_chunk = 64 * axis_block;  // elements per block and chunk along rows, at least
 
 //! How an axis reduction runs on the device (decided on the host).
 struct axis_plan {
   bool linear = false;  // contiguous: element (o, j) at o * k + j along rows, line_base(o, inner, k) + j * inner across
   bool vec = false;     // along rows and linear: 16-byte vector loads (every leaf 16-byte aligned)
   bool cross = false;   // across rows (32 outputs per block) instead of along rows (one output per block)
-  index_t splits = 1;   // across rows: chunks of the reduced range, each a partial result
-  index_t chunk = 0;    // across rows: elements of the range per chunk (the last may have fewer)
+  index_t splits = 1;   // chunks of the reduced range, each a partial result
+  index_t chunk = 0;    // elements of the range per chunk (the last may have fewer)
   fast_divmod inner{};  // across rows and linear: the elements of the axes after the reduced ones
 };
 
@@ -529,21 +532,22 @@ axis_plan plan_axis_reduce(const shape<R>& ext, const std::array<bool, R>& red, 
       break;
     }
   p.cross = last_kept;
-  if (!p.cross) {
-    p.linear = contiguous && red_runs <= 1;
-    p.vec = p.linear && aligned;
-    return p;
-  }
   p.linear = contiguous && red_runs <= 1;
-  p.inner = fast_divmod(static_cast<std::uint64_t>(inner));
-  // Enough blocks for 16 per SM (a full GPU of 128-thread blocks), each lane
-  // combining at least cross_min_per_lane elements of its chunk.
-  const index_t tiles = (outputs + cross_outputs - 1) / cross_outputs;
-  const index_t want = (static_cast<index_t>(sms > 0 ? sms : 1) * 16 + tiles - 1) / tiles;
-  const index_t most = std::max<index_t>(1, k / (cross_lanes * cross_min_per_lane));
+  p.vec = !p.cross && p.linear && aligned;
+  p.inner = fast_divmod(static_cast<std::uint64_t>(p.cross ? inner : 1));
+  // Enough blocks for 16 per SM (a full GPU of 128-thread blocks): the range
+  // in chunks when the outputs alone give fewer, each lane combining at least
+  // cross_min_per_lane elements of its chunk (across rows), each block at
+  // least row_min_chunk (along rows; chunks a multiple of 16 elements, so all
+  // the chunks of a row share its alignment).
+  const index_t blocks = p.cross ? (outputs + cross_outputs - 1) / cross_outputs : outputs;
+  const index_t want = (static_cast<index_t>(sms > 0 ? sms : 1) * 16 + blocks - 1) / blocks;
+  const index_t most = std::max<index_t>(1, k / (p.cross ? cross_lanes * cross_min_per_lane : row_min_chunk));
   const index_t splits = std::clamp<index_t>(want, 1, std::min<index_t>(most, 65535));
   p.chunk = (k + splits - 1) / splits;
+  if (!p.cross && splits > 1) p.chunk = (p.chunk + 15) / 16 * 16;
   p.splits = k > 0 ? (k + p.chunk - 1) / p.chunk : 1;
+  p.chunk = p.splits > 1 ? p.chunk : k;
   return p;
 }
 
@@ -557,38 +561,40 @@ LOOM_HD index_t line_base(index_t o, const fast_divmod& inner, index_t len) {
   return static_cast<index_t>(q) * len * static_cast<index_t>(inner.d) + static_cast<index_t>(r);
 }
 
-//! Thread t's share of output element (row) o along rows, element by
-//! element: j = t, t + axis_block, ... of the row starting at position
-//! `start`.
+//! Thread t's share of the `k` elements of a row from position `start`
+//! (element j0 of its row: a chunk's first), element by element: t,
+//! t + axis_block, ...
 template <bool Linear, class Op, class B, std::size_t R>
-LOOM_HD typename Op::acc row_share(const Op& op, const B& b, const axis_map<R>& m, index_t start, index_t k, int t) {
+LOOM_HD typename Op::acc row_share(const Op& op, const B& b, const axis_map<R>& m, index_t start, index_t k, int t,
+                                   index_t j0) {
   typename Op::acc a = op.identity();
-  for (index_t j = t; j < k; j += axis_block) a = op(a, op.lift(read_at<Linear>(b, m, start + j), j));
+  for (index_t j = t; j < k; j += axis_block) a = op(a, op.lift(read_at<Linear>(b, m, start + j), j0 + j));
   return a;
 }
 
-//! Thread t's share of the contiguous row [start, start + k) in 16-byte
-//! vectors of V elements: head element t (the row's elements before its
-//! first V-aligned position), vectors t, t + axis_block, ..., tail element t.
+//! Thread t's share of the contiguous elements [start, start + k) (element
+//! j0 of their row onwards) in 16-byte vectors of V elements: head element
+//! t (those before the first V-aligned position), vectors t, t + axis_block,
+//! ..., tail element t.
 template <int V, class Op, class B>
-LOOM_HD typename Op::acc row_share_vec(const Op& op, const B& b, index_t start, index_t k, int t) {
+LOOM_HD typename Op::acc row_share_vec(const Op& op, const B& b, index_t start, index_t k, int t, index_t j0) {
   typename Op::acc a = op.identity();
   const index_t skew = (V - start % V) % V;
   const index_t head = skew < k ? skew : k;
   const index_t vectors = (k - head) / V;
   const index_t body = head + vectors * V;  // row position of the tail
-  if (t < head) a = op(a, op.lift(b.at_linear(start + t), t));
+  if (t < head) a = op(a, op.lift(b.at_linear(start + t), j0 + t));
 #if LOOM_DEVICE_CODE
 #pragma unroll 4
 #endif
   for (index_t v = t; v < vectors; v += axis_block) {
-    const index_t j0 = head + v * V;
+    const index_t p = head + v * V;
     typename B::template regs<V> r;
-    b.template load<V>(start + j0, r);
+    b.template load<V>(start + p, r);
     LOOM_UNROLL
-    for (int i = 0; i < V; ++i) a = op(a, op.lift(b.template elem<V>(r, i), j0 + i));
+    for (int i = 0; i < V; ++i) a = op(a, op.lift(b.template elem<V>(r, i), j0 + p + i));
   }
-  if (t < k - body) a = op(a, op.lift(b.at_linear(start + body + t), body + t));
+  if (t < k - body) a = op(a, op.lift(b.at_linear(start + body + t), j0 + body + t));
   return a;
 }
 
@@ -697,21 +703,26 @@ __global__ void __launch_bounds__(axis_block)
   __shared__ typename block_reduce::TempStorage tmp;
   __shared__ cub::Uninitialized<lane_accs> lanes;
   const int t = static_cast<int>(threadIdx.x);
+  const index_t s = blockIdx.y, lo = s * plan.chunk, hi = lo + plan.chunk < k ? lo + plan.chunk : k;
   if (!plan.cross) {
     const auto share = [&](index_t o) {
       if constexpr (Linear && V > 1)
-        if (plan.vec) return row_share_vec<V>(op, b, o * k, k, t);
-      return row_share<Linear>(op, b, m, o * k, k, t);
+        if (plan.vec) return row_share_vec<V>(op, b, o * k + lo, hi - lo, t, lo);
+      return row_share<Linear>(op, b, m, o * k + lo, hi - lo, t, lo);
     };
     for (index_t o = blockIdx.x; o < outputs; o += gridDim.x) {
       const acc total = block_reduce(tmp).Reduce(share(o), op);
-      if (t == 0) out[o] = op.finalize(total, k);
+      if (t == 0) {
+        if (plan.splits == 1)
+          out[o] = op.finalize(total, k);
+        else
+          partial[s * outputs + o] = total;
+      }
       __syncthreads();  // tmp is reused by the next output
     }
     return;
   }
   const int x = t % cross_outputs, lane = t / cross_outputs;
-  const index_t s = blockIdx.y, lo = s * plan.chunk, hi = lo + plan.chunk < k ? lo + plan.chunk : k;
   const index_t tiles = (outputs + cross_outputs - 1) / cross_outputs;
   for (index_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const index_t o = tile * cross_outputs + x;
@@ -750,13 +761,13 @@ void device_reduce_axes(const Op& op, const B& b, const axis_map<R>& m, index_t 
   using acc = typename Op::acc;
   const index_t cap = static_cast<index_t>(sm_count(s.device())) * 16;
   const index_t blocks = plan.cross ? (outputs + cross_outputs - 1) / cross_outputs : outputs;
-  const dim3 grid(static_cast<unsigned>(blocks < cap ? blocks : cap), static_cast<unsigned>(plan.cross ? plan.splits : 1));
+  const dim3 grid(static_cast<unsigned>(blocks < cap ? blocks : cap), static_cast<unsigned>(plan.splits));
   const auto launch = [&](acc* partial) {
     axis_reduce_kernel<V, Linear><<<grid, axis_block, 0, s.get()>>>(out, partial, op, b, m, outputs, k, plan);
     LOOM_CUDA_CHECK(cudaGetLastError());
     device_launch_counter().fetch_add(1, std::memory_order_relaxed);
   };
-  if (!plan.cross || plan.splits == 1) {
+  if (plan.splits == 1) {
     launch(nullptr);
     return;
   }
@@ -964,8 +975,8 @@ std::array<int, K> to_axes(const int (&a)[K]) {
 //! in accumulate_t<T> (float for half/bf16). Empty: 0. The expression's
 //! elementwise work is fused into the loads: one pass over the inputs.
 //! Kernels: whole tensor, one cub::DeviceReduce call (CUB runs one kernel, or
-//! two for inputs larger than one tile); along axes, one kernel (two across
-//! rows with few outputs and a long range: the range in chunks, then their
+//! two for inputs larger than one tile); along axes, one kernel (two when the
+//! outputs are few and their ranges long: the ranges in chunks, then their
 //! combination; see docs/03_reductions.md). Host: one parallel loop.
 //! Example: `auto s = loom::sum(x * y); float v = loom::item(s);`,
 //! `auto rows = loom::sum(x, -1);`, `auto c = loom::sum(x, {0, 2}, loom::keepdims);`
