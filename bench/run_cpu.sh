@@ -69,7 +69,7 @@ fi
 
 stage "compile time: one translation unit with N distinct fused expressions"
 if ((quick)); then
-  compile_args=(--compilers g++ --counts "1,2")
+  compile_args=(--compilers g++ --counts "1,2" --repeat 1)
 elif command -v nvcc >/dev/null 2>&1; then
   compile_args=(--compilers "nvcc,g++" --counts "1,10,50" --nvcc "$(command -v nvcc)" --arch "${LOOM_CUDA_ARCH%%[;,]*}")
 else

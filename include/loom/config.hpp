@@ -38,6 +38,17 @@
 #define LOOM_DEVICE_CODE 0
 #endif
 
+// Marks a host function that only builds and throws an error: kept out of
+// line and out of the hot path, so the message is compiled once per
+// translation unit instead of inline in every assignment that can fail.
+#if defined(__GNUC__) || defined(__clang__)
+#define LOOM_COLD __attribute__((cold, noinline))
+#define LOOM_NOINLINE __attribute__((noinline))
+#else
+#define LOOM_COLD
+#define LOOM_NOINLINE
+#endif
+
 #if defined(_OPENMP)
 #define LOOM_HAS_OPENMP 1
 #else

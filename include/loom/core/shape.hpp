@@ -51,6 +51,16 @@ constexpr shape<Rank> contiguous_strides(const shape<Rank>& s) {
 }
 
 namespace detail {
+template <std::size_t R>
+LOOM_COLD void throw_negative_broadcast(const shape<R>& s) {
+  throw shape_error("loom: broadcast_to " + shape_string(s) + " has a negative extent");
+}
+
+template <std::size_t RA, std::size_t RB>
+LOOM_COLD void throw_cannot_broadcast(const shape<RA>& from, const shape<RB>& to) {
+  throw shape_error("loom: cannot broadcast shape " + shape_string(from) + " to " + shape_string(to));
+}
+
 //! Throws shape_error unless every extent is >= 0 and the element count fits in index_t.
 template <std::size_t Rank>
 void check_shape(const shape<Rank>& s) {

@@ -18,7 +18,9 @@ struct fast_divmod {
   unsigned shift = 0;
 
   fast_divmod() = default;
-  explicit fast_divmod(std::uint64_t divisor) : d(divisor) {
+  // Host only, and out of line: a 128-bit division that every binding of an
+  // expression calls, compiled once instead of inline at each call.
+  LOOM_NOINLINE explicit fast_divmod(std::uint64_t divisor) : d(divisor) {
     unsigned l = 0;
     while (l < 63 && (std::uint64_t{1} << l) < divisor) ++l;
     shift = l;

@@ -8,6 +8,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "loom/config.hpp"
 #include "loom/core/dtype.hpp"
@@ -398,6 +399,13 @@ constexpr std::size_t slots_before() {
   return s;
 }
 
+template <std::size_t R>
+LOOM_COLD void throw_overlap(const shape<R>& out_ext, const shape<R>& out_str, const shape<R>& in_str) {
+  throw aliasing_error("loom: the output (shape " + shape_string(out_ext) + ", strides " + shape_string(out_str) +
+                       ") overlaps an input (strides " + shape_string(in_str) +
+                       ") under a different index map; evaluate into a new tensor (loom::materialize) first");
+}
+
 // Binds a node tree to an output view (or a read_only_target): broadcasts
 // leaves to the output's shape, checks aliasing, and returns the kernel-side
 // tree. Row reductions get slots Base, Base + 1, ... in post-order, so a
@@ -410,10 +418,7 @@ struct binder {
   template <std::size_t Base, class T, std::size_t R, class S, class O, std::size_t RO>
   static auto bind(const leaf_node<T, R, S>& l, const view<O, RO, S>& out, bind_info& info) {
     const auto b = l.v.broadcast_to(out.extents());
-    if (may_overlap(b, out) && !same_index_map(b, out))
-      throw aliasing_error("loom: the output (shape " + shape_string(out.extents()) + ", strides " +
-                           shape_string(out.strides()) + ") overlaps an input (strides " + shape_string(b.strides()) +
-                           ") under a different index map; evaluate into a new tensor (loom::materialize) first");
+    if (may_overlap(b, out) && !same_index_map(b, out)) throw_overlap(out.extents(), out.strides(), b.strides());
     return bind_leaf_view(b, info);
   }
   template <std::size_t Base, class C, class Out>
@@ -537,38 +542,47 @@ struct min_leaf_size<map_node<F, Ch...>> {
   static constexpr std::size_t value = std::min({std::size_t{16}, min_leaf_size<Ch>::value...});
 };
 
-// Throws unless `e` broadcasts to `out`'s shape and `out` holds each element
-// once; shared by every assignment form.
-template <class O, std::size_t RO, class S, class N>
-void check_assignable(const view<O, RO, S>& out, const N& e) {
-  const auto ext = e.extents();
+template <std::size_t RE, std::size_t RO>
+LOOM_COLD void throw_not_assignable(const shape<RE>& from, const shape<RO>& to) {
+  throw shape_error("loom: cannot assign an expression of shape " + shape_string(from) + " to an output of shape " +
+                    shape_string(to));
+}
+
+template <std::size_t RO>
+LOOM_COLD void throw_repeating_output(const shape<RO>& ext, const shape<RO>& str) {
+  throw aliasing_error("loom: the output (shape " + shape_string(ext) + ", strides " + shape_string(str) +
+                       ") repeats elements (a broadcast view); assign into a tensor");
+}
+
+// The checks of check_assignable on shapes alone: compiled once per pair of
+// ranks, not once per expression.
+template <std::size_t RO, std::size_t RE>
+void check_assignable_shapes(const shape<RO>& out_ext, const shape<RO>& out_str, const shape<RE>& ext) {
   shape<RO> acc{};
   bool first = true;
-  broadcast_into(acc, out.extents(), first);
+  broadcast_into(acc, out_ext, first);
   bool ok = true;
   try {
     broadcast_into(acc, ext, first);
   } catch (const shape_error&) {
     ok = false;
   }
-  if (!ok || acc != out.extents())
-    throw shape_error("loom: cannot assign an expression of shape " + shape_string(ext) + " to an output of shape " +
-                      shape_string(out.extents()));
+  if (!ok || acc != out_ext) throw_not_assignable(ext, out_ext);
   for (std::size_t d = 0; d != RO; ++d)
-    if (out.extent(d) > 1 && out.stride(d) == 0)
-      throw aliasing_error("loom: the output (shape " + shape_string(out.extents()) + ", strides " +
-                           shape_string(out.strides()) + ") repeats elements (a broadcast view); assign into a tensor");
+    if (out_ext[d] > 1 && out_str[d] == 0) throw_repeating_output(out_ext, out_str);
 }
 
-// On a machine with more than one GPU: throws unless the current stream
-// belongs to the current device and every device tensor of the assignment
-// (the outputs and every leaf of `e`) lives on that device. A kernel cannot
-// read another device's memory without peer access, and CUDA would report
-// the failure only later and vaguely. With one GPU there is nothing to check
-// and nothing is asked of the driver.
-template <class N, class... Views>
-void check_devices(const N& e, const Views&... outs) {
-  if (gpu::device_count() < 2) return;
+// Throws unless `e` broadcasts to `out`'s shape and `out` holds each element
+// once; shared by every assignment form.
+template <class O, std::size_t RO, class S, class N>
+void check_assignable(const view<O, RO, S>& out, const N& e) {
+  check_assignable_shapes(out.extents(), out.strides(), e.extents());
+}
+
+// The pointers a multi-GPU check looks at: the outputs first, then every
+// device leaf. Not templated on the expression, so compiled once.
+inline void check_devices_of(const void* const* outs, std::size_t n_outs, const void* const* leaves,
+                             std::size_t n_leaves) {
   const stream_ref s = current_stream();
   const int dev = gpu::current_device();
   if (s.device() != dev)
@@ -584,8 +598,23 @@ void check_devices(const N& e, const Views&... outs) {
                         ", but the assignment runs on device " + std::to_string(dev) +
                         "; copy it to this device first (loom::copy)");
   };
-  (check(outs.data(), "an output"), ...);
-  for_each_leaf(e, [&](const auto& leaf) { check(leaf.v.data(), "an input tensor"); });
+  for (std::size_t i = 0; i != n_outs; ++i) check(outs[i], "an output");
+  for (std::size_t i = 0; i != n_leaves; ++i) check(leaves[i], "an input tensor");
+}
+
+// On a machine with more than one GPU: throws unless the current stream
+// belongs to the current device and every device tensor of the assignment
+// (the outputs and every leaf of `e`) lives on that device. A kernel cannot
+// read another device's memory without peer access, and CUDA would report
+// the failure only later and vaguely. With one GPU there is nothing to check
+// and nothing is asked of the driver.
+template <class N, class... Views>
+void check_devices(const N& e, const Views&... outs) {
+  if (gpu::device_count() < 2) return;
+  const void* const out_ptrs[] = {static_cast<const void*>(outs.data())...};
+  std::vector<const void*> leaves;
+  for_each_leaf(e, [&](const auto& leaf) { leaves.push_back(leaf.v.data()); });
+  check_devices_of(out_ptrs, sizeof...(Views), leaves.data(), leaves.size());
 }
 
 // Executes an assignment whose tree contains row reductions (exec/rows.hpp).

@@ -167,6 +167,12 @@ struct common_space_of<A, Rest...> {
 template <class... Ch>
 inline constexpr std::size_t max_rank_of = std::max({std::size_t{0}, Ch::rank...});
 
+template <std::size_t R, std::size_t RB>
+LOOM_COLD void throw_incompatible_shapes(const shape<R>& a, const shape<RB>& b, std::size_t o, std::size_t d) {
+  throw shape_error("loom: cannot broadcast shapes " + shape_string(a) + " and " + shape_string(b) + " (axis " +
+                    std::to_string(o) + ": " + std::to_string(a[o]) + " vs " + std::to_string(b[d]) + ")");
+}
+
 //! NumPy broadcasting of `b` into the running shape `acc` (right-aligned).
 template <std::size_t R, std::size_t RB>
 void broadcast_into(shape<R>& acc, const shape<RB>& b, bool& first) {
@@ -183,9 +189,7 @@ void broadcast_into(shape<R>& acc, const shape<RB>& b, bool& first) {
       acc[o] = b[d];
       continue;
     }
-    throw shape_error("loom: cannot broadcast shapes " + shape_string(before) + " and " + shape_string(b) +
-                      " (axis " + std::to_string(o) + ": " + std::to_string(acc[o]) + " vs " + std::to_string(b[d]) +
-                      ")");
+    throw_incompatible_shapes(before, b, o, d);
   }
 }
 }  // namespace detail
@@ -239,8 +243,7 @@ struct broadcast_node : detail::node_tag {
     bool first = true;
     detail::broadcast_into(acc, s, first);
     detail::broadcast_into(acc, e.extents(), first);
-    if (acc != s)
-      throw shape_error("loom: cannot broadcast shape " + shape_string(e.extents()) + " to " + shape_string(s));
+    if (acc != s) detail::throw_cannot_broadcast(e.extents(), s);
   }
   shape<R> extents() const { return ext; }
 };

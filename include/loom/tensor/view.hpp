@@ -279,7 +279,7 @@ class view {
     static_assert(N >= Rank, "loom: broadcast_to() cannot lower the rank");
     shape<N> str{};
     for (std::size_t i = 0; i != N; ++i) {
-      if (s[i] < 0) throw shape_error("loom: broadcast_to " + shape_string(s) + " has a negative extent");
+      if (s[i] < 0) detail::throw_negative_broadcast(s);
       if (i + Rank < N) continue;  // a new leading axis
       const std::size_t d = i + Rank - N;
       if (extents_[d] == s[i])
@@ -287,7 +287,7 @@ class view {
       else if (extents_[d] == 1)
         str[i] = 0;
       else
-        throw shape_error("loom: cannot broadcast shape " + shape_string(extents_) + " to " + shape_string(s));
+        detail::throw_cannot_broadcast(extents_, s);
     }
     return view<T, N, Space>(data_, s, str);
   }
