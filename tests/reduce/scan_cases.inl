@@ -485,4 +485,91 @@ TEMPLATE_TEST_CASE("scans across rows of contiguous inputs, replayed from the de
     check_values(got, want, 0);
   }
 }
+
+// The look-back of lookback_scan_kernel replayed on the host for every tile
+// of a long row: each earlier tile has published either its aggregate or
+// its inclusive prefix (tile 0 always the latter; random snapshots from none
+// to all), the walk reads windows of 32 tiles, keeps up to
+// lookback_windows of them and starts again when none holds an inclusive
+// prefix (meanwhile more tiles publish theirs). The prefix the kernel's
+// lookback_fold makes of what the walk found must be bitwise the serial
+// left-to-right chain of aggregates, wherever the walk stopped. The data
+// spans 40 binades, so any other order of combination rounds differently.
+TEMPLATE_TEST_CASE("the look-back scan's tile prefix is the serial chain value wherever the look-back stops",
+                   "[reduce][scan]", float, double) {
+  using T = TestType;
+  using namespace loom::detail;
+  std::mt19937_64 g(loom_test::seed_for("look-back fold"));
+  constexpr int tiles = 700;  // up to 22 windows back: walks that restart
+  std::uniform_real_distribution<double> mant(1.0, 2.0), near1(-0.01, 0.01);
+  std::uniform_int_distribution<int> binade(-20, 20);
+  auto check_op = [&](const auto op, auto gen, const char* what) {
+    using acc = typename std::remove_const_t<decltype(op)>::acc;
+    static_assert(std::is_same_v<acc, T>);
+    std::vector<acc> agg(tiles), chain(tiles);
+    for (auto& a : agg) a = gen();
+    chain[0] = agg[0];
+    for (int i = 1; i < tiles; ++i) chain[i] = op(chain[i - 1], agg[i]);
+    // Sensitivity: folding the same aggregates right to left gives other bits.
+    acc right = agg[tiles - 1];
+    for (int i = tiles - 2; i >= 0; --i) right = op(agg[i], right);
+    REQUIRE_FALSE(loom_test::same_bits(right, chain[tiles - 1]));
+    int wrong = 0, walks = 0, with_kept = 0, restarted = 0, mid_window = 0, first_wrong = -1;
+    for (double p : {0.0, 0.01, 0.2, 1.0}) {
+      std::bernoulli_distribution published(p), later(0.3);
+      std::vector<char> inclusive(tiles);
+      for (int i = 1; i < tiles; ++i) {
+        for (int j = 0; j < i; ++j) inclusive[j] = j == 0 || published(g);
+        int end = i, kept = 0;
+        bool restart = false;
+        acc saved[lookback_windows][32];
+        for (;;) {
+          acc v[32];
+          unsigned found = 0;
+          for (int l = 0; l < 32; ++l) {
+            const int j = end - 1 - l;
+            v[l] = j < 0 ? op.identity() : (inclusive[j] ? chain[j] : agg[j]);
+            if (j >= 0 && inclusive[j]) found |= 1u << l;
+          }
+          if (found != 0) {
+            int first = 0;
+            while (!(found >> first & 1u)) ++first;
+            const acc r = lookback_fold(
+                op, first, kept, [&](int l) { return v[l]; }, [&](int k, int l) { return saved[k][l]; });
+            ++walks;
+            with_kept += kept > 0;
+            restarted += restart;
+            mid_window += first > 0 && first < 31;
+            if (!loom_test::same_bits(r, chain[i - 1]) && wrong++ == 0) first_wrong = i;
+            break;
+          }
+          if (kept == lookback_windows) {
+            restart = true;
+            kept = 0;
+            end = i;
+            for (int j = 0; j < i; ++j) inclusive[j] = inclusive[j] || later(g);
+            continue;
+          }
+          std::copy(v, v + 32, saved[kept]);
+          ++kept;
+          end -= 32;
+        }
+      }
+    }
+    INFO(what << ": first tile with another prefix " << first_wrong);
+    CHECK(wrong == 0);
+    CHECK(walks == 4 * (tiles - 1));
+    CHECK(with_kept > 0);
+    CHECK(restarted > 0);
+    CHECK(mid_window > 0);
+  };
+  check_op(
+      sum_op<T>{},
+      [&] {
+        const double x = std::ldexp(mant(g), binade(g));
+        return static_cast<T>(g() % 2 ? x : -x);
+      },
+      "sum");
+  check_op(prod_op<T>{}, [&] { return static_cast<T>(1.0 + near1(g)); }, "prod");
+}
 #endif

@@ -203,6 +203,26 @@ LOOM_HD void cross_scan_write(const Sink& w, const Op& op, index_t base, index_t
     if (q0 + u < len) w.strided(base, stride, q0 + u, len, op(prefix, v[u]));
 }
 
+//! The look-back scan's prefix for a tile (see lookback_scan_kernel) from
+//! what its walk found: the window that holds the nearest inclusive tile, in
+//! which lane l read tile end - 1 - l and lane `first` that inclusive prefix
+//! (`lane(l)`), and the `kept` windows walked before it without one
+//! (`saved(k, l)`: window k, lane l; window 0 is the nearest to the tile).
+//! Folded left to right in tile order: the inclusive prefix, the aggregates
+//! after it in its window (lanes first - 1 .. 0), then the kept windows from
+//! the farthest (lanes 31 .. 0 each). Which tile was found changes where the
+//! fold starts, never its value.
+inline constexpr int lookback_windows = 8;  // windows of 32 tiles kept while looking back
+
+template <class Op, class Lane, class Saved>
+LOOM_HD typename Op::acc lookback_fold(const Op& op, int first, int kept, const Lane& lane, const Saved& saved) {
+  typename Op::acc r = lane(first);
+  for (int l = first - 1; l >= 0; --l) r = op(r, lane(l));
+  for (int k = kept - 1; k >= 0; --k)
+    for (int l = 31; l >= 0; --l) r = op(r, saved(k, l));
+  return r;
+}
+
 #if LOOM_CUDA_COMPILER
 template <class Op, class B, bool Linear, std::size_t R>
 struct lift_scan_item {
@@ -329,7 +349,6 @@ __global__ void __launch_bounds__(Block)
 // published first. No value is combined atomically; the input is read once.
 constexpr int chunk_block = 256;
 constexpr index_t scan_chunk = 16 * chunk_block;  // one block per row up to this length
-constexpr int lookback_windows = 8;               // windows of 32 tiles kept while looking back
 
 enum : unsigned { tile_pending = 0, tile_aggregate = 1, tile_inclusive = 2 };
 
@@ -392,10 +411,9 @@ __global__ void __launch_bounds__(Block)
         const unsigned found = __ballot_sync(0xffffffffu, f == tile_inclusive);
         if (found != 0) {
           const int first = __ffs(found) - 1;  // the nearest inclusive tile
-          acc r = __shfl_sync(0xffffffffu, v, first);
-          for (int l = first - 1; l >= 0; --l) r = op(r, __shfl_sync(0xffffffffu, v, l));
-          for (int k = kept - 1; k >= 0; --k)
-            for (int l = 31; l >= 0; --l) r = op(r, saved[k][l]);
+          const acc r = lookback_fold(
+              op, first, kept, [&](int l) { return __shfl_sync(0xffffffffu, v, l); },
+              [&](int k, int l) { return saved[k][l]; });
           if (lane == 0) {
             prefix_sh = r;
             st.incl[tile] = op(r, aggregate);
