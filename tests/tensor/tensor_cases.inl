@@ -146,6 +146,26 @@ TEST_CASE("tensor copies are deep and moves transfer ownership", "[tensor]" LOOM
   for (index_t i = 0; i < h.size(); ++i) REQUIRE(dh.data()[i] == 0.0f);
 }
 
+TEST_CASE("new tensors start as 0xFF bytes (NaN, -1) while fill_uninitialized is on, as in the test programs",
+          "[tensor]" LOOM_TEST_TAG) {
+  REQUIRE(loom::fill_uninitialized());  // tests/main_host.cpp and main_cuda.cpp turn it on
+  loom::tensor<float, 2, space_t> f({7, 33});
+  loom::tensor<loom::bf16, 1, space_t> b({257});
+  loom::tensor<std::int64_t, 1, space_t> i({5});
+  auto fe = loom::empty_like(f);
+  // Off while copying back, so the host copies start unfilled and only what
+  // was copied can be NaN.
+  loom::set_fill_uninitialized(false);
+  CHECK_FALSE(loom::fill_uninitialized());
+  const auto fh = loom::to_host(f), feh = loom::to_host(fe);
+  const auto bh = loom::to_host(b);
+  const auto ih = loom::to_host(i);
+  loom::set_fill_uninitialized(true);
+  for (index_t k = 0; k < fh.size(); ++k) REQUIRE((std::isnan(fh.data()[k]) && std::isnan(feh.data()[k])));
+  for (index_t k = 0; k < bh.size(); ++k) REQUIRE(std::isnan(static_cast<float>(bh.data()[k])));
+  for (index_t k = 0; k < ih.size(); ++k) REQUIRE(ih.data()[k] == -1);
+}
+
 TEST_CASE("zeros full contiguous and empty_like build tensors with the right contents", "[tensor]" LOOM_TEST_TAG) {
   auto z = loom::zeros<std::int32_t, 2, space_t>({3, 5});
   auto zh = loom::to_host(z);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <string>
 
@@ -22,6 +23,35 @@ struct memory_stats {
   std::size_t peak = 0;         //!< most bytes in use at once since start or reset_peak
   std::size_t allocations = 0;  //!< number of live allocations
 };
+
+namespace detail {
+inline std::atomic<bool>& fill_uninitialized_flag() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("LOOM_FILL_UNINITIALIZED");
+    return e != nullptr && std::string(e) == "1";
+  }()};
+  return on;
+}
+}  // namespace detail
+
+//! When on, every allocation loom makes (device memory, pageable and pinned
+//! host memory: new tensors made without values, `empty_like`, the results
+//! of reductions, scans, sort and top-k, and temporary storage) starts with
+//! every byte 0xFF: NaN in float, double, half and bf16, -1 in signed
+//! integers, the maximum in unsigned ones. An element that a computation
+//! leaves unwritten then reads as NaN or -1 instead of whatever the memory
+//! held before, so a test of a function that allocates its own output still
+//! runs on a poisoned output. Off by default: it costs a memset per
+//! allocation (on the device `cudaMemsetAsync` on the allocation's stream,
+//! stream-ordered, no synchronization). The environment variable
+//! `LOOM_FILL_UNINITIALIZED=1` turns it on at start; loom's test programs
+//! turn it on. Example: `loom::set_fill_uninitialized(true);`
+inline void set_fill_uninitialized(bool on) noexcept {
+  detail::fill_uninitialized_flag().store(on, std::memory_order_relaxed);
+}
+
+//! Whether new allocations are filled with 0xFF bytes (set_fill_uninitialized).
+inline bool fill_uninitialized() noexcept { return detail::fill_uninitialized_flag().load(std::memory_order_relaxed); }
 
 namespace detail {
 inline constexpr int max_devices = 64;
@@ -69,6 +99,14 @@ inline void* device_allocate(std::size_t bytes, stream_ref s) {
     if (prev != s.device()) (void)cudaSetDevice(prev);
     throw out_of_memory(bytes, free_b, total_b, s.device());
   }
+  if (e == cudaSuccess && fill_uninitialized()) {
+    const cudaError_t f = cudaMemsetAsync(p, 0xFF, bytes, s.get());
+    if (f != cudaSuccess) {
+      (void)cudaFreeAsync(p, s.get());
+      if (prev != s.device()) (void)cudaSetDevice(prev);
+      throw_cuda(f, "cudaMemsetAsync", __FILE__, __LINE__);
+    }
+  }
   if (prev != s.device()) (void)cudaSetDevice(prev);
   if (e != cudaSuccess) throw_cuda(e, "cudaMallocAsync", __FILE__, __LINE__);
   note_alloc(s.device(), bytes);
@@ -94,6 +132,7 @@ inline void* pinned_allocate(std::size_t bytes) {
     throw std::bad_alloc();
   }
   LOOM_CUDA_CHECK(e);
+  if (fill_uninitialized()) std::memset(p, 0xFF, bytes);
   return p;
 }
 inline void pinned_free(void* p) noexcept {
@@ -108,6 +147,7 @@ inline void* host_allocate(std::size_t bytes) {
   const std::size_t rounded = (bytes + host_alignment - 1) / host_alignment * host_alignment;
   void* p = std::aligned_alloc(host_alignment, rounded);
   if (!p) throw std::bad_alloc();
+  if (fill_uninitialized()) std::memset(p, 0xFF, bytes);
   return p;
 }
 inline void host_free(void* p) noexcept { std::free(p); }
