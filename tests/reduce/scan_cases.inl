@@ -381,6 +381,140 @@ TEST_CASE("topk gives the k largest or smallest of each row of an expression", "
   CHECK_THROWS_AS(loom::topk(x, 51), loom::value_error);
 }
 
+TEMPLATE_TEST_CASE("scans along every axis of 4-D strided views and broadcast expressions", "[reduce][scan]" LOOM_TEST_TAG,
+                   float, std::int32_t) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("scan 4d"));
+  const auto h = eighths<T, 4>({3, 5, 4, 37}, g);
+  const auto x = in_space(h);
+  // Axes permuted (a transposed, non-contiguous view) and every other
+  // element of the last axis, reversed.
+  auto pick = [](const auto& t) {
+    return t.view().permute({2, 0, 3, 1}).slice(loom::whole, loom::whole, loom::range(loom::none, loom::none, -2));
+  };
+  const auto v = pick(x);
+  const auto hv = loom::contiguous(pick(h));
+  REQUIRE(hv.extents() == loom::shape<4>{4, 3, 19, 5});
+  const auto hb = eighths<T, 2>({19, 5}, g);  // broadcast over the two leading axes
+  const auto b = in_space(hb);
+  std::vector<double> in;
+  for (index_t i = 0; i < hv.size(); ++i)
+    in.push_back(static_cast<double>(static_cast<loom::compute_t<T>>(hv.data()[i]) -
+                                     static_cast<loom::compute_t<T>>(hb.data()[i % hb.size()])));
+  std::vector<double> want, widx;
+  for (int axis = 0; axis != 4; ++axis)
+    for (bool ex : {false, true}) {
+      INFO("axis " << axis << (ex ? " exclusive" : " inclusive"));
+      const auto kind = ex ? loom::scan_kind::exclusive : loom::scan_kind::inclusive;
+      const auto a = static_cast<std::size_t>(axis);
+      reference_scan(scan_op::sum, ex, flat(h), h.extents(), a, want, widx);
+      check_values(flat(loom::cumsum(x, axis, kind)), want, 0);
+      reference_scan(scan_op::sum, ex, flat(hv), hv.extents(), a, want, widx);
+      check_values(flat(loom::cumsum(v, axis, kind)), want, 0);
+      reference_scan(scan_op::sum, ex, in, hv.extents(), a, want, widx);
+      check_values(flat(loom::cumsum(v - b, axis, kind)), want, 0);
+      auto mn = loom::cummin(v - b, axis, kind);
+      reference_scan(scan_op::min, ex, in, hv.extents(), a, want, widx, scan_none<T>(scan_op::min));
+      check_values(flat(mn.values), want, 0);
+      check_values(flat(mn.indices), widx, 0);
+    }
+}
+
+TEMPLATE_TEST_CASE("cumprod of one row of every test length matches a double reference", "[reduce][scan]" LOOM_TEST_TAG,
+                   float, double, std::int32_t) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("cumprod lengths"));
+  for (index_t n : {index_t{0}, index_t{1}, index_t{31}, index_t{32}, index_t{33}, index_t{1000},
+                    (index_t{1} << 20) + 3}) {
+    INFO(n << " elements of " << loom::dtype_name(loom::dtype_of<T>));
+    // Signs and powers of two: every product is exact and stays in range
+    // (at most 24 factors of 2 or 1/2 among the first elements, then +-1).
+    loom::host_tensor<T, 1> h({n});
+    for (index_t i = 0; i < n; ++i) {
+      const int k = static_cast<int>(g() % 4);
+      const bool power = i < 48 && k >= 2 && (std::is_floating_point_v<T> || k == 2);
+      const double x = power ? (k == 2 ? 2.0 : 0.5) : (g() % 2 ? 1.0 : -1.0);
+      h.data()[i] = static_cast<T>(x);
+    }
+    const auto x = in_space(h);
+    std::vector<double> want, widx;
+    for (bool ex : {false, true}) {
+      reference_scan(scan_op::prod, ex, flat(h), h.extents(), 0, want, widx);
+      check_values(flat(loom::cumprod(x, 0, ex ? loom::scan_kind::exclusive : loom::scan_kind::inclusive)), want, 0);
+    }
+  }
+}
+
+TEST_CASE("sort and topk read strided views and broadcast expressions, rows of 0, 32 and 2^20 + 3",
+          "[reduce][sort]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("sort layouts"));
+  // A reference: the stable order of `key` over one row, ascending or descending.
+  auto order_of = [](const std::vector<double>& key, bool desc) {
+    std::vector<index_t> o(key.size());
+    std::iota(o.begin(), o.end(), index_t{0});
+    std::stable_sort(o.begin(), o.end(), [&](index_t a, index_t b) {
+      const double ka = key[static_cast<std::size_t>(a)], kb = key[static_cast<std::size_t>(b)];
+      return desc ? ka > kb : ka < kb;
+    });
+    return o;
+  };
+  auto check_rows = [&](const std::vector<double>& in, index_t rows, index_t len, index_t k, bool desc,
+                        const std::vector<double>& v, const std::vector<double>& ix) {
+    REQUIRE(v.size() == static_cast<std::size_t>(rows * k));
+    REQUIRE(ix.size() == v.size());
+    index_t bad = 0;
+    for (index_t r = 0; r < rows; ++r) {
+      const std::vector<double> key(in.begin() + r * len, in.begin() + (r + 1) * len);
+      const auto o = order_of(key, desc);
+      for (index_t j = 0; j < k; ++j) {
+        const auto p = static_cast<std::size_t>(r * k + j);
+        const auto want = o[static_cast<std::size_t>(j)];
+        bad += ix[p] != static_cast<double>(want) || v[p] != key[static_cast<std::size_t>(want)];
+      }
+    }
+    CHECK(bad == 0);
+  };
+  // Rows of 32 and of 2^20 + 3, few distinct values (ties everywhere).
+  for (index_t len : {index_t{32}, (index_t{1} << 20) + 3}) {
+    INFO("rows of " << len);
+    const auto h = eighths<float, 2>({2, len}, g, 3);
+    for (bool desc : {false, true}) {
+      const auto order = desc ? loom::sort_order::descending : loom::sort_order::ascending;
+      auto r = loom::sort(in_space(h), order);
+      check_rows(flat(h), 2, len, len, desc, flat(r.values), flat(r.indices));
+    }
+  }
+  // Rows of length 0.
+  const loom::host_tensor<float, 2> none({3, 0});
+  auto r0 = loom::sort(in_space(none));
+  CHECK(loom::to_host(r0.values).extents() == loom::shape<2>{3, 0});
+  CHECK(loom::to_host(loom::topk(in_space(none), 0).indices).extents() == loom::shape<2>{3, 0});
+  // A transposed view (rows read down columns of the stored matrix) and a
+  // broadcast expression, sorted and top-k'd, ties included; k = 0 too.
+  const auto h = eighths<float, 2>({45, 6}, g, 5);
+  const auto hb = eighths<float, 1>({6}, g, 5);
+  const auto x = in_space(h);
+  const auto b = in_space(hb);
+  std::vector<double> tin, ein;
+  for (index_t i = 0; i < 6; ++i)
+    for (index_t j = 0; j < 45; ++j) tin.push_back(static_cast<double>(h(j, i)));
+  for (index_t i = 0; i < 45; ++i)
+    for (index_t j = 0; j < 6; ++j) ein.push_back(static_cast<double>(h(i, j) * 2.0f + hb(j)));
+  for (bool desc : {false, true}) {
+    INFO((desc ? "descending" : "ascending"));
+    const auto order = desc ? loom::sort_order::descending : loom::sort_order::ascending;
+    auto st = loom::sort(x.view().t(), order);
+    check_rows(tin, 6, 45, 45, desc, flat(st.values), flat(st.indices));
+    auto kt = loom::topk(x.view().t(), 7, order);
+    check_rows(tin, 6, 45, 7, desc, flat(kt.values), flat(kt.indices));
+    auto ke = loom::topk(x * 2.0f + b, 4, order);
+    check_rows(ein, 45, 6, 4, desc, flat(ke.values), flat(ke.indices));
+    auto k0 = loom::topk(x * 2.0f + b, 0, order);
+    CHECK(loom::to_host(k0.values).extents() == loom::shape<2>{45, 0});
+  }
+  CHECK_THROWS_AS(loom::topk(x, -1), loom::value_error);
+}
+
 #if defined(LOOM_SCAN_REPLAY)
 namespace {
 template <class A>
