@@ -19,8 +19,10 @@ axis_reduce_kernel in a linear and a coordinates form, and the kernel that
 combines chunks) reads rows of a contiguous aligned input in 16-byte vectors,
 AXIS_RUN of them in a row without a branch, and reads across rows AXIS_RUN
 scalar loads in a row. A scan across rows (cross_scan_kernel) issues a
-thread's SCAN_RUN loads together; the look-back scan of one long row reads
-its tiles' flags with acquire loads and publishes them with release stores.
+thread's SCAN_RUN loads together; the tile scans (the look-back scan of one
+long row, and rows of several tiles) issue a whole tile's SCAN_TILE_RUN loads
+together; the look-back scan reads its tiles' flags with acquire loads and
+publishes them with release stores.
 Prints one report line per kernel.
 Exit status 0 when every check holds.
 """
@@ -53,7 +55,7 @@ CASES = {
 }
 ROW_CASES = {5, 6, 7}
 # case: description of a whole-tensor reduction
-REDUCE_CASES = {8: "float  y = sum(x), whole tensor"}
+REDUCE_CASES = {8: "float  y = sum(x), whole tensor", 11: "float  y = max(x), whole tensor"}
 REDUCE_RUN = 8
 # case: description of an axis reduction
 AXIS_CASES = {9: "float  y = sum(x, 1), along an axis"}
@@ -61,6 +63,9 @@ AXIS_RUN = 4
 # case: description of a scan
 SCAN_CASES = {10: "float  y = cumsum(x, 0)"}
 SCAN_RUN = 8
+# A float scan tile is 16 elements per thread (scan_items): a whole tile's
+# loads are issued together, without a bounds check each.
+SCAN_TILE_RUN = 16
 ACQUIRE = re.compile(r"\bld\.acquire\.gpu\b")
 RELEASE = re.compile(r"\bst\.release\.gpu\b")
 # The row-cache copy in both forms of the row kernel: 16-byte global loads
@@ -171,15 +176,18 @@ def check_scan(case, desc, ents, stats, failures):
     """cross_scan_kernel's loads in runs; the look-back scan's flags ordered; no spills."""
     forms = find_forms(case, desc, ents, {
         "across rows": [n for n in ents if "cross_scan_kernel" in n],
-        "look-back": [n for n in ents if "lookback_scan_kernel" in n and "Lb1E" in n]}, failures)
+        "look-back": [n for n in ents if "lookback_scan_kernel" in n and "Lb1E" in n],
+        "row tiles": [n for n in ents if "row_tile_scan_kernel" in n and "Lb1E" in n]}, failures)
     for kind, name in (forms or {}).items():
         body = ents[name]
         run = longest_run(body, SCALAR_LOAD)
-        # The look-back kernel writes through scan_out, whose coordinates
+        # The tile kernels write through scan_out, whose coordinates
         # (indexed by a run-time axis number) may live on the stack.
-        report(case, desc, kind, name, body, run, stats, kind == "look-back", failures)
-        if kind == "across rows" and run < SCAN_RUN:
-            failures.append(f"case {case} ({desc}): at most {run} loads in a row, expected at least {SCAN_RUN}")
+        report(case, desc, kind, name, body, run, stats, kind != "across rows", failures)
+        want = SCAN_RUN if kind == "across rows" else SCAN_TILE_RUN
+        if run < want:
+            failures.append(f"case {case} ({desc}): {kind} kernel has at most {run} loads in a row, "
+                            f"expected at least {want}")
         if kind == "look-back" and (not ACQUIRE.search(body) or len(RELEASE.findall(body)) < 2):
             failures.append(f"case {case} ({desc}): look-back kernel without acquire loads and release stores "
                             f"of its tile flags")

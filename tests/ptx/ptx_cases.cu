@@ -45,6 +45,8 @@ void run(device_tensor<float, 0>& y, const device_tensor<float, 2>& x) { y = sum
 void run(device_tensor<float, 1>& y, const device_tensor<float, 2>& x) { y = sum(x, 1); }
 #elif LOOM_PTX_CASE == 10  // float cumsum along the first axis (across rows) and of one long row
 void run(device_tensor<float, 2>& y, const device_tensor<float, 2>& x) { y = cumsum(x, 0); }
+#elif LOOM_PTX_CASE == 11  // float max of a whole tensor (NaN propagates): one cub::DeviceReduce call
+void run(device_tensor<float, 0>& y, const device_tensor<float, 2>& x) { y = max(x); }
 #else
 #error "unknown LOOM_PTX_CASE"
 #endif

@@ -488,6 +488,48 @@ TEMPLATE_TEST_CASE("NaN propagates through max and min; argmax of ties is the fi
   CHECK(loom::item(loom::argmin(first)) == 3);
 }
 
+TEMPLATE_TEST_CASE("logsumexp, argmax and argmin of rows with infinities, NaN and ties", "[reduce]" LOOM_TEST_TAG,
+                   float, double) {
+  using T = TestType;
+  const T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
+  // Each row one case; the wanted values are worked out by hand.
+  loom::host_tensor<T, 2> h({7, 6}, {T(1), inf, T(2), T(3), -inf, T(0),       // +inf decides
+                                     -inf, -inf, -inf, -inf, -inf, -inf,      // all -inf: ties, first index
+                                     T(1), nan, T(2), nan, inf, T(0),         // NaN beats inf; first NaN
+                                     -inf, T(5), -inf, T(5), T(-1), T(5),     // ties of the maximum
+                                     inf, inf, -inf, T(1), inf, T(0),         // +inf and -inf together
+                                     -inf, -inf, T(2), -inf, -inf, -inf,      // one finite value
+                                     T(-0.0), T(0), T(-3), T(-3), T(0), T(-0.0)});  // -0 == +0: a tie
+  const std::vector<double> lse = {static_cast<double>(inf), -static_cast<double>(inf), nan_v,
+                                   5 + std::log(3 + std::exp(-6.0)), static_cast<double>(inf), 2,
+                                   std::log(4 + 2 * std::exp(-3.0))};
+  const std::vector<double> amax = {1, 0, 1, 1, 0, 2, 0}, amin = {4, 0, 1, 0, 2, 0, 2};
+  const auto x = in_space(h);
+  const auto l = values(loom::logsumexp(x, 1));
+  const auto mx = values(loom::argmax(x, 1)), mn = values(loom::argmin(x, -1));
+  for (std::size_t r = 0; r < 7; ++r) {
+    INFO("row " << r);
+    if (std::isnan(lse[r]) || std::isinf(lse[r])) {
+      CHECK((std::isnan(lse[r]) ? std::isnan(l.v[r]) : l.v[r] == lse[r]));
+    } else {
+      CHECK(std::fabs(l.v[r] - lse[r]) <= 1e-6 * std::fabs(lse[r]) + 1e-6);
+    }
+    CHECK(mx.v[r] == amax[r]);
+    CHECK(mn.v[r] == amin[r]);
+    // The same rows through the whole-tensor path.
+    const auto row = x.view().slice(static_cast<index_t>(r));
+    const double whole = loom_test::as_double(loom::item(loom::logsumexp(row)));
+    CHECK((std::isnan(lse[r]) ? std::isnan(whole) : (std::isinf(lse[r]) ? whole == lse[r]
+                                                                         : std::fabs(whole - lse[r]) <= 1e-5)));
+    CHECK(loom::item(loom::argmax(row)) == static_cast<std::int64_t>(amax[r]));
+    CHECK(loom::item(loom::argmin(row)) == static_cast<std::int64_t>(amin[r]));
+  }
+  // Over everything: the first NaN (row 2, column 1) wins.
+  CHECK(std::isnan(loom_test::as_double(loom::item(loom::logsumexp(x)))));
+  CHECK(loom::item(loom::argmax(x)) == 13);
+  CHECK(loom::item(loom::argmin(x)) == 13);
+}
+
 TEST_CASE("integer and bool sums accumulate in int64; half and bf16 in float", "[reduce]" LOOM_TEST_TAG) {
   STATIC_REQUIRE(std::is_same_v<loom::sum_result_t<std::int32_t>, std::int64_t>);
   STATIC_REQUIRE(std::is_same_v<loom::sum_result_t<bool>, std::int64_t>);

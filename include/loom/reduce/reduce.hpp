@@ -158,12 +158,12 @@ struct mean_op {
 // NaN-propagating max/min: the first NaN met wins, as in PyTorch.
 template <class C, bool Max>
 LOOM_HD C nan_extreme(C a, C b) {
-  if (a != a) return a;
-  if (b != b) return b;
-  if constexpr (Max)
-    return b > a ? b : a;
-  else
-    return b < a ? b : a;
+  // One select, no branch (bitwise, not short-circuit, operators): with an
+  // early return per NaN test, each 16-byte item of a vector load sat behind
+  // branches, and the compiler issued a thread's loads one at a time.
+  const bool a_nan = a != a;
+  const bool b_wins = (b != b) | (Max ? b > a : b < a);
+  return ((!a_nan) & b_wins) ? b : a;
 }
 
 template <class T, bool Max>
@@ -198,13 +198,11 @@ struct value_index {
 // the first index, as in PyTorch).
 template <class C, bool Max>
 LOOM_HD value_index<C> arg_combine(const value_index<C>& a, const value_index<C>& b) {
-  const bool an = a.v != a.v, bn = b.v != b.v;
-  if (an || bn) {
-    if (an && bn) return b.i < a.i ? b : a;
-    return an ? a : b;
-  }
+  // One select, no branch (see nan_extreme).
+  const bool an = a.v != a.v, bn = b.v != b.v, earlier = b.i < a.i;
   const bool better = Max ? b.v > a.v : b.v < a.v;
-  return better || (b.v == a.v && b.i < a.i) ? b : a;
+  const bool b_wins = (an & bn & earlier) | ((!an) & (bn | better | ((b.v == a.v) & earlier)));
+  return b_wins ? b : a;
 }
 
 template <class T, bool Max>
@@ -357,14 +355,18 @@ struct logsumexp_op {
     return {static_cast<F>(v), F(1)};
   }
   LOOM_HD acc operator()(const acc& a, const acc& b) const {
-    if (a.m != a.m) return a;
-    if (b.m != b.m) return b;
-    if (a.s == F(0)) return b;
-    if (b.s == F(0)) return a;
+    // The general value is computed always and the special cases are
+    // selected over it, highest priority last: no branch (see nan_extreme).
+    // In priority order: a NaN maximum (a's first), an empty side (s == 0),
+    // an infinite maximum, which decides the result (inf - inf would be NaN).
     const F mx = a.m > b.m ? a.m : b.m;
-    // An infinite maximum decides the result (and inf - inf would be NaN).
-    if (mx == inf_of<F>() || mx == -inf_of<F>()) return {mx, F(1)};
-    return {mx, a.s * ::loom::math::exp(a.m - mx) + b.s * ::loom::math::exp(b.m - mx)};
+    acc r{mx, a.s * ::loom::math::exp(a.m - mx) + b.s * ::loom::math::exp(b.m - mx)};
+    if ((mx == inf_of<F>()) | (mx == -inf_of<F>())) r = acc{mx, F(1)};
+    if (b.s == F(0)) r = a;
+    if (a.s == F(0)) r = b;
+    if (b.m != b.m) r = b;
+    if (a.m != a.m) r = a;
+    return r;
   }
   LOOM_HD result finalize(const acc& a, index_t) const { return convert<result>(a.m + ::loom::math::log(a.s)); }
 };

@@ -65,9 +65,9 @@ struct cum_extreme_op {
     return {static_cast<compute_t<T>>(v), i};
   }
   LOOM_HD acc operator()(const acc& a, const acc& b) const {
-    if (b.v != b.v) return b;
-    if (a.v != a.v) return a;
-    return (Max ? b.v >= a.v : b.v <= a.v) ? b : a;
+    // One select, no branch (see nan_extreme): a NaN wins, the later first.
+    const bool b_wins = (b.v != b.v) | ((!(a.v != a.v)) & (Max ? b.v >= a.v : b.v <= a.v));
+    return b_wins ? b : a;
   }
   LOOM_HD result finalize(const acc& a, index_t) const { return convert<result>(a.v); }
 };
@@ -302,6 +302,23 @@ struct tile_scan {
   };
   static constexpr index_t tile = static_cast<index_t>(Block) * Items;
 
+  // A whole tile loads and stores without bounds checks, so a thread issues
+  // its Items loads back to back; only a range's last tile checks each one.
+  template <class In>
+  __device__ static void load(temp& tmp, In in, acc (&items)[Items], int valid, const Op& op) {
+    if (valid == tile)
+      load_t(tmp.load).Load(in, items);
+    else
+      load_t(tmp.load).Load(in, items, valid, op.identity());
+  }
+  template <class Out>
+  __device__ static void store(temp& tmp, Out out, acc (&items)[Items], int valid) {
+    if (valid == tile)
+      store_t(tmp.store).Store(out, items);
+    else
+      store_t(tmp.store).Store(out, items, valid);
+  }
+
   // Scans positions [begin, end) of the row [row0, row_end) starting from `start`.
   template <bool Linear, class B, class W, std::size_t R>
   __device__ static void run(temp& tmp, const inclusive_sink<W, Op>& w, const Op& op, const B& b,
@@ -313,12 +330,11 @@ struct tile_scan {
       acc items[Items];
       const auto in = thrust::make_transform_iterator(thrust::counting_iterator<index_t>(t0),
                                                       lift_scan_at<Op, B, Linear, R>{op, b, m, row0});
-      load_t(tmp.load).Load(in, items, valid, op.identity());
+      load(tmp, in, items, valid, op);
       __syncthreads();
       scan_t(tmp.scan).InclusiveScan(items, items, op, prefix);
       __syncthreads();
-      store_t(tmp.store).Store(thrust::make_tabulate_output_iterator(shifted_writer<W, Op>{w, t0, row0, row_end}),
-                               items, valid);
+      store(tmp, thrust::make_tabulate_output_iterator(shifted_writer<W, Op>{w, t0, row0, row_end}), items, valid);
       __syncthreads();
     }
   }
@@ -378,7 +394,7 @@ __global__ void __launch_bounds__(Block)
   acc items[scan_items<Op>];
   const auto in = thrust::make_transform_iterator(thrust::counting_iterator<index_t>(t0),
                                                   lift_scan_at<Op, B, Linear, R>{op, b, m, 0});
-  typename ts::load_t(tmp.load).Load(in, items, valid, op.identity());
+  ts::load(tmp, in, items, valid, op);
   __syncthreads();
   acc aggregate;
   typename ts::scan_t(tmp.scan).InclusiveScan(items, items, op, aggregate);
@@ -439,8 +455,7 @@ __global__ void __launch_bounds__(Block)
     LOOM_UNROLL
     for (int i = 0; i < scan_items<Op>; ++i) items[i] = op(prefix, items[i]);
   }
-  typename ts::store_t(tmp.store)
-      .Store(thrust::make_tabulate_output_iterator(shifted_writer<W, Op>{w, t0, 0, len}), items, valid);
+  ts::store(tmp, thrust::make_tabulate_output_iterator(shifted_writer<W, Op>{w, t0, 0, len}), items, valid);
 }
 
 template <bool Linear, class Op, class B, class W, std::size_t R>
