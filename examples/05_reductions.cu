@@ -32,9 +32,9 @@ int run() {
 
   // Whole-tensor reductions return 0-d tensors; item() brings the value to the host.
   auto dot = sum(x * y);               // x * y is fused into the loads: no temporary
-  float total = item(dot);             // waits for the result (one synchronization)
-  float dist = item(l2_norm(x - y));   // sqrt(sum((x - y)^2)), one pass
-  float worst = item(max(abs(x - y))); // max(e) over everything; NaN propagates
+  float total = dot.item();            // waits for the result (one synchronization)
+  float dist = l2_norm(x - y).item();  // sqrt(sum((x - y)^2)), one pass
+  float worst = item(max(abs(x - y))); // the same as .item(); max(e) over everything, NaN propagates
 
   // Along axes: an int, or a braced list of ints; keepdims keeps them as extent 1.
   auto row_sums = sum(x, 1);                 // shape [64]

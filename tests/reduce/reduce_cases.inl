@@ -566,6 +566,43 @@ TEST_CASE("reductions check their axes and item() its size", "[reduce]" LOOM_TES
   CHECK(values(loom::sum(x, {0, 1, 2})).ext.empty());
 }
 
+TEST_CASE("item() is a member of tensors and views and agrees with loom::item", "[reduce]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("reduce item"));
+  auto h = random_host<float, 3>({3, 5, 7}, g);
+  auto x = in_space(h);
+  double want = 0, hi = -inf_v;
+  for (index_t i = 0; i < h.size(); ++i) {
+    want += h.data()[i];
+    hi = std::max(hi, static_cast<double>(h.data()[i]));
+  }
+  const auto s = loom::sum(x * 1.0f);
+  const float got = s.item();  // the 0-d result of a whole-tensor reduction
+  CHECK(std::fabs(got - want) <= 1e-5 * 105 * 4);
+  CHECK(loom_test::same_bits(got, loom::item(s)));
+  CHECK(loom_test::same_bits(got, s.view().item()));
+  // A size-1 result of rank 3 (keepdims), and one element of a strided view.
+  const auto m = loom::amax(x, {0, 1, 2}, loom::keepdims);
+  CHECK(m.extents() == loom::shape<3>{1, 1, 1});
+  CHECK(static_cast<double>(m.item()) == hi);
+  CHECK(x.view().slice(2, loom::range(3, 4), 6).item() == h(2, 3, 6));
+  CHECK(x.view().permute({2, 0, 1}).slice(5, 1, 4).item() == h(1, 4, 5));
+  // The element type is the tensor's: half stays half.
+  loom::host_tensor<loom::half, 1> hh({3}, {loom::half(0.5f), loom::half(-2.0f), loom::half(1.25f)});
+  const auto mh = loom::max(in_space(hh));
+  STATIC_REQUIRE(std::is_same_v<decltype(mh.item()), loom::half>);
+  CHECK(static_cast<float>(mh.item()) == 1.25f);
+  // Anything but exactly one element is an error that names the shape.
+  CHECK_THROWS_WITH(x.item(), Catch::Matchers::Contains("[3, 5, 7]") && Catch::Matchers::Contains("105 elements"));
+  CHECK_THROWS_WITH(x.view().slice(0, loom::range(0, 0)).item(), Catch::Matchers::Contains("0 elements"));
+  CHECK_THROWS_WITH(loom::item(x.view().slice(1)), Catch::Matchers::Contains("[5, 7]"));
+  decltype(loom::sum(x)) none;  // a 0-d tensor without memory
+  CHECK_THROWS_WITH(none.item(), Catch::Matchers::Contains("without data"));
+  auto moved = loom::sum(x);
+  auto taken = std::move(moved);
+  CHECK(taken.item() == loom::sum(x).item());
+  CHECK_THROWS_AS(moved.item(), loom::shape_error);  // NOLINT(bugprone-use-after-move): the moved-from state is the point
+}
+
 TEST_CASE("a reduction is one launch and reads a fused expression once", "[reduce]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("reduce launches"));
   auto ha = random_host<float, 2>({37, 129}, g);

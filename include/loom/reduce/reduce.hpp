@@ -1101,26 +1101,12 @@ LOOM_MOMENT_REDUCTION(stddev, detail::stddev_op)
 #undef LOOM_REDUCTION_AXES
 
 //! The single element of a tensor or view (any rank, size 1) as a host
-//! value. For device data this copies one element to the host and waits for
-//! the current stream: the one synchronization of `sum(x).item()` in PyTorch.
-//! Throws shape_error unless the size is 1.
+//! value: the same as `x.item()` (see view::item). For device data this
+//! copies one element to the host and waits for the current stream. Throws
+//! shape_error unless the size is 1.
 //! Example: `float total = loom::item(loom::sum(x));`
 template <tensor_like X>
 auto item(const X& x) {
-  const auto v = detail::as_view(x);
-  using V = decltype(v);
-  using T = typename V::value_type;
-  if (v.size() != 1)
-    throw shape_error("loom: item() needs exactly 1 element; got shape " + shape_string(v.extents()) + " (" +
-                      std::to_string(v.size()) + " elements)");
-  if constexpr (std::is_same_v<typename V::space, host>) {
-    return static_cast<T>(v.data()[0]);
-  } else {
-    T r;
-    const stream_ref s = current_stream();
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(&r, v.data(), sizeof(T), cudaMemcpyDeviceToHost, s.get()));
-    s.synchronize();
-    return r;
-  }
+  return x.item();
 }
 }  // namespace loom

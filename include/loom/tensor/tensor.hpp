@@ -212,6 +212,10 @@ class tensor {
   index_t extent(std::size_t d) const { return view_.extent(d); }
   index_t size() const { return data() ? view_.size() : 0; }
   bool empty() const { return size() == 0; }
+  //! The single element as a host value; see view::item (device data: one
+  //! copy to the host and a wait for the current stream). Throws shape_error
+  //! unless size() == 1. Example: `float total = loom::sum(x).item();`
+  value_type item() const { return view_.item(); }
   //! Always true: tensors are row-major contiguous.
   bool is_contiguous() const { return true; }
   //! Bytes of element storage.

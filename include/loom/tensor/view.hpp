@@ -14,6 +14,7 @@
 #include "loom/core/error.hpp"
 #include "loom/core/shape.hpp"
 #include "loom/core/space.hpp"
+#include "loom/core/stream.hpp"
 
 namespace loom {
 
@@ -56,6 +57,14 @@ template <class I>
   requires std::is_integral_v<I>
 slice_arg to_slice_arg(I i) {
   return {true, static_cast<index_t>(i), {}};
+}
+// item() of a view or tensor without exactly one element (cold, out of line).
+template <std::size_t R>
+[[noreturn]] LOOM_COLD void throw_item_size(const shape<R>& extents) {
+  const index_t n = shape_size(extents);
+  if (n == 1) throw shape_error("loom: item() of a view or tensor without data (default-constructed or moved from)");
+  throw shape_error("loom: item() needs exactly 1 element; got shape " + shape_string(extents) + " (" +
+                    std::to_string(n) + " elements)");
 }
 }  // namespace detail
 
@@ -121,6 +130,24 @@ class view {
     return n;
   }
   LOOM_HD bool empty() const { return size() == 0; }
+
+  //! The single element (any rank, size 1) as a host value. For device data
+  //! this copies the element to the host and waits for the current stream:
+  //! the one synchronization of a reduction, as `sum(x).item()` in PyTorch.
+  //! Throws shape_error unless size() == 1.
+  //! Example: `float total = loom::sum(x).item();`
+  value_type item() const {
+    if (size() != 1 || data_ == nullptr) detail::throw_item_size(extents_);
+    if constexpr (std::is_same_v<Space, host>) {
+      return data_[0];
+    } else {
+      value_type r;
+      const stream_ref s = current_stream();
+      LOOM_CUDA_CHECK(cudaMemcpyAsync(&r, data_, sizeof(value_type), cudaMemcpyDeviceToHost, s.get()));
+      s.synchronize();
+      return r;
+    }
+  }
 
   //! True when the elements are laid out row-major with no gaps (extent-1 axes
   //! may have any stride). Empty views are contiguous.
