@@ -603,6 +603,50 @@ TEST_CASE("item() is a member of tensors and views and agrees with loom::item", 
   CHECK_THROWS_AS(moved.item(), loom::shape_error);  // NOLINT(bugprone-use-after-move): the moved-from state is the point
 }
 
+TEST_CASE("var and stddev take any correction: divisor max(0, N - c)", "[reduce]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("reduce correction"));
+  auto h = random_host<float, 2>({3, 37}, g);
+  auto x = in_space(h);
+  for (double c : {-1.0, 0.0, 0.5, 1.0, 2.0, 36.0, 37.0, 40.0}) {
+    INFO("correction " << c);
+    std::vector<double> want_var, want_std;
+    double all_s = 0, all_q = 0;
+    for (index_t r = 0; r < 3; ++r) {
+      double s = 0;
+      for (index_t k = 0; k < 37; ++k) s += h(r, k);
+      const double mu = s / 37;
+      double q = 0;
+      for (index_t k = 0; k < 37; ++k) q += (h(r, k) - mu) * (h(r, k) - mu);
+      const double v = q / std::max(0.0, 37 - c);  // q > 0: +inf where the divisor is 0
+      want_var.push_back(v);
+      want_std.push_back(std::sqrt(v));
+      all_s += s;
+    }
+    const double all_mu = all_s / 111;
+    for (index_t i = 0; i < 111; ++i) all_q += (h.data()[i] - all_mu) * (h.data()[i] - all_mu);
+    const auto v = values(loom::var(x, 1, loom::correction{c}));
+    const auto sd = values(loom::stddev(x, -1, loom::keepdims, loom::correction{c}));
+    REQUIRE(v.v.size() == 3);
+    REQUIRE(sd.ext == std::vector<index_t>{3, 1});
+    for (std::size_t r = 0; r < 3; ++r) {
+      if (std::isinf(want_var[r])) {
+        CHECK(v.v[r] == inf_v);
+        CHECK(sd.v[r] == inf_v);
+      } else {
+        CHECK(std::fabs(v.v[r] - want_var[r]) <= 1e-5 * want_var[r]);
+        CHECK(std::fabs(sd.v[r] - want_std[r]) <= 1e-5 * want_std[r]);
+      }
+    }
+    const double whole = all_q / std::max(0.0, 111 - c);
+    const double got = loom::item(loom::var(x, loom::correction{c}));
+    CHECK(std::fabs(got - whole) <= 1e-5 * whole);
+  }
+  // All values equal and no degrees of freedom left: 0 / 0 is NaN, as in PyTorch.
+  loom::host_tensor<float, 1> same({4}, {2.5f, 2.5f, 2.5f, 2.5f});
+  CHECK(std::isnan(loom::item(loom::var(in_space(same), loom::correction{4}))));
+  CHECK(loom::item(loom::var(in_space(same), loom::correction{0})) == 0.0f);
+}
+
 TEST_CASE("a reduction is one launch and reads a fused expression once", "[reduce]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("reduce launches"));
   auto ha = random_host<float, 2>({37, 129}, g);
