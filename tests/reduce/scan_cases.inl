@@ -120,6 +120,19 @@ double scan_none(scan_op op) {
 
 bool same_value(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
+// The reference order of sort: the stable order of `key`, ascending or
+// descending, with NaN (of either sign) the largest value.
+std::vector<index_t> stable_order(const std::vector<double>& key, bool desc) {
+  std::vector<index_t> o(key.size());
+  std::iota(o.begin(), o.end(), index_t{0});
+  std::stable_sort(o.begin(), o.end(), [&](index_t a, index_t b) {
+    const double ka = key[static_cast<std::size_t>(a)], kb = key[static_cast<std::size_t>(b)];
+    if (std::isnan(ka) || std::isnan(kb)) return desc ? std::isnan(ka) && !std::isnan(kb) : !std::isnan(ka) && std::isnan(kb);
+    return desc ? ka > kb : ka < kb;
+  });
+  return o;
+}
+
 template <class T>
 double store_rounding() {
   return std::is_same_v<T, loom::half> ? 1.0 / 1024 : (std::is_same_v<T, loom::bf16> ? 1.0 / 128 : 0);
@@ -336,14 +349,10 @@ TEMPLATE_TEST_CASE("sort is stable, ascending or descending, with indices, NaN l
       auto r = loom::sort(x, order);
       const auto v = flat(r.values), ix = flat(r.indices);
       for (index_t row = 0; row < s[0]; ++row) {
-        std::vector<index_t> want(static_cast<std::size_t>(s[1]));
-        std::iota(want.begin(), want.end(), index_t{0});
         auto key = [&](index_t j) { return loom_test::as_double(h(row, j)); };
-        std::stable_sort(want.begin(), want.end(), [&](index_t a, index_t b) {
-          const double ka = key(a), kb = key(b);
-          if (std::isnan(ka) || std::isnan(kb)) return desc ? (std::isnan(ka) && !std::isnan(kb)) : !std::isnan(ka) && std::isnan(kb);
-          return desc ? ka > kb : ka < kb;
-        });
+        std::vector<double> keys;
+        for (index_t j = 0; j < s[1]; ++j) keys.push_back(key(j));
+        const auto want = stable_order(keys, desc);
         for (index_t j = 0; j < s[1]; ++j) {
           const auto p = static_cast<std::size_t>(row * s[1] + j);
           if (ix[p] != static_cast<double>(want[static_cast<std::size_t>(j)]) ||
@@ -448,16 +457,6 @@ TEMPLATE_TEST_CASE("cumprod of one row of every test length matches a double ref
 TEST_CASE("sort and topk read strided views and broadcast expressions, rows of 0, 32 and 2^20 + 3",
           "[reduce][sort]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("sort layouts"));
-  // A reference: the stable order of `key` over one row, ascending or descending.
-  auto order_of = [](const std::vector<double>& key, bool desc) {
-    std::vector<index_t> o(key.size());
-    std::iota(o.begin(), o.end(), index_t{0});
-    std::stable_sort(o.begin(), o.end(), [&](index_t a, index_t b) {
-      const double ka = key[static_cast<std::size_t>(a)], kb = key[static_cast<std::size_t>(b)];
-      return desc ? ka > kb : ka < kb;
-    });
-    return o;
-  };
   auto check_rows = [&](const std::vector<double>& in, index_t rows, index_t len, index_t k, bool desc,
                         const std::vector<double>& v, const std::vector<double>& ix) {
     REQUIRE(v.size() == static_cast<std::size_t>(rows * k));
@@ -465,7 +464,7 @@ TEST_CASE("sort and topk read strided views and broadcast expressions, rows of 0
     index_t bad = 0;
     for (index_t r = 0; r < rows; ++r) {
       const std::vector<double> key(in.begin() + r * len, in.begin() + (r + 1) * len);
-      const auto o = order_of(key, desc);
+      const auto o = stable_order(key, desc);
       for (index_t j = 0; j < k; ++j) {
         const auto p = static_cast<std::size_t>(r * k + j);
         const auto want = o[static_cast<std::size_t>(j)];
