@@ -10,7 +10,8 @@
 //    kernel) and across rows (loom::sum(x, 0)), and 262144 x 256 across
 //    rows (few columns: the rows in chunks, two kernels);
 //  - cumsum of one row of 2^26 floats vs cub::DeviceScan::InclusiveSum, and
-//    cumsum of 8192 x 8192 along rows (block per row) and across rows.
+//    cumsum of 8192 x 8192 and of 65536 x 1000 along rows (block per row) and
+//    across rows.
 // Random never-zero data (the hash of gpu_bench.cuh); each result is checked
 // against a double reference computed on the host before it is timed. CUDA
 // events after warm-up, median of many samples; every buffer is larger than
@@ -190,7 +191,7 @@ void axis_sums(bench_state& st, index_t rows, index_t cols, int axis) {
              static_cast<double>(rows) * cols * sizeof(float) + outputs * 4.0, check, f);
 }
 
-void scans(bench_state& st, index_t n, index_t rows, index_t cols) {
+void long_scan(bench_state& st, index_t n) {
   const cudaStream_t s = loom::current_stream().get();
   {
     const std::string shape = std::to_string(n);
@@ -214,6 +215,11 @@ void scans(bench_state& st, index_t n, index_t rows, index_t cols) {
     loom_scan();
     st.measure("cumsum(x, 0)", shape, "loom", bytes, check_scan(loom::to_host(y), hx, n, 1), loom_scan);
   }
+}
+
+// cumsum of a rows x cols matrix along its rows (cols <= 1024: segment_scan_kernel;
+// longer: a block per row, tile after tile) and across them.
+void matrix_scans(bench_state& st, index_t rows, index_t cols) {
   {
     const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
     loom::device_tensor<float, 2> x({rows, cols}), y({rows, cols});
@@ -254,8 +260,9 @@ int main(int argc, char** argv) {
     axis_sums(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192, 1);
     axis_sums(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192, 0);
     axis_sums(st, st.opt.quick ? 4099 : 262144, st.opt.quick ? 33 : 256, 0);
-    scans(st, st.opt.quick ? (index_t{1} << 20) + 3 : index_t{1} << 26, st.opt.quick ? 257 : 8192,
-          st.opt.quick ? 1023 : 8192);
+    long_scan(st, st.opt.quick ? (index_t{1} << 20) + 3 : index_t{1} << 26);
+    matrix_scans(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192);
+    matrix_scans(st, st.opt.quick ? 1031 : 65536, 1000);
     if (st.failed) {
       std::printf("FAIL: a result differs from its double reference\n");
       return 1;

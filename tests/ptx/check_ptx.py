@@ -14,14 +14,18 @@ else in global memory). A whole-tensor reduction (one cub::DeviceReduce
 call) reads a contiguous aligned input in 16-byte vectors: its main kernel
 has a run of at least REDUCE_RUN such loads with no branch between them (a
 thread's loads of a tile are all issued before the first is used; a branch
-per load would keep one load in flight per thread). An axis reduction (one
+per load keeps one load in flight per thread wherever a load's value is used
+before the next branch, as an item's combine or a fused expression's
+arithmetic uses it). An axis reduction (one
 axis_reduce_kernel in a linear and a coordinates form, and the kernel that
 combines chunks) reads rows of a contiguous aligned input in 16-byte vectors,
 AXIS_RUN of them in a row without a branch, and reads across rows AXIS_RUN
 scalar loads in a row. A scan across rows (cross_scan_kernel) issues a
 thread's SCAN_RUN loads together; the tile scans (the look-back scan of one
 long row, and rows of several tiles) issue a whole tile's SCAN_TILE_RUN loads
-together; the look-back scan reads its tiles' flags with acquire loads and
+together; the kernel of rows up to 1024 (segment_scan_kernel) issues a
+thread's SCAN_SEGMENT_LOADS loads together before its first barrier; the
+look-back scan reads its tiles' flags with acquire loads and
 publishes them with release stores.
 Prints one report line per kernel.
 Exit status 0 when every check holds.
@@ -66,6 +70,7 @@ SCAN_RUN = 8
 # A float scan tile is 16 elements per thread (scan_items): a whole tile's
 # loads are issued together, without a bounds check each.
 SCAN_TILE_RUN = 16
+SCAN_SEGMENT_LOADS = 8  # segment_scan_kernel's linear form: segment_items<true> loads, then the scans
 ACQUIRE = re.compile(r"\bld\.acquire\.gpu\b")
 RELEASE = re.compile(r"\bst\.release\.gpu\b")
 # The row-cache copy in both forms of the row kernel: 16-byte global loads
@@ -177,16 +182,23 @@ def check_scan(case, desc, ents, stats, failures):
     forms = find_forms(case, desc, ents, {
         "across rows": [n for n in ents if "cross_scan_kernel" in n],
         "look-back": [n for n in ents if "lookback_scan_kernel" in n and "Lb1E" in n],
-        "row tiles": [n for n in ents if "row_tile_scan_kernel" in n and "Lb1E" in n]}, failures)
+        "row tiles": [n for n in ents if "row_tile_scan_kernel" in n and "Lb1E" in n],
+        "segments": [n for n in ents if "segment_scan_kernel" in n and "Lb1E" in n]}, failures)
     for kind, name in (forms or {}).items():
         body = ents[name]
         run = longest_run(body, SCALAR_LOAD)
+        if kind == "segments":
+            # Rows of up to 1024: a thread's loads of a chunk's steps must all
+            # come before the chunk's first BlockScan barrier, with no branch
+            # between them.
+            run = longest_run(body.split("bar.sync")[0], SCALAR_LOAD)
         # The tile kernels write through scan_out, whose coordinates
         # (indexed by a run-time axis number) may live on the stack.
         report(case, desc, kind, name, body, run, stats, kind != "across rows", failures)
-        want = SCAN_RUN if kind == "across rows" else SCAN_TILE_RUN
+        want = {"across rows": SCAN_RUN, "segments": SCAN_SEGMENT_LOADS}.get(kind, SCAN_TILE_RUN)
         if run < want:
-            failures.append(f"case {case} ({desc}): {kind} kernel has at most {run} loads in a row, "
+            what = "loads in a row before its first barrier" if kind == "segments" else "loads in a row"
+            failures.append(f"case {case} ({desc}): {kind} kernel has at most {run} {what}, "
                             f"expected at least {want}")
         if kind == "look-back" and (not ACQUIRE.search(body) or len(RELEASE.findall(body)) < 2):
             failures.append(f"case {case} ({desc}): look-back kernel without acquire loads and release stores "

@@ -244,20 +244,44 @@ struct running_prefix {
   }
 };
 
+// Rows of up to 1024 elements (device_scan gives longer rows to the tile
+// kernels; this one takes any length): a block per row, the row in steps of
+// Block elements, one cub::BlockScan per step. A thread first loads its
+// element of every step of a chunk (segment_items steps), then scans them,
+// so a chunk's loads are all issued before its first barrier, with no
+// branch between them. (One load per step, which its BlockScan waited for
+// before the next step's load was issued, gave a block only Block elements
+// in flight.)
+inline constexpr int segment_items = 8;
+
 template <int Block, bool Linear, class Op, class B, class W, std::size_t R>
 __global__ void __launch_bounds__(Block)
     segment_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, axis_map<R> m, index_t rows, index_t len) {
-  using block_scan = cub::BlockScan<typename Op::acc, Block>;
+  using acc = typename Op::acc;
+  using block_scan = cub::BlockScan<acc, Block>;
   __shared__ typename block_scan::TempStorage tmp;
   for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
     running_prefix<Op> prefix{op, op.identity()};
-    for (index_t k0 = 0; k0 < len; k0 += Block) {
-      const index_t k = k0 + threadIdx.x;
-      const typename Op::acc v = k < len ? op.lift(read_at<Linear>(b, m, r * len + k), k) : op.identity();
-      typename Op::acc o;
-      block_scan(tmp).InclusiveScan(v, o, op, prefix);
-      __syncthreads();  // tmp is reused by the next tile
-      if (k < len) w(r * len + k, o, r * len, r * len + len);
+    for (index_t c0 = 0; c0 < len; c0 += Block * segment_items) {
+      acc v[segment_items];
+      LOOM_UNROLL
+      for (int i = 0; i < segment_items; ++i) {
+        // Past the row's end a thread reads the row's last element and
+        // drops it: no branch, so the loads need not wait for each other.
+        const index_t k = c0 + i * Block + threadIdx.x, kc = k < len ? k : len - 1;
+        const acc a = op.lift(read_at<Linear>(b, m, r * len + kc), kc);
+        v[i] = k < len ? a : op.identity();
+      }
+      LOOM_UNROLL
+      for (int i = 0; i < segment_items; ++i) {
+        const index_t k0 = c0 + i * Block;
+        if (k0 >= len) break;  // the same for the whole block
+        const index_t k = k0 + threadIdx.x;
+        acc o;
+        block_scan(tmp).InclusiveScan(v[i], o, op, prefix);
+        __syncthreads();  // tmp is reused by the next step
+        if (k < len) w(r * len + k, o, r * len, r * len + len);
+      }
     }
   }
 }
