@@ -8,7 +8,8 @@
 //    materialized, then reduced);
 //  - sums along an axis: 8192 x 8192 along rows (loom::sum(x, 1), one
 //    kernel) and across rows (loom::sum(x, 0)), and 262144 x 256 across
-//    rows (few columns: the rows in chunks, two kernels);
+//    rows (few columns: the rows in chunks, two kernels) and along rows
+//    (short rows: a warp per row);
 //  - cumsum of one row of 2^26 floats vs cub::DeviceScan::InclusiveSum, and
 //    cumsum of 8192 x 8192 and of 65536 x 1000 along rows (block per row) and
 //    across rows.
@@ -163,8 +164,8 @@ void full_reductions(bench_state& st, index_t n) {
   st.measure("sum(x*y)", shape, "loom op by op", 2 * bytes, close_to(item(), sum_xy, tol_xy), op_by_op);
 }
 
-// sum(x, axis) of a rows x cols matrix: along rows (axis 1, a block per row)
-// or across rows (axis 0, 32 columns per block; the rows in chunks when the
+// sum(x, axis) of a rows x cols matrix: along rows (axis 1, a block per row;
+// a warp per row for rows of at most 1024) or across rows (axis 0, 32 columns per block; the rows in chunks when the
 // columns are few).
 void axis_sums(bench_state& st, index_t rows, index_t cols, int axis) {
   const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
@@ -260,6 +261,7 @@ int main(int argc, char** argv) {
     axis_sums(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192, 1);
     axis_sums(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192, 0);
     axis_sums(st, st.opt.quick ? 4099 : 262144, st.opt.quick ? 33 : 256, 0);
+    axis_sums(st, st.opt.quick ? 4099 : 262144, st.opt.quick ? 33 : 256, 1);  // short rows: a warp per row
     long_scan(st, st.opt.quick ? (index_t{1} << 20) + 3 : index_t{1} << 26);
     matrix_scans(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192);
     matrix_scans(st, st.opt.quick ? 1031 : 65536, 1000);

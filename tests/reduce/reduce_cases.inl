@@ -696,13 +696,14 @@ result replay_axes(const E& e, const std::array<bool, R>& red, int sms, loom::de
       for (index_t s = 0; s < plan.splits; ++s) {
         const index_t lo = s * plan.chunk, n = std::min(k, lo + plan.chunk) - lo;
         typename Op::acc a = op.identity();
-        for (int t = 0; t < axis_block; ++t) {
+        const int nt = plan.row_threads;  // a block or a warp per output
+        for (int t = 0; t < nt; ++t) {
           if (plan.vec)
-            a = op(a, row_share_vec<V>(op, b, o * k + lo, n, t, lo));
+            a = op(a, row_share_vec<V>(op, b, o * k + lo, n, t, nt, lo));
           else if (plan.linear)
-            a = op(a, row_share<true>(op, b, m, o * k + lo, n, t, lo));
+            a = op(a, row_share<true>(op, b, m, o * k + lo, n, t, nt, lo));
           else
-            a = op(a, row_share<false>(op, b, m, o * k + lo, n, t, lo));
+            a = op(a, row_share<false>(op, b, m, o * k + lo, n, t, nt, lo));
         }
         total = s == 0 ? a : op(total, a);
       }
@@ -727,6 +728,7 @@ result replay_axes(const E& e, const std::array<bool, R>& red, int sms, loom::de
 struct plan_want {
   bool cross, linear, vec;
   index_t splits;
+  int row_threads;  // along rows: 128 (a block per output) or 32 (a warp); 0 across rows
 };
 
 // Replays sum, argmax, amax and count_nonzero (every element is non-zero, so
@@ -742,6 +744,7 @@ void check_replay(const E& e, const std::array<bool, R>& red, int sms, const pla
   CHECK(plan.linear == want.linear);
   CHECK(plan.vec == want.vec);
   CHECK(plan.splits == want.splits);
+  CHECK(plan.row_threads == want.row_threads);
   check_result<T>("argmax", replay_axes<argmax_op<C>>(e, red, sms, plan), segs);
   check_result<T>("amax", replay_axes<max_op<C>>(e, red, sms, plan), segs);
   check_result<T>("count", replay_axes<count_nonzero_op<C>>(e, red, sms, plan), segs);
@@ -765,55 +768,69 @@ TEMPLATE_TEST_CASE("the device plans of axis reductions read every element once,
   for (index_t cols : {37, 64, 3}) {
     INFO(cols << " columns");
     auto h = nonzero(loom::shape<2>{5, cols});
-    check_replay<T>(h, std::array<bool, 2>{false, true}, 132, {false, true, true, 1}, at2(h));
+    check_replay<T>(h, std::array<bool, 2>{false, true}, 132, {false, true, true, 1, 32}, at2(h));
+  }
+  // Rows of up to warp_row_max (1024) elements take a warp per output,
+  // longer ones a block: 1024 and 1025 columns, and a strided view of rows of 1024.
+  auto at1024 = nonzero(loom::shape<2>{3, 2049});
+  check_replay<T>(at1024.view().slice(loom::whole, loom::range(0, 1024)), std::array<bool, 2>{false, true}, 132,
+                  {false, false, false, 1, 32}, at2(at1024));
+  check_replay<T>(at1024.view().slice(loom::whole, loom::range(0, 1025)), std::array<bool, 2>{false, true}, 132,
+                  {false, false, false, 1, 128}, at2(at1024));
+  check_replay<T>(at1024.view().slice(loom::whole, loom::range(1, loom::none, 2)), std::array<bool, 2>{false, true},
+                  132, {false, false, false, 1, 32}, [&](auto c) { return loom_test::as_double(at1024(c[0], 1 + 2 * c[1])); });
+  for (index_t cols : {1024, 1025}) {
+    INFO(cols << " contiguous columns");
+    auto h = nonzero(loom::shape<2>{4, cols});
+    check_replay<T>(h, std::array<bool, 2>{false, true}, 132, {false, true, true, 1, cols <= 1024 ? 32 : 128}, at2(h));
   }
   // Few long rows: the rows in chunks (multiples of 16 elements, at least
   // 64 x 128 each): 2 rows of 40001 in 4 chunks of 10016 (40001 / 8192
   // chunks at most); 6 rows on one SM in 3 (16 blocks wanted); strided rows too.
   auto few = nonzero(loom::shape<2>{2, 40001});
-  check_replay<T>(few, std::array<bool, 2>{false, true}, 132, {false, true, true, 4}, at2(few));
+  check_replay<T>(few, std::array<bool, 2>{false, true}, 132, {false, true, true, 4, 128}, at2(few));
   auto six = nonzero(loom::shape<2>{6, 40001});
-  check_replay<T>(six, std::array<bool, 2>{false, true}, 1, {false, true, true, 3}, at2(six));
+  check_replay<T>(six, std::array<bool, 2>{false, true}, 1, {false, true, true, 3, 128}, at2(six));
   const auto few_t = few.view().slice(loom::whole, loom::range(0, loom::none, 2));  // [2, 20001], stride 2
-  check_replay<T>(few_t, std::array<bool, 2>{false, true}, 132, {false, false, false, 2},
+  check_replay<T>(few_t, std::array<bool, 2>{false, true}, 132, {false, false, false, 2, 128},
                   [&](auto c) { return loom_test::as_double(few(c[0], 2 * c[1])); });
   // A contiguous view at an unaligned offset: linear, element by element.
   auto h3 = nonzero(loom::shape<3>{2, 5, 37});
   const auto off = h3.view().slice(1);
-  check_replay<T>(off, std::array<bool, 2>{false, true}, 132, {false, true, false, 1},
+  check_replay<T>(off, std::array<bool, 2>{false, true}, 132, {false, true, false, 1, 32},
                   [&](auto c) { return loom_test::as_double(h3(1, c[0], c[1])); });
   // Across rows: 300 rows of 5 split into 4 chunks of 75 (300 / (4 lanes x 16)
   // chunks at most), whatever the SM count; on one SM of 48 rows, one chunk.
   auto tall = nonzero(loom::shape<2>{300, 5});
-  for (int sms : {1, 132}) check_replay<T>(tall, std::array<bool, 2>{true, false}, sms, {true, true, false, 4}, at2(tall));
+  for (int sms : {1, 132}) check_replay<T>(tall, std::array<bool, 2>{true, false}, sms, {true, true, false, 4, 0}, at2(tall));
   auto wide = nonzero(loom::shape<2>{48, 700});
-  check_replay<T>(wide, std::array<bool, 2>{true, false}, 1, {true, true, false, 1}, at2(wide));
+  check_replay<T>(wide, std::array<bool, 2>{true, false}, 1, {true, true, false, 1, 0}, at2(wide));
   // 3-D: a middle axis and leading axes (linear: one run of reduced axes),
   // the last axis, and a set of axes ending with the last (along rows, by
   // coordinates: two runs).
   auto x = nonzero(loom::shape<3>{7, 33, 5});
-  check_replay<T>(x, std::array<bool, 3>{false, true, false}, 132, {true, true, false, 1}, at3(x));
-  check_replay<T>(x, std::array<bool, 3>{true, true, false}, 132, {true, true, false, 3}, at3(x));
-  check_replay<T>(x, std::array<bool, 3>{false, false, true}, 132, {false, true, true, 1}, at3(x));
-  check_replay<T>(x, std::array<bool, 3>{true, false, true}, 132, {false, false, false, 1}, at3(x));
+  check_replay<T>(x, std::array<bool, 3>{false, true, false}, 132, {true, true, false, 1, 0}, at3(x));
+  check_replay<T>(x, std::array<bool, 3>{true, true, false}, 132, {true, true, false, 3, 0}, at3(x));
+  check_replay<T>(x, std::array<bool, 3>{false, false, true}, 132, {false, true, true, 1, 32}, at3(x));
+  check_replay<T>(x, std::array<bool, 3>{true, false, true}, 132, {false, false, false, 1, 32}, at3(x));
   // 4-D: a run of two middle axes (linear), two runs (by coordinates), an
   // axis of extent 1 between reduced axes (still one run).
   auto x4 = nonzero(loom::shape<4>{3, 4, 70, 6});
   auto at4 = [&](auto c) { return loom_test::as_double(x4(c[0], c[1], c[2], c[3])); };
-  check_replay<T>(x4, std::array<bool, 4>{false, true, true, false}, 132, {true, true, false, 4}, at4);
-  check_replay<T>(x4, std::array<bool, 4>{true, false, true, false}, 132, {true, false, false, 3}, at4);
+  check_replay<T>(x4, std::array<bool, 4>{false, true, true, false}, 132, {true, true, false, 4, 0}, at4);
+  check_replay<T>(x4, std::array<bool, 4>{true, false, true, false}, 132, {true, false, false, 3, 0}, at4);
   auto x1 = nonzero(loom::shape<4>{5, 1, 90, 7});
-  check_replay<T>(x1, std::array<bool, 4>{true, false, true, false}, 132, {true, true, false, 7},
+  check_replay<T>(x1, std::array<bool, 4>{true, false, true, false}, 132, {true, true, false, 7, 0},
                   [&](auto c) { return loom_test::as_double(x1(c[0], c[1], c[2], c[3])); });
   // A transposed (strided) view and a fused expression of two inputs.
   auto hw = nonzero(loom::shape<2>{37, 9});
   const auto tr = hw.view().permute({1, 0});  // [9, 37]
   auto at_tr = [&](auto c) { return loom_test::as_double(hw(c[1], c[0])); };
-  check_replay<T>(tr, std::array<bool, 2>{true, false}, 132, {true, false, false, 1}, at_tr);
-  check_replay<T>(tr, std::array<bool, 2>{false, true}, 132, {false, false, false, 1}, at_tr);
+  check_replay<T>(tr, std::array<bool, 2>{true, false}, 132, {true, false, false, 1, 0}, at_tr);
+  check_replay<T>(tr, std::array<bool, 2>{false, true}, 132, {false, false, false, 1, 32}, at_tr);
   auto hb = nonzero(loom::shape<2>{300, 6});
   using Cv = loom::compute_t<T>;
-  check_replay<T>(hb * hb, std::array<bool, 2>{true, false}, 132, {true, true, false, 4}, [&](auto c) {
+  check_replay<T>(hb * hb, std::array<bool, 2>{true, false}, 132, {true, true, false, 4, 0}, [&](auto c) {
     const auto v = static_cast<Cv>(hb(c[0], c[1]));
     return static_cast<double>(v * v);
   });

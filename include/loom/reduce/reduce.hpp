@@ -468,13 +468,17 @@ typename Op::acc host_reduce_all(const Op& op, const Get& get, index_t n) {
 // into chunks), in one of two thread mappings chosen at run time.
 //
 //  - Along rows, when the reduced range is innermost (the expression's last
-//    axis of extent > 1 is reduced): a block of axis_block threads per
-//    output. On the contiguous, 16-byte-aligned path thread t combines the
-//    row's unaligned head element t, then the 16-byte vectors t, t + B, ...
-//    (V elements each, left to right), then tail element t; otherwise
-//    elements t, t + B, t + 2B, ... Then cub::BlockReduce. Rows too few to
-//    fill the GPU are cut into `splits` fixed chunks, a block per chunk (a
-//    second kernel combines each row's chunks in order).
+//    axis of extent > 1 is reduced): B threads per output, a block of
+//    axis_block threads (then cub::BlockReduce), or for rows of at most
+//    warp_row_max elements a warp (then cub::WarpReduce; a block's warps
+//    take neighbouring outputs, so its loads for several rows are in flight
+//    at once, where a block per short row had only a few). On the
+//    contiguous, 16-byte-aligned path thread t combines the row's unaligned
+//    head element t, then the 16-byte vectors t, t + B, ... (V elements
+//    each, left to right), then tail element t; otherwise elements t,
+//    t + B, t + 2B, ... Rows too few to fill the GPU are cut into `splits`
+//    fixed chunks, a block per chunk (a second kernel combines each row's
+//    chunks in order).
 //  - Across rows, when the last axis of extent > 1 is kept (`sum(x, 0)`):
 //    a block takes 32 consecutive outputs, one per thread of a warp, so a
 //    warp's loads are consecutive in memory; its cross_lanes warps split the
@@ -492,12 +496,14 @@ inline constexpr int cross_outputs = 32;                   // outputs per block 
 inline constexpr int cross_lanes = axis_block / cross_outputs;
 inline constexpr index_t cross_min_per_lane = 16;          // elements per lane and chunk, at least
 inline constexpr index_t row_min_chunk = 64 * axis_block;  // elements per block and chunk along rows, at least
+inline constexpr index_t warp_row_max = 1024;              // rows up to this length: a warp per output
 
 //! How an axis reduction runs on the device (decided on the host).
 struct axis_plan {
   bool linear = false;  // contiguous: element (o, j) at o * k + j along rows, line_base(o, inner, k) + j * inner across
   bool vec = false;     // along rows and linear: 16-byte vector loads (every leaf 16-byte aligned)
-  bool cross = false;   // across rows (32 outputs per block) instead of along rows (one output per block)
+  bool cross = false;   // across rows (32 outputs per block) instead of along rows (one output per block or warp)
+  int row_threads = 0;  // along rows: threads per output, axis_block or 32 (a warp per output); 0 across rows
   index_t splits = 1;   // chunks of the reduced range, each a partial result
   index_t chunk = 0;    // elements of the range per chunk (the last may have fewer)
   fast_divmod inner{};  // across rows and linear: the elements of the axes after the reduced ones
@@ -550,6 +556,7 @@ axis_plan plan_axis_reduce(const shape<R>& ext, const std::array<bool, R>& red, 
   if (!p.cross && splits > 1) p.chunk = (p.chunk + 15) / 16 * 16;
   p.splits = k > 0 ? (k + p.chunk - 1) / p.chunk : 1;
   p.chunk = p.splits > 1 ? p.chunk : k;
+  if (!p.cross) p.row_threads = p.splits == 1 && k <= warp_row_max ? 32 : axis_block;
   return p;
 }
 
@@ -565,21 +572,22 @@ LOOM_HD index_t line_base(index_t o, const fast_divmod& inner, index_t len) {
 
 //! Thread t's share of the `k` elements of a row from position `start`
 //! (element j0 of its row: a chunk's first), element by element: t,
-//! t + axis_block, ...
+//! t + nt, ... (nt: the row's threads, plan.row_threads).
 template <bool Linear, class Op, class B, std::size_t R>
 LOOM_HD typename Op::acc row_share(const Op& op, const B& b, const axis_map<R>& m, index_t start, index_t k, int t,
-                                   index_t j0) {
+                                   int nt, index_t j0) {
   typename Op::acc a = op.identity();
-  for (index_t j = t; j < k; j += axis_block) a = op(a, op.lift(read_at<Linear>(b, m, start + j), j0 + j));
+  for (index_t j = t; j < k; j += nt) a = op(a, op.lift(read_at<Linear>(b, m, start + j), j0 + j));
   return a;
 }
 
 //! Thread t's share of the contiguous elements [start, start + k) (element
 //! j0 of their row onwards) in 16-byte vectors of V elements: head element
-//! t (those before the first V-aligned position), vectors t, t + axis_block,
-//! ..., tail element t.
+//! t (those before the first V-aligned position), vectors t, t + nt, ...,
+//! tail element t (nt: the row's threads, at least 32 > V).
 template <int V, class Op, class B>
-LOOM_HD typename Op::acc row_share_vec(const Op& op, const B& b, index_t start, index_t k, int t, index_t j0) {
+LOOM_HD typename Op::acc row_share_vec(const Op& op, const B& b, index_t start, index_t k, int t, int nt,
+                                       index_t j0) {
   typename Op::acc a = op.identity();
   const index_t skew = (V - start % V) % V;
   const index_t head = skew < k ? skew : k;
@@ -589,7 +597,7 @@ LOOM_HD typename Op::acc row_share_vec(const Op& op, const B& b, index_t start, 
 #if LOOM_DEVICE_CODE
 #pragma unroll 4
 #endif
-  for (index_t v = t; v < vectors; v += axis_block) {
+  for (index_t v = t; v < vectors; v += nt) {
     const index_t p = head + v * V;
     typename B::template regs<V> r;
     b.template load<V>(start + p, r);
@@ -707,13 +715,26 @@ __global__ void __launch_bounds__(axis_block)
   const int t = static_cast<int>(threadIdx.x);
   const index_t s = blockIdx.y, lo = s * plan.chunk, hi = lo + plan.chunk < k ? lo + plan.chunk : k;
   if (!plan.cross) {
-    const auto share = [&](index_t o) {
+    const auto share = [&](index_t o, int u, int nt) {
       if constexpr (Linear && V > 1)
-        if (plan.vec) return row_share_vec<V>(op, b, o * k + lo, hi - lo, t, lo);
-      return row_share<Linear>(op, b, m, o * k + lo, hi - lo, t, lo);
+        if (plan.vec) return row_share_vec<V>(op, b, o * k + lo, hi - lo, u, nt, lo);
+      return row_share<Linear>(op, b, m, o * k + lo, hi - lo, u, nt, lo);
     };
+    if (plan.row_threads == 32) {  // a warp per output (short rows, one chunk)
+      using warp_reduce = cub::WarpReduce<acc>;
+      constexpr int warps = axis_block / 32;
+      __shared__ typename warp_reduce::TempStorage wtmp[warps];
+      const int warp = t / 32, lane = t % 32;
+      for (index_t o = static_cast<index_t>(blockIdx.x) * warps + warp; o < outputs;
+           o += static_cast<index_t>(gridDim.x) * warps) {
+        const acc total = warp_reduce(wtmp[warp]).Reduce(share(o, lane, 32), op);
+        if (lane == 0) out[o] = op.finalize(total, k);
+        __syncwarp();  // wtmp[warp] is reused by the warp's next output
+      }
+      return;
+    }
     for (index_t o = blockIdx.x; o < outputs; o += gridDim.x) {
-      const acc total = block_reduce(tmp).Reduce(share(o), op);
+      const acc total = block_reduce(tmp).Reduce(share(o, t, axis_block), op);
       if (t == 0) {
         if (plan.splits == 1)
           out[o] = op.finalize(total, k);
@@ -762,7 +783,8 @@ void device_reduce_axes(const Op& op, const B& b, const axis_map<R>& m, index_t 
                         const axis_plan& plan, typename Op::result* out, stream_ref s) {
   using acc = typename Op::acc;
   const index_t cap = static_cast<index_t>(sm_count(s.device())) * 16;
-  const index_t blocks = plan.cross ? (outputs + cross_outputs - 1) / cross_outputs : outputs;
+  const index_t per_block = plan.cross ? cross_outputs : axis_block / plan.row_threads;
+  const index_t blocks = (outputs + per_block - 1) / per_block;
   const dim3 grid(static_cast<unsigned>(blocks < cap ? blocks : cap), static_cast<unsigned>(plan.splits));
   const auto launch = [&](acc* partial) {
     axis_reduce_kernel<V, Linear><<<grid, axis_block, 0, s.get()>>>(out, partial, op, b, m, outputs, k, plan);
