@@ -647,6 +647,65 @@ TEST_CASE("var and stddev take any correction: divisor max(0, N - c)", "[reduce]
   CHECK(loom::item(loom::var(in_space(same), loom::correction{0})) == 0.0f);
 }
 
+TEMPLATE_TEST_CASE("var and stddev of a range with an infinity or a NaN are NaN", "[reduce]" LOOM_TEST_TAG, float,
+                   double, loom::half) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("reduce var nonfinite"));
+  // Rows 0-4 each hold a non-finite value: +inf last, +inf first, -inf in
+  // the middle, NaN, and +inf with -inf; row 5 is finite.
+  auto h = random_host<T, 2>({6, 33}, g);
+  const T pinf = T(static_cast<float>(inf_v)), ninf = T(-static_cast<float>(inf_v)), nan = T(static_cast<float>(nan_v));
+  h(0, 32) = pinf, h(1, 0) = pinf, h(2, 16) = ninf, h(3, 5) = nan, h(4, 10) = pinf, h(4, 20) = ninf;
+  const auto x = in_space(h);
+  auto ref_var = [&](auto get, index_t n, double c) {
+    double s = 0, q = 0;
+    for (index_t i = 0; i < n; ++i) s += get(i);
+    for (index_t i = 0; i < n; ++i) q += (get(i) - s / n) * (get(i) - s / n);
+    return q / std::max(0.0, n - c);
+  };
+  for (double c : {1.0, 0.0, 2.0}) {
+    INFO("correction " << c);
+    const auto v = values(loom::var(x, 1, loom::correction{c}));
+    const auto sd = values(loom::stddev(x * 2.0f, -1, loom::keepdims, loom::correction{c}));
+    REQUIRE(v.v.size() == 6);
+    REQUIRE(sd.ext == std::vector<index_t>{6, 1});
+    for (std::size_t r = 0; r < 5; ++r) {
+      INFO("row " << r);
+      CHECK(std::isnan(v.v[r]));
+      CHECK(std::isnan(sd.v[r]));
+    }
+    const double want = ref_var([&](index_t k) { return loom_test::as_double(h(5, k)); }, 33, c);
+    const double tol = std::is_same_v<T, loom::half> ? 2e-3 : 1e-5;
+    CHECK(std::fabs(v.v[5] - want) <= tol * want);
+    CHECK(std::fabs(sd.v[5] - 2 * std::sqrt(want)) <= tol * 2 * std::sqrt(want));
+    // Across rows: the columns that hold a non-finite value, and only those.
+    const auto cols = values(loom::var(x, 0, loom::correction{c}));
+    REQUIRE(cols.v.size() == 33);
+    for (index_t k = 0; k < 33; ++k) {
+      INFO("column " << k);
+      if (k == 0 || k == 5 || k == 10 || k == 16 || k == 20 || k == 32) {
+        CHECK(std::isnan(cols.v[static_cast<std::size_t>(k)]));
+      } else {
+        const double w = ref_var([&](index_t r) { return loom_test::as_double(h(r, k)); }, 6, c);
+        CHECK(std::fabs(cols.v[static_cast<std::size_t>(k)] - w) <= tol * w);
+      }
+    }
+    CHECK(std::isnan(loom_test::as_double(loom::item(loom::var(x, loom::correction{c})))));
+    CHECK(std::isnan(loom_test::as_double(loom::item(loom::stddev(x.view().slice(0), loom::correction{c})))));
+  }
+  // One element with c = 0 (divisor 1): 0 for a finite value, NaN for an
+  // infinity or a NaN.
+  for (const T bad : {pinf, ninf, nan}) {
+    loom::host_tensor<T, 1> one({1});
+    one.data()[0] = bad;
+    CHECK(std::isnan(loom_test::as_double(loom::item(loom::var(in_space(one), loom::correction{0})))));
+    CHECK(std::isnan(loom_test::as_double(loom::item(loom::stddev(in_space(one), loom::correction{0})))));
+  }
+  loom::host_tensor<T, 1> fin({1});
+  fin.data()[0] = T(2.5f);
+  CHECK(loom_test::as_double(loom::item(loom::var(in_space(fin), loom::correction{0}))) == 0.0);
+}
+
 TEST_CASE("a reduction is one launch and reads a fused expression once", "[reduce]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("reduce launches"));
   auto ha = random_host<float, 2>({37, 129}, g);

@@ -309,9 +309,13 @@ struct var_op {
   using acc = moments<F>;
   F correction_ = 1;
   LOOM_HD acc identity() const { return {0, F(0), F(0)}; }
+  // m2 starts as f - f: 0 for a finite value, NaN for an infinity or a NaN,
+  // so a range holding one has a NaN variance whatever its length, position
+  // or correction (as in PyTorch), not 0 for one element or inf for a last one.
   template <class V>
   LOOM_HD acc lift(V v, index_t) const {
-    return {1, static_cast<F>(v), F(0)};
+    const F f = static_cast<F>(v);
+    return {1, f, f - f};
   }
   LOOM_HD acc operator()(const acc& a, const acc& b) const {
     if (a.n == 0) return b;
