@@ -9,7 +9,7 @@
 //  - sums along an axis: 8192 x 8192 along rows (loom::sum(x, 1), one
 //    kernel) and across rows (loom::sum(x, 0)), and 262144 x 256 across
 //    rows (few columns: the rows in chunks, two kernels) and along rows
-//    (short rows: a warp per row);
+//    (short rows: a warp per row), and 2^26 x 4 along rows (a thread per row);
 //  - cumsum of one row of 2^26 floats vs cub::DeviceScan::InclusiveSum, and
 //    cumsum of 8192 x 8192 and of 65536 x 1000 along rows (block per row) and
 //    across rows.
@@ -262,6 +262,7 @@ int main(int argc, char** argv) {
     axis_sums(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192, 0);
     axis_sums(st, st.opt.quick ? 4099 : 262144, st.opt.quick ? 33 : 256, 0);
     axis_sums(st, st.opt.quick ? 4099 : 262144, st.opt.quick ? 33 : 256, 1);  // short rows: a warp per row
+    axis_sums(st, st.opt.quick ? 4099 : index_t{1} << 26, 4, 1);                 // rows of 4: a thread per row
     long_scan(st, st.opt.quick ? (index_t{1} << 20) + 3 : index_t{1} << 26);
     matrix_scans(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192);
     matrix_scans(st, st.opt.quick ? 1031 : 65536, 1000);

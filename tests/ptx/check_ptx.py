@@ -12,11 +12,14 @@ per thread, and 16-byte shared stores), then the passes read through
 generic 16-byte loads (the row is in shared memory when it fit the cache,
 else in global memory). A whole-tensor reduction (one cub::DeviceReduce
 call) reads a contiguous aligned input in 16-byte vectors: its main kernel
-has a run of at least REDUCE_RUN such loads with no branch between them (a
-thread's loads of a tile are all issued before the first is used; a branch
-per load keeps one load in flight per thread wherever a load's value is used
-before the next branch, as an item's combine or a fused expression's
-arithmetic uses it). An axis reduction (one
+has a run of such loads with no branch between them (a thread's loads of a
+tile are all issued before the first is used; a branch per load keeps one
+load in flight per thread wherever a load's value is used before the next
+branch, as an item's combine or a fused expression's arithmetic uses it).
+A plain tensor is handed to CUB as a pointer, so the kernel is CUB's own
+vectorized one (its 16 items per thread in 4 vectors: a run of 4); a fused
+expression's kernel reads 16-byte items (16 per thread: a run of at least
+REDUCE_RUN). An axis reduction (one
 axis_reduce_kernel in a linear and a coordinates form, and the kernel that
 combines chunks) reads rows of a contiguous aligned input in 16-byte vectors,
 AXIS_RUN of them in a row without a branch, and reads across rows AXIS_RUN
@@ -58,9 +61,14 @@ CASES = {
     7: ("bf16->f32 rows: y = softmax(x)", 4, 2),
 }
 ROW_CASES = {5, 6, 7}
-# case: description of a whole-tensor reduction
-REDUCE_CASES = {8: "float  y = sum(x), whole tensor", 11: "float  y = max(x), whole tensor"}
+# case: (description of a whole-tensor reduction, the form of its kernel with
+# 16-byte loads, the shortest run of them allowed). "pointer": CUB's kernel
+# over the tensor's pointer (cub's policy for 4-byte items on sm_90: 16 items
+# per thread in 4 16-byte vectors); "vector": loom's 16-byte items.
 REDUCE_RUN = 8
+REDUCE_CASES = {8: ("float  y = sum(x), whole tensor", "pointer", 4),
+                11: ("float  y = max(x), whole tensor", "pointer", 4),
+                12: ("float  y = sum(a * b), whole tensor", "vector", REDUCE_RUN)}
 # case: description of an axis reduction
 AXIS_CASES = {9: "float  y = sum(x, 1), along an axis"}
 AXIS_RUN = 4
@@ -80,6 +88,9 @@ ROW_COPY_V4 = 5
 ENTRY = re.compile(r"^\.(?:visible )?\.entry\s+(\S+?)\(", re.M)
 SCALAR_LOAD = re.compile(r"\bld\.global(?:\.nc)?(?:\.L1::\S+)?\.(?:f|b|u|s)32\b")
 V4_LOAD = re.compile(r"\bld\.global(?:\.nc)?(?:\.L1::\S+)?\.v4\.")
+# A 16-byte global load as CUB's pointer kernel issues it too (a float4 read
+# as two 64-bit words).
+LOAD16 = re.compile(r"\bld\.global(?:\.nc)?(?:\.L1::\S+)?\.(?:v4\.(?:f|b|u|s)32|v2\.(?:f|b|u|s)64)\b")
 V4_STORE = re.compile(r"\bst\.global(?:\.\S+)?\.v4\.")
 V4_GENERIC_LOAD = re.compile(r"\bld(?:\.L1::\S+)?\.v4\.")
 V4_SHARED_STORE = re.compile(r"\bst\.shared\.v4\.")
@@ -109,30 +120,34 @@ def longest_run(body, pattern):
     return best
 
 
-def check_reduce(case, desc, ents, stats, failures):
-    """The reduction's CUB kernels: no spills; the vector form's loads in runs."""
+def check_reduce(case, ents, stats, failures):
+    """The reduction's CUB kernels: no spills; the 16-byte form's loads in runs."""
+    desc, want_kind, want_run = REDUCE_CASES[case]
     kernels = [n for n in ents if "DeviceReduce" in n and "SingleTile" not in n]
-    vector = [n for n in kernels if V4_LOAD.search(ents[n])]
-    if len(vector) != 1:
+    wide = [n for n in kernels if LOAD16.search(ents[n])]
+    if len(wide) != 1:
         failures.append(f"case {case} ({desc}): expected one DeviceReduceKernel with 16-byte loads, "
-                        f"found {len(vector)} of {len(kernels)}")
+                        f"found {len(wide)} of {len(kernels)}")
         return
     for name in kernels:
-        kind = "vector" if name in vector else "coords"
-        run = longest_run(ents[name], V4_LOAD)
+        kind = ("pointer" if "lift_value" in name else "vector") if name in wide else "coords"
+        run = longest_run(ents[name], LOAD16)
         stack, spill, regs = stats.get(name, (-1, -1, -1))
-        print(f"{desc:<42} {kind:<12} {len(V4_LOAD.findall(ents[name])):>5} {0:>5} {'run ' + str(run):>5} "
+        print(f"{desc:<42} {kind:<12} {len(LOAD16.findall(ents[name])):>5} {0:>5} {'run ' + str(run):>5} "
               f"{regs:>4} {spill:>5} {stack:>5}")
         if name not in stats:
             failures.append(f"case {case}: no ptxas report for {kind} kernel")
         # The coordinates form indexes its coordinate array by a run-time
         # axis number (axis_map), which puts that array on the stack: allowed
         # there, spills are not.
-        if spill != 0 or (stack != 0 and name in vector):
+        if spill != 0 or (stack != 0 and name in wide):
             failures.append(f"case {case} ({desc}): {kind} kernel spills {spill} bytes, stack {stack} bytes")
-        if name in vector and run < REDUCE_RUN:
+        if name in wide and kind != want_kind:
+            failures.append(f"case {case} ({desc}): the kernel with 16-byte loads is the {kind} form, "
+                            f"expected the {want_kind} form")
+        if name in wide and run < want_run:
             failures.append(f"case {case} ({desc}): at most {run} 16-byte loads in a row without a branch, "
-                            f"expected at least {REDUCE_RUN}")
+                            f"expected at least {want_run}")
 
 
 def find_forms(case, desc, ents, forms, failures):
@@ -217,7 +232,7 @@ def main():
 
     failures = []
     cases = dict(CASES)
-    cases.update({c: (d, 0, 0) for c, d in REDUCE_CASES.items()})
+    cases.update({c: (d[0], 0, 0) for c, d in REDUCE_CASES.items()})
     cases.update({c: (d, 0, 0) for c, d in AXIS_CASES.items()})
     cases.update({c: (d, 0, 0) for c, d in SCAN_CASES.items()})
     print(f"{'case':<42} {'kernel':<12} {'v4 ld':>5} {'v4 st':>5} {'copy':>5} {'regs':>4} {'spill':>5} {'stack':>5}")
@@ -234,7 +249,7 @@ def main():
                  for m in PTXAS.finditer(sass.stdout + sass.stderr)}
         ents = entries(ptx)
         if case in REDUCE_CASES:
-            check_reduce(case, desc, ents, stats, failures)
+            check_reduce(case, ents, stats, failures)
             continue
         if case in AXIS_CASES:
             check_axis(case, desc, ents, stats, failures)

@@ -39,14 +39,18 @@ void run(device_tensor<bf16, 2>& y, const device_tensor<bf16, 2>& x, const devic
 }
 #elif LOOM_PTX_CASE == 7  // bf16 rows into a float output: 8 columns per vector step
 void run(device_tensor<float, 2>& y, const device_tensor<bf16, 2>& x) { y = softmax(x); }
-#elif LOOM_PTX_CASE == 8  // float sum of a whole tensor: one cub::DeviceReduce call
+#elif LOOM_PTX_CASE == 8  // float sum of a whole tensor: one cub::DeviceReduce call, CUB's pointer kernel
 void run(device_tensor<float, 0>& y, const device_tensor<float, 2>& x) { y = sum(x); }
 #elif LOOM_PTX_CASE == 9  // float sums along an axis: one kernel, linear and coordinates forms
 void run(device_tensor<float, 1>& y, const device_tensor<float, 2>& x) { y = sum(x, 1); }
 #elif LOOM_PTX_CASE == 10  // float cumsum along the first axis (across rows) and of one long row
 void run(device_tensor<float, 2>& y, const device_tensor<float, 2>& x) { y = cumsum(x, 0); }
-#elif LOOM_PTX_CASE == 11  // float max of a whole tensor (NaN propagates): one cub::DeviceReduce call
+#elif LOOM_PTX_CASE == 11  // float max of a whole tensor (NaN propagates): CUB's pointer kernel
 void run(device_tensor<float, 0>& y, const device_tensor<float, 2>& x) { y = max(x); }
+#elif LOOM_PTX_CASE == 12  // float sum of a fused expression: 16-byte items handed to cub::DeviceReduce
+void run(device_tensor<float, 0>& y, const device_tensor<float, 2>& a, const device_tensor<float, 2>& b) {
+  y = sum(a * b);
+}
 #else
 #error "unknown LOOM_PTX_CASE"
 #endif

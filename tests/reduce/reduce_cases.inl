@@ -284,8 +284,38 @@ TEMPLATE_TEST_CASE("every reduction of the whole tensor matches a double referen
       std::vector<double> v;
       for (index_t i = 0; i < n; ++i) v.push_back(loom_test::as_double(h.data()[i]));
       check_result<T>(op, got, {v});
+      // The same tensor one element in: contiguous but not 16-byte aligned
+      // (on the device CUB's pointer kernel then loads element by element,
+      // or the expression takes the coordinates path).
+      if (n > 1) {
+        const auto got1 = run_full(op, x.view().slice(loom::range(1, loom::none)));
+        check_result<T>(op, got1, {std::vector<double>(v.begin() + 1, v.end())});
+      }
     }
   }
+}
+
+TEST_CASE("a whole reduction of a plain tensor of 4- or 8-byte numbers hands CUB the tensor's pointer",
+          "[reduce]" LOOM_TEST_TAG) {
+  // The device then runs CUB's own vectorized kernel (docs/03_reductions.md);
+  // fused expressions, 1- and 2-byte types and argmax/argmin (whose items
+  // carry their position) hand CUB 16-byte items instead.
+  using namespace loom::detail;
+  using leaf_f = node_t<loom::tensor<float, 2, space_t>>;
+  using leaf_view_i = node_t<loom::view<const std::int32_t, 3, space_t>>;
+  using leaf_h = node_t<loom::tensor<loom::half, 1, space_t>>;
+  using leaf_b = node_t<loom::tensor<bool, 1, space_t>>;
+  using fused = node_t<decltype(std::declval<const loom::tensor<float, 2, space_t>&>() * 2.0f)>;
+  STATIC_REQUIRE(reduces_by_pointer<sum_op<float>, leaf_f>);
+  STATIC_REQUIRE(reduces_by_pointer<max_op<float>, leaf_f>);
+  STATIC_REQUIRE(reduces_by_pointer<var_op<float, false>, leaf_f>);
+  STATIC_REQUIRE(reduces_by_pointer<sum_op<std::int32_t>, leaf_view_i>);
+  STATIC_REQUIRE(reduces_by_pointer<sum_op<double>, node_t<loom::tensor<double, 1, space_t>>>);
+  STATIC_REQUIRE_FALSE(reduces_by_pointer<argmax_op<float>, leaf_f>);
+  STATIC_REQUIRE_FALSE(reduces_by_pointer<sum_op<loom::half>, leaf_h>);
+  STATIC_REQUIRE_FALSE(reduces_by_pointer<any_op<bool>, leaf_b>);
+  STATIC_REQUIRE_FALSE(reduces_by_pointer<sum_op<std::int8_t>, node_t<loom::tensor<std::int8_t, 1, space_t>>>);
+  STATIC_REQUIRE_FALSE(reduces_by_pointer<sum_op<float>, fused>);
 }
 
 #endif
@@ -411,6 +441,19 @@ TEST_CASE("axis reductions of tall, long and few-row matrices match references i
     after = loom::launches();
     CHECK((on_device ? after.device - before.device : after.host - before.host) == (on_device ? 2 : 1));
     check_result<float>(op, few, gather_ref(hf.extents(), std::array<bool, 2>{false, true}, at(hf)));
+    // Many short rows: on the device a thread per output for rows of at
+    // most 32 (rows of 4 are one 16-byte vector each, rows of 3 start at
+    // every alignment), a warp per output for 33; one launch each.
+    for (index_t cols : {3, 4, 32, 33}) {
+      INFO(cols << " columns");
+      auto hs = random_host<float, 2>({4099, cols}, g);
+      auto sx = in_space(hs);
+      before = loom::launches();
+      const auto rows = run_axis(op, sx, 1, false);
+      after = loom::launches();
+      CHECK((on_device ? after.device - before.device : after.host - before.host) == 1);
+      check_result<float>(op, rows, gather_ref(hs.extents(), std::array<bool, 2>{false, true}, at(hs)));
+    }
   }
 }
 
@@ -755,10 +798,12 @@ result replay_axes(const E& e, const std::array<bool, R>& red, int sms, loom::de
       for (index_t s = 0; s < plan.splits; ++s) {
         const index_t lo = s * plan.chunk, n = std::min(k, lo + plan.chunk) - lo;
         typename Op::acc a = op.identity();
-        const int nt = plan.row_threads;  // a block or a warp per output
+        const int nt = plan.row_threads;  // a block, a warp or a thread per output
         for (int t = 0; t < nt; ++t) {
-          if (plan.vec)
-            a = op(a, row_share_vec<V>(op, b, o * k + lo, n, t, nt, lo));
+          if (plan.vec && nt == 1)  // as the kernel: a thread walks its row's head and tail
+            a = op(a, row_share_vec<V, false>(op, b, o * k + lo, n, t, nt, lo));
+          else if (plan.vec)
+            a = op(a, row_share_vec<V, true>(op, b, o * k + lo, n, t, nt, lo));
           else if (plan.linear)
             a = op(a, row_share<true>(op, b, m, o * k + lo, n, t, nt, lo));
           else
@@ -787,7 +832,7 @@ result replay_axes(const E& e, const std::array<bool, R>& red, int sms, loom::de
 struct plan_want {
   bool cross, linear, vec;
   index_t splits;
-  int row_threads;  // along rows: 128 (a block per output) or 32 (a warp); 0 across rows
+  int row_threads;  // along rows: 128 (a block per output), 32 (a warp) or 1 (a thread); 0 across rows
 };
 
 // Replays sum, argmax, amax and count_nonzero (every element is non-zero, so
@@ -824,10 +869,17 @@ TEMPLATE_TEST_CASE("the device plans of axis reductions read every element once,
   auto at3 = [](const auto& h) { return [&h](auto c) { return loom_test::as_double(h(c[0], c[1], c[2])); }; };
   // Along rows: 16-byte vectors with an unaligned head and tail per row
   // (37 columns), whole vectors only (64), rows shorter than a vector (3).
-  for (index_t cols : {37, 64, 3}) {
+  // Rows of at most 32 (thread_row_max) elements take a thread per output,
+  // which walks the row's head, vectors and tail itself: 3, 4, 32 and 33
+  // columns, contiguous and strided.
+  for (index_t cols : {37, 64, 3, 4, 32, 33}) {
     INFO(cols << " columns");
     auto h = nonzero(loom::shape<2>{5, cols});
-    check_replay<T>(h, std::array<bool, 2>{false, true}, 132, {false, true, true, 1, 32}, at2(h));
+    check_replay<T>(h, std::array<bool, 2>{false, true}, 132, {false, true, true, 1, cols <= 32 ? 1 : 32}, at2(h));
+    auto w = nonzero(loom::shape<2>{5, 2 * cols});
+    check_replay<T>(w.view().slice(loom::whole, loom::range(1, loom::none, 2)), std::array<bool, 2>{false, true}, 132,
+                    {false, false, false, 1, cols <= 32 ? 1 : 32},
+                    [&](auto c) { return loom_test::as_double(w(c[0], 1 + 2 * c[1])); });
   }
   // Rows of up to warp_row_max (1024) elements take a warp per output,
   // longer ones a block: 1024 and 1025 columns, and a strided view of rows of 1024.
@@ -870,7 +922,7 @@ TEMPLATE_TEST_CASE("the device plans of axis reductions read every element once,
   auto x = nonzero(loom::shape<3>{7, 33, 5});
   check_replay<T>(x, std::array<bool, 3>{false, true, false}, 132, {true, true, false, 1, 0}, at3(x));
   check_replay<T>(x, std::array<bool, 3>{true, true, false}, 132, {true, true, false, 3, 0}, at3(x));
-  check_replay<T>(x, std::array<bool, 3>{false, false, true}, 132, {false, true, true, 1, 32}, at3(x));
+  check_replay<T>(x, std::array<bool, 3>{false, false, true}, 132, {false, true, true, 1, 1}, at3(x));
   check_replay<T>(x, std::array<bool, 3>{true, false, true}, 132, {false, false, false, 1, 32}, at3(x));
   // 4-D: a run of two middle axes (linear), two runs (by coordinates), an
   // axis of extent 1 between reduced axes (still one run).

@@ -209,6 +209,7 @@ template <class T, bool Max>
 struct arg_op {
   static constexpr const char* name = Max ? "argmax" : "argmin";
   static constexpr bool has_identity = false;
+  static constexpr bool positional = true;  // lift uses the element's position
   using acc = value_index<compute_t<T>>;
   using result = std::int64_t;
   LOOM_HD acc identity() const {
@@ -476,11 +477,14 @@ typename Op::acc host_reduce_all(const Op& op, const Get& get, index_t n) {
 //    axis_block threads (then cub::BlockReduce), or for rows of at most
 //    warp_row_max elements a warp (then cub::WarpReduce; a block's warps
 //    take neighbouring outputs, so its loads for several rows are in flight
-//    at once, where a block per short row had only a few). On the
+//    at once, where a block per short row had only a few), for rows of at
+//    most thread_row_max elements one thread (a block's threads take 128
+//    neighbouring rows, where a warp per row of 4 kept 31 lanes idle). On the
 //    contiguous, 16-byte-aligned path thread t combines the row's unaligned
-//    head element t, then the 16-byte vectors t, t + B, ... (V elements
-//    each, left to right), then tail element t; otherwise elements t,
-//    t + B, t + 2B, ... Rows too few to fill the GPU are cut into `splits`
+//    head elements t, t + B, ..., then the 16-byte vectors t, t + B, ... (V
+//    elements each, left to right), then tail elements t, t + B, ...
+//    (B >= V: at most one head and one tail element; B == 1: all of them);
+//    otherwise elements t, t + B, t + 2B, ... Rows too few to fill the GPU are cut into `splits`
 //    fixed chunks, a block per chunk (a second kernel combines each row's
 //    chunks in order).
 //  - Across rows, when the last axis of extent > 1 is kept (`sum(x, 0)`):
@@ -501,13 +505,14 @@ inline constexpr int cross_lanes = axis_block / cross_outputs;
 inline constexpr index_t cross_min_per_lane = 16;          // elements per lane and chunk, at least
 inline constexpr index_t row_min_chunk = 64 * axis_block;  // elements per block and chunk along rows, at least
 inline constexpr index_t warp_row_max = 1024;              // rows up to this length: a warp per output
+inline constexpr index_t thread_row_max = 32;              // rows up to this length: a thread per output
 
 //! How an axis reduction runs on the device (decided on the host).
 struct axis_plan {
   bool linear = false;  // contiguous: element (o, j) at o * k + j along rows, line_base(o, inner, k) + j * inner across
   bool vec = false;     // along rows and linear: 16-byte vector loads (every leaf 16-byte aligned)
   bool cross = false;   // across rows (32 outputs per block) instead of along rows (one output per block or warp)
-  int row_threads = 0;  // along rows: threads per output, axis_block or 32 (a warp per output); 0 across rows
+  int row_threads = 0;  // along rows: threads per output, axis_block, 32 (a warp) or 1; 0 across rows
   index_t splits = 1;   // chunks of the reduced range, each a partial result
   index_t chunk = 0;    // elements of the range per chunk (the last may have fewer)
   fast_divmod inner{};  // across rows and linear: the elements of the axes after the reduced ones
@@ -560,7 +565,7 @@ axis_plan plan_axis_reduce(const shape<R>& ext, const std::array<bool, R>& red, 
   if (!p.cross && splits > 1) p.chunk = (p.chunk + 15) / 16 * 16;
   p.splits = k > 0 ? (k + p.chunk - 1) / p.chunk : 1;
   p.chunk = p.splits > 1 ? p.chunk : k;
-  if (!p.cross) p.row_threads = p.splits == 1 && k <= warp_row_max ? 32 : axis_block;
+  if (!p.cross) p.row_threads = p.splits > 1 ? axis_block : (k <= thread_row_max ? 1 : (k <= warp_row_max ? 32 : axis_block));
   return p;
 }
 
@@ -586,10 +591,12 @@ LOOM_HD typename Op::acc row_share(const Op& op, const B& b, const axis_map<R>& 
 }
 
 //! Thread t's share of the contiguous elements [start, start + k) (element
-//! j0 of their row onwards) in 16-byte vectors of V elements: head element
-//! t (those before the first V-aligned position), vectors t, t + nt, ...,
-//! tail element t (nt: the row's threads, at least 32 > V).
-template <int V, class Op, class B>
+//! j0 of their row onwards) in 16-byte vectors of V elements: head elements
+//! t, t + nt, ... (those before the first V-aligned position), vectors t,
+//! t + nt, ..., then tail elements t, t + nt, ... (nt: the row's threads; with
+//! nt >= V a thread has at most one head and one tail element, and Wide
+//! says so: a test each instead of a loop, 8 fewer registers in the kernel).
+template <int V, bool Wide, class Op, class B>
 LOOM_HD typename Op::acc row_share_vec(const Op& op, const B& b, index_t start, index_t k, int t, int nt,
                                        index_t j0) {
   typename Op::acc a = op.identity();
@@ -597,7 +604,11 @@ LOOM_HD typename Op::acc row_share_vec(const Op& op, const B& b, index_t start, 
   const index_t head = skew < k ? skew : k;
   const index_t vectors = (k - head) / V;
   const index_t body = head + vectors * V;  // row position of the tail
-  if (t < head) a = op(a, op.lift(b.at_linear(start + t), j0 + t));
+  if constexpr (Wide) {
+    if (t < head) a = op(a, op.lift(b.at_linear(start + t), j0 + t));
+  } else {
+    for (index_t j = t; j < head; j += nt) a = op(a, op.lift(b.at_linear(start + j), j0 + j));
+  }
 #if LOOM_DEVICE_CODE
 #pragma unroll 4
 #endif
@@ -608,7 +619,11 @@ LOOM_HD typename Op::acc row_share_vec(const Op& op, const B& b, index_t start, 
     LOOM_UNROLL
     for (int i = 0; i < V; ++i) a = op(a, op.lift(b.template elem<V>(r, i), j0 + p + i));
   }
-  if (t < k - body) a = op(a, op.lift(b.at_linear(start + body + t), j0 + body + t));
+  if constexpr (Wide) {
+    if (t < k - body) a = op(a, op.lift(b.at_linear(start + body + t), j0 + body + t));
+  } else {
+    for (index_t j = body + t; j < k; j += nt) a = op(a, op.lift(b.at_linear(start + j), j0 + j));
+  }
   return a;
 }
 
@@ -630,6 +645,20 @@ LOOM_HD typename Op::acc cross_share(const Op& op, const B& b, const axis_map<R>
   }
   return a;
 }
+
+// A whole tensor of a 4- or 8-byte arithmetic type, contiguous, reduced by
+// an op whose lift does not use the element's position (every reduction but
+// argmax/argmin): CUB is handed the tensor's pointer, so it runs its own
+// vectorized pointer kernel, the kernel a direct cub::DeviceReduce call runs
+// (CUB checks the pointer's alignment itself). Fused expressions, 1- and
+// 2-byte types (whose CUB pointer loads would be narrower than 16 bytes)
+// and argmax/argmin take lift_items.
+template <class Op, class Node>
+inline constexpr bool reduces_by_pointer = false;
+template <class Op, class T, std::size_t R, class S>
+inline constexpr bool reduces_by_pointer<Op, leaf_node<T, R, S>> =
+    std::is_arithmetic_v<std::remove_const_t<T>> && !std::is_same_v<std::remove_const_t<T>, bool> &&
+    sizeof(T) >= 4 && !requires { Op::positional; };
 
 // ---------------------------------------------------------------------------
 // CUDA executor.
@@ -688,6 +717,24 @@ void run_cub(const Call& call, stream_ref s) {
   device_launch_counter().fetch_add(1, std::memory_order_relaxed);
 }
 
+template <class Op, class T>
+struct lift_value {
+  Op op;
+  LOOM_HD typename Op::acc operator()(T v) const { return op.lift(static_cast<compute_t<T>>(v), 0); }
+};
+
+template <class Op, class T, std::size_t R>
+void device_reduce_pointer(const Op& op, const bound_leaf<T, R>& b, index_t n, typename Op::result* out,
+                           stream_ref s) {
+  auto out_it = thrust::make_transform_output_iterator(out, finalize_fn<Op, bound_leaf<T, R>>{op, b, n, n});
+  run_cub(
+      [&](void* tmp, std::size_t& bytes) {
+        return cub::DeviceReduce::TransformReduce(tmp, bytes, b.p, out_it, n, op, lift_value<Op, T>{op},
+                                                  op.identity(), s.get());
+      },
+      s);
+}
+
 template <class Op, class B, int V, bool Linear, std::size_t R>
 void device_reduce_all(const Op& op, const B& b, const axis_map<R>& m, index_t n, typename Op::result* out,
                        stream_ref s) {
@@ -702,7 +749,8 @@ void device_reduce_all(const Op& op, const B& b, const axis_map<R>& m, index_t n
       s);
 }
 
-// Along rows: one block per output (grid-stride over outputs). Across rows:
+// Along rows: one block, warp or thread per output (grid-stride over
+// outputs; plan.row_threads). Across rows:
 // block (x, y) takes tiles of 32 outputs x, x + gridDim.x, ... over chunk y
 // of the range. See the mappings above.
 template <int V, bool Linear, class Op, class B, std::size_t R>
@@ -719,11 +767,17 @@ __global__ void __launch_bounds__(axis_block)
   const int t = static_cast<int>(threadIdx.x);
   const index_t s = blockIdx.y, lo = s * plan.chunk, hi = lo + plan.chunk < k ? lo + plan.chunk : k;
   if (!plan.cross) {
-    const auto share = [&](index_t o, int u, int nt) {
+    const auto share = [&]<bool Wide>(index_t o, int u, int nt, std::bool_constant<Wide>) {
       if constexpr (Linear && V > 1)
-        if (plan.vec) return row_share_vec<V>(op, b, o * k + lo, hi - lo, u, nt, lo);
+        if (plan.vec) return row_share_vec<V, Wide>(op, b, o * k + lo, hi - lo, u, nt, lo);
       return row_share<Linear>(op, b, m, o * k + lo, hi - lo, u, nt, lo);
     };
+    if (plan.row_threads == 1) {  // a thread per output (rows of at most thread_row_max, one chunk)
+      const index_t step = static_cast<index_t>(gridDim.x) * axis_block;
+      for (index_t o = static_cast<index_t>(blockIdx.x) * axis_block + t; o < outputs; o += step)
+        out[o] = op.finalize(share(o, 0, 1, std::false_type{}), k);
+      return;
+    }
     if (plan.row_threads == 32) {  // a warp per output (short rows, one chunk)
       using warp_reduce = cub::WarpReduce<acc>;
       constexpr int warps = axis_block / 32;
@@ -731,14 +785,14 @@ __global__ void __launch_bounds__(axis_block)
       const int warp = t / 32, lane = t % 32;
       for (index_t o = static_cast<index_t>(blockIdx.x) * warps + warp; o < outputs;
            o += static_cast<index_t>(gridDim.x) * warps) {
-        const acc total = warp_reduce(wtmp[warp]).Reduce(share(o, lane, 32), op);
+        const acc total = warp_reduce(wtmp[warp]).Reduce(share(o, lane, 32, std::true_type{}), op);
         if (lane == 0) out[o] = op.finalize(total, k);
         __syncwarp();  // wtmp[warp] is reused by the warp's next output
       }
       return;
     }
     for (index_t o = blockIdx.x; o < outputs; o += gridDim.x) {
-      const acc total = block_reduce(tmp).Reduce(share(o, t, axis_block), op);
+      const acc total = block_reduce(tmp).Reduce(share(o, t, axis_block, std::true_type{}), op);
       if (t == 0) {
         if (plan.splits == 1)
           out[o] = op.finalize(total, k);
@@ -921,13 +975,21 @@ auto reduce_run(const Node& n, const std::array<bool, R>& red, const Op& op) {
     using B = std::remove_cvref_t<decltype(b)>;
     if constexpr (Whole) {
       constexpr int V = static_cast<int>(16 / min_leaf_size<Node>::value);
-      // Two compiled paths per expression, not three: an unaligned contiguous
-      // input (rare: a slice at an odd offset) and one shorter than a vector
-      // take the coordinates path.
-      if (linear && info.aligned && k >= V)
+      // Two compiled paths per expression, not three: a contiguous input
+      // (CUB's pointer path for a plain tensor, else 16-byte items) and
+      // the coordinates path. An unaligned contiguous input (rare: a slice at
+      // an odd offset) and one shorter than a vector take the coordinates
+      // path unless it is a plain tensor.
+      if constexpr (reduces_by_pointer<Op, Node>) {
+        if (linear)
+          device_reduce_pointer(op, b, k, po, s);
+        else
+          device_reduce_all<Op, B, 1, false>(op, b, m, k, po, s);
+      } else if (linear && info.aligned && k >= V) {
         device_reduce_all<Op, B, V, true>(op, b, m, k, po, s);
-      else
+      } else {
         device_reduce_all<Op, B, 1, false>(op, b, m, k, po, s);
+      }
     } else {
       constexpr int V = static_cast<int>(16 / min_leaf_size<Node>::value);
       const axis_plan plan =
