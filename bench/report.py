@@ -7,7 +7,9 @@ the text logs given with --log), plot.png (GB/s per op against the copy line;
 skipped with a note when matplotlib is missing), and a short table printed
 last: op, shape, dtype, loom's GB/s, % of the copy bandwidth, and loom's
 speed against each baseline (baseline time / loom time: > 1 means loom is
-faster).
+faster), then a verdict on each target the issues set (TARGETS: sum and
+max within 3% of CUB's time and at >= 90% of copy, the long cumsum within 3%
+of cub::DeviceScan's), for every shape whose report holds both sides.
 
 Usage: report.py --jsonl FILE --out DIR [--title T] [--log NAME=PATH ...]
 """
@@ -18,6 +20,15 @@ import sys
 from collections import OrderedDict
 
 LOOM_IMPLS = ("loom fused", "loom")
+
+# The targets loom's issues set, judged in every report that holds both sides:
+# (op, baseline impl, the most loom's time may be as a multiple of the
+# baseline's, the least % of the copy bandwidth or None).
+TARGETS = [
+    ("sum(x)", "cub::DeviceReduce::Sum", 1.03, 90.0),
+    ("max(x)", "cub::DeviceReduce::Max", 1.03, 90.0),
+    ("cumsum(x, 0)", "cub::DeviceScan", 1.03, None),
+]
 
 
 def load(path):
@@ -55,6 +66,35 @@ def summary_rows(recs):
     return rows
 
 
+def target_rows(recs):
+    """One verdict per measured target: met only when both sides were measured,
+    both checks passed, and every bound holds."""
+    rows = []
+    g = groups(recs)
+    for op, base, most, least in TARGETS:
+        for (gop, shape, dtype), impls in g.items():
+            loom = next((impls[i] for i in LOOM_IMPLS if i in impls), None)
+            if gop != op or loom is None or base not in impls:
+                continue
+            b = impls[base]
+            ratio = loom["ms"] / b["ms"] if b["ms"] > 0 else float("inf")
+            pct = loom.get("pct_copy") if loom.get("copy_gbps") else None
+            why = []
+            if loom.get("check", "ok") != "ok" or b.get("check", "ok") != "ok":
+                why.append("a result check failed")
+            if ratio > most:
+                why.append(f"time {ratio:.3f}x the baseline's, at most {most:.2f}x allowed")
+            if least is not None and (pct is None or pct < least):
+                why.append("no copy bandwidth measured" if pct is None else
+                           f"{pct:.1f}% of copy, at least {least:.0f}% wanted")
+            text = f"{ratio:.3f}x {base}'s time (at most {most:.2f}x)"
+            if least is not None:
+                text += f", {pct:.1f}% of copy (at least {least:.0f}%)" if pct is not None else ", copy not measured"
+            rows.append({"op": op, "shape": shape, "dtype": dtype, "met": not why, "text": text,
+                         "why": "; ".join(why)})
+    return rows
+
+
 def fmt_vs(vs):
     return ", ".join(f"{v:.2f}x vs {name}" for name, v in vs) or "-"
 
@@ -76,6 +116,12 @@ def markdown(recs, title, logs):
                 "| op | shape | dtype | GB/s | % of copy | vs baselines | check |", "|---|---|---|---|---|---|---|"]
         out += [f"| `{r['op']}` | {r['shape']} | {r['dtype']} | {r['gbps']:.2f} | {r['pct']} | {fmt_vs(r['vs'])} | "
                 f"{r['check']} |" for r in rows]
+        out.append("")
+    targets = target_rows(recs)
+    if targets:
+        out += ["## Targets", "", "| op | shape | dtype | verdict | measured |", "|---|---|---|---|---|"]
+        out += [f"| `{t['op']}` | {t['shape']} | {t['dtype']} | {'met' if t['met'] else 'MISSED: ' + t['why']} | "
+                f"{t['text']} |" for t in targets]
         out.append("")
     meas = [r for r in recs if r.get("bench") != "compile"]
     if meas:
@@ -159,6 +205,9 @@ def main():
     for r in summary_rows(recs):
         print(f"{r['op']:26s} {r['shape']:12s} {r['dtype']:5s} {r['gbps']:9.2f} {r['pct']:>6s}  {fmt_vs(r['vs'])}"
               + ("" if r["check"] == "ok" else f"  {r['check']}"))
+    for t in target_rows(recs):
+        print(f"target {'met   ' if t['met'] else 'MISSED'} {t['op']} {t['shape']} {t['dtype']}: {t['text']}"
+              + ("" if t["met"] else f" ({t['why']})"))
     for r in (r for r in recs if r.get("bench") == "compile" and "wall_s_per_extra" in r):
         print(f"compile: {r['compiler']} {r['exprs']} expressions {r['wall_s']:.1f} s wall; "
               f"{r['wall_s_per_extra']:.3f} s wall ({r['cpu_s_per_extra']:.3f} s CPU) per extra expression")
