@@ -45,12 +45,13 @@
 //    results combined pairwise. The chunking does not depend on the thread count.
 //  - host, along axes: each output element reduces its segment pairwise.
 //  - device, whole tensor: cub::DeviceReduce (run-to-run deterministic on one
-//    GPU; its tiling, hence its rounding, may differ between GPU models). On
-//    the contiguous path each item CUB sees is one 16-byte vector of input,
-//    combined left to right.
-//  - device, along axes: along rows (the reduced range innermost) one block
-//    per output, each thread combining its elements (or 16-byte vectors)
-//    left to right, then cub::BlockReduce; across rows (`sum(x, 0)`) 32
+//    GPU; its tiling, hence its rounding, may differ between GPU models). A
+//    plain contiguous tensor is handed to CUB as its pointer
+//    (reduces_by_pointer); other contiguous inputs as items of one 16-byte
+//    vector of input each, combined left to right.
+//  - device, along axes: along rows (the reduced range innermost) one block,
+//    warp or thread per output, each thread combining its elements (or
+//    16-byte vectors) left to right, then cub::BlockReduce or WarpReduce; across rows (`sum(x, 0)`) 32
 //    outputs per block, 4 lanes per output combined in order, and the range
 //    in fixed chunks when the outputs are few. See "Axis reductions on the
 //    device" below.
@@ -653,12 +654,21 @@ LOOM_HD typename Op::acc cross_share(const Op& op, const B& b, const axis_map<R>
 // (CUB checks the pointer's alignment itself). Fused expressions, 1- and
 // 2-byte types (whose CUB pointer loads would be narrower than 16 bytes)
 // and argmax/argmin take lift_items.
+//
+// The accumulator must divide 16 bytes: CUB scales its items per thread by
+// the accumulator's size (64 bytes of accumulators per thread on sm_90) and
+// clamps its vector length to them, but loads its vector type of the
+// unclamped length, 4 elements. With fewer than 4 items per thread (var of
+// double: a 24-byte accumulator, 2 items) a thread would load 4 elements
+// into 2 items' storage and the last thread of a tile would read past it;
+// such ops take lift_items.
 template <class Op, class Node>
 inline constexpr bool reduces_by_pointer = false;
 template <class Op, class T, std::size_t R, class S>
 inline constexpr bool reduces_by_pointer<Op, leaf_node<T, R, S>> =
     std::is_arithmetic_v<std::remove_const_t<T>> && !std::is_same_v<std::remove_const_t<T>, bool> &&
-    sizeof(T) >= 4 && !requires { Op::positional; };
+    sizeof(T) >= 4 && !requires { Op::positional; } && sizeof(typename Op::acc) <= 16 &&
+    16 % sizeof(typename Op::acc) == 0;
 
 // ---------------------------------------------------------------------------
 // CUDA executor.
