@@ -421,6 +421,114 @@ TEST_CASE("cross_entropy matches PyTorch's definition and its gradient", "[nn][l
 }
 
 namespace {
+// PyTorch's cross-entropy of one row in double, each term only where its
+// weight is not 0 (a masked class makes the smoothing term infinite).
+double ref_ce_masked(const std::vector<double>& z, std::int64_t t, double s) {
+  double m = -inf;
+  for (double v : z) m = std::max(m, v);
+  double sum = 0, mean = 0;
+  for (double v : z) sum += std::exp(v - m), mean += v;
+  mean /= static_cast<double>(z.size());
+  const double lse = std::log(sum) + m;
+  return (s == 1 ? 0.0 : (1 - s) * (lse - z[static_cast<std::size_t>(t)])) + (s == 0 ? 0.0 : s * (lse - mean));
+}
+}  // namespace
+
+TEST_CASE("cross_entropy of masked logits is finite, takes strided targets and keeps double gradients double",
+          "[nn][loss]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("cross entropy masked"));
+  const index_t n = 7, c = 37;
+  auto zh = random_host<float, 2>({n, c}, g, -4, 4);
+  // Every row masks a few classes (-inf), never its target, except row 3,
+  // whose target is masked: its loss is inf.
+  loom::host_tensor<std::int64_t, 1> th({n});
+  for (index_t r = 0; r < n; ++r) {
+    th(r) = static_cast<std::int64_t>(g() % c);
+    for (index_t k = 0; k < c; k += 5)
+      if (k != th(r)) zh(r, k) = -std::numeric_limits<float>::infinity();
+  }
+  zh(3, th(3)) = -std::numeric_limits<float>::infinity();
+  auto z = in_space(zh);
+  auto t = in_space(th);
+  const auto zr = rows_of(zh);
+  for (double s : {0.0, 0.1, 1.0}) {
+    INFO("label smoothing " << s);
+    loom::cross_entropy_options o;
+    o.label_smoothing = s;
+    const auto per = loom::to_host(loom::cross_entropy_per_row(z, t, o));
+    for (index_t r = 0; r < n; ++r) {
+      INFO("row " << r);
+      const double want = ref_ce_masked(zr[static_cast<std::size_t>(r)], th(r), s);
+      if (std::isinf(want)) {
+        CHECK(per(r) == std::numeric_limits<float>::infinity());
+      } else {
+        REQUIRE(std::isfinite(want));
+        CHECK(per(r) == Approx(want).epsilon(1e-5));
+      }
+    }
+  }
+  // Without smoothing, the rows whose target is not masked reduce to a
+  // finite mean, and their gradient is finite (0 at the masked classes).
+  loom::host_tensor<std::int64_t, 1> tk = th;
+  tk(3) = -100;  // ignored
+  auto tki = in_space(tk);
+  double sum = 0;
+  for (index_t r = 0; r < n; ++r)
+    if (r != 3) sum += ref_ce_masked(zr[static_cast<std::size_t>(r)], tk(r), 0.0);
+  CHECK(loom::to_host(loom::cross_entropy(z, tki))() == Approx(sum / (n - 1)).epsilon(1e-5));
+  const auto dz = loom::to_host(loom::cross_entropy_backward(z, tki));
+  for (index_t r = 0; r < n; ++r)
+    for (index_t k = 0; k < c; ++k) {
+      REQUIRE(std::isfinite(dz(r, k)));
+      if (k % 5 == 0 && k != tk(r)) CHECK(dz(r, k) == 0.0f);
+    }
+
+  // Targets as a strided view (every other element of a longer tensor):
+  // the same results as the contiguous targets.
+  loom::host_tensor<std::int64_t, 1> wide({2 * n});
+  for (index_t r = 0; r < n; ++r) wide(2 * r) = tk(r), wide(2 * r + 1) = 12345;
+  auto wd = in_space(wide);
+  const auto ts = wd.view().slice(loom::range(0, loom::none, 2));
+  CHECK(loom::to_host(loom::cross_entropy(z, ts))() == loom::to_host(loom::cross_entropy(z, tki))());
+  // A target out of range (not ignore_index): NaN for its row's gradient,
+  // as for its loss; the other rows keep theirs.
+  loom::host_tensor<std::int64_t, 1> tb = tk;
+  tb(1) = c, tb(4) = -1;
+  const auto dzb = loom::to_host(loom::cross_entropy_backward(z, in_space(tb), 1.0,
+                                                              {-100, 0.0, loom::loss_reduction::sum}));
+  const auto dzk = loom::to_host(loom::cross_entropy_backward(z, tki, 1.0, {-100, 0.0, loom::loss_reduction::sum}));
+  for (index_t r = 0; r < n; ++r)
+    for (index_t k = 0; k < c; ++k) {
+      if (r == 1 || r == 4)
+        CHECK(std::isnan(dzb(r, k)));
+      else
+        CHECK(dzb(r, k) == dzk(r, k));
+    }
+  const auto dzs = loom::to_host(loom::cross_entropy_backward(z, ts));
+  for (index_t r = 0; r < n; ++r)
+    for (index_t k = 0; k < c; ++k) CHECK(dzs(r, k) == dz(r, k));
+
+  // Double logits with label smoothing: the gradient (softmax - smoothed
+  // one-hot) / rows, to double precision.
+  auto zd = random_host<double, 2>({n, c}, g, -3, 3);
+  auto zdi = in_space(zd);
+  loom::cross_entropy_options o;
+  o.label_smoothing = 0.1;
+  o.reduction = loom::loss_reduction::sum;
+  const auto dd = loom::to_host(loom::cross_entropy_backward(zdi, tki, 1.0, o));
+  for (index_t r = 0; r < n; ++r) {
+    double m = -inf, se = 0;
+    for (index_t k = 0; k < c; ++k) m = std::max(m, zd(r, k));
+    for (index_t k = 0; k < c; ++k) se += std::exp(zd(r, k) - m);
+    for (index_t k = 0; k < c; ++k) {
+      const double want =
+          r == 3 ? 0.0 : std::exp(zd(r, k) - m) / se - ((k == tk(r) ? 0.9 : 0.0) + 0.1 / static_cast<double>(c));
+      CHECK(dd(r, k) == Approx(want).margin(1e-13));
+    }
+  }
+}
+
+namespace {
 // A user layer: RMSNorm followed by a SwiGLU gate, in a few lines.
 constexpr auto rms_swiglu = loom::layer([](auto x, auto w, auto gate) {
   auto n = x * loom::rsqrt(loom::row_mean(x * x) + 1e-6) * w;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "loom/core/error.hpp"
@@ -14,6 +15,28 @@
 #include "loom/tensor/tensor.hpp"
 
 namespace loom {
+namespace detail {
+// w * x, and 0 when w == 0 whatever x: with no label smoothing a masked
+// (-inf) logit makes the smoothing term's x infinite, and 0 * inf is NaN.
+struct ce_weighted {
+  double w;
+  template <class X>
+  LOOM_HD X operator()(X x) const {
+    return w == 0 ? X(0) : static_cast<X>(w) * x;
+  }
+};
+// The smoothed target distribution in the logits' compute type C (a where of
+// two C++ scalars on a bool condition alone would be float).
+template <class C>
+struct ce_target {
+  C hit, miss;
+  template <class B>
+  LOOM_HD C operator()(B is_target) const {
+    return is_target ? hit : miss;
+  }
+};
+}  // namespace detail
+
 //! How cross_entropy combines the per-row losses.
 enum class loss_reduction { mean, sum };
 
@@ -29,7 +52,9 @@ struct cross_entropy_options {
 //! The per-row cross-entropy of logits [..., C] against integer targets
 //! [..., 1] (one class index per row), as a lazy expression of shape [..., 1]
 //! computed in float. A target outside [0, C) that is not ignore_index gives
-//! NaN for its row (a kernel cannot raise). One kernel when assigned: passes
+//! NaN for its row (a kernel cannot raise). A -inf logit masks its class:
+//! the loss stays finite unless that class is the target (inf) or label
+//! smoothing puts weight on it (inf), as in PyTorch. One kernel when assigned: passes
 //! for the row max, the sum of exponentials, the target logit (and the row
 //! mean with label smoothing).
 template <expression L, expression T>
@@ -41,7 +66,9 @@ template <expression L, expression T>
   const auto picked = row_sum(where(col == t, z, 0.0f));
   const auto hits = row_sum(where(col == t, 1.0f, 0.0f));
   const double eps = o.label_smoothing;
-  const auto loss = (1.0 - eps) * (lse - picked) + eps * (lse - row_mean(z));
+  // Each term only where its weight is not 0: a masked (-inf) logit makes
+  // lse - row_mean infinite, a -inf target logit lse - picked.
+  const auto loss = map(detail::ce_weighted{1.0 - eps}, lse - picked) + map(detail::ce_weighted{eps}, lse - row_mean(z));
   return where(t == o.ignore_index, 0.0f, where(hits == 0.0f, std::numeric_limits<float>::quiet_NaN(), loss));
 }
 
@@ -83,7 +110,7 @@ template <tensor_like L, tensor_like T>
   const index_t n = tv.extent(0);
   tensor<float, 0, typename decltype(tv)::space> out(shape<0>{});
   const auto losses = per_row.view().reshape(shape<2>{1, n});
-  const auto t_row = tv.reshape(shape<2>{1, n});
+  const auto t_row = tv.unsqueeze(0);  // any view of the targets, strided too
   const auto dst = out.view().reshape(shape<2>{1, 1});
   if (o.reduction == loss_reduction::sum)
     assign(dst, row_sum(losses));
@@ -95,7 +122,8 @@ template <tensor_like L, tensor_like T>
 //! Gradient of cross_entropy (reduced as `o.reduction` says) with respect to
 //! the logits, for an output gradient `grad` (1 for a plain loss):
 //! (softmax(z) - ((1 - s) onehot + s / C)) * grad / count, zero rows for
-//! ignored targets. A tensor shaped and typed like the logits. Two kernels
+//! ignored targets, NaN rows for targets outside [0, C) (as their losses).
+//! A tensor shaped and typed like the logits. Two kernels
 //! for the mean (the count of rows, then the gradient), one for the sum.
 template <tensor_like L, tensor_like T>
 [[nodiscard]] auto cross_entropy_backward(const L& logits, const T& target, double grad = 1.0,
@@ -104,9 +132,9 @@ template <tensor_like L, tensor_like T>
   const auto tv = detail::as_view(target);
   detail::check_ce_shapes(lv, tv);
   using S = typename decltype(lv)::space;
-  const index_t n = lv.extent(0), c = lv.extent(1);
+  const index_t c = lv.extent(1);
   tensor<float, 2, S> count({1, 1});
-  const auto t_row = tv.reshape(shape<2>{1, n});
+  const auto t_row = tv.unsqueeze(0);  // any view of the targets, strided too
   if (o.reduction == loss_reduction::mean)
     assign(count, row_sum(where(t_row == o.ignore_index, 0.0f, 1.0f)));
   else
@@ -115,9 +143,16 @@ template <tensor_like L, tensor_like T>
   const auto t = detail::as_node(tv.unsqueeze(1));
   const auto p = exp(z - row_max(z)) / row_sum(exp(z - row_max(z)));
   const double s = o.label_smoothing;
-  const auto target_dist = where(column_index(z) == t, 1.0 - s + s / static_cast<double>(c), s / static_cast<double>(c));
+  using C = compute_t<typename decltype(lv)::value_type>;
+  const auto target_dist = map(detail::ce_target<C>{static_cast<C>(1.0 - s + s / static_cast<double>(c)),
+                                                    static_cast<C>(s / static_cast<double>(c))},
+                               column_index(z) == t);
   tensor<typename decltype(lv)::value_type, 2, S> dz(lv.extents());
-  assign(dz, where(t == o.ignore_index, 0.0f, (p - target_dist) * grad / count));
+  // A target outside [0, C) that is not ignore_index: NaN for its row, as
+  // its loss (a kernel cannot raise).
+  const auto bad = (t < std::int64_t{0}) || (t >= static_cast<std::int64_t>(c));
+  assign(dz, where(t == o.ignore_index, 0.0f,
+                   where(bad, std::numeric_limits<float>::quiet_NaN(), (p - target_dist) * grad / count)));
   return dz;
 }
 }  // namespace loom
