@@ -28,8 +28,9 @@ thread's SCAN_RUN loads together; the tile scans (the look-back scan of one
 long row, and rows of several tiles) issue a whole tile's SCAN_TILE_RUN loads
 together; the kernel of rows up to 1024 (segment_scan_kernel) issues a
 thread's SCAN_SEGMENT_LOADS loads together before its first barrier; the
-look-back scan reads its tiles' flags with acquire loads and
-publishes them with release stores.
+look-back scan of floats publishes each tile's status and value as one
+64-bit word with a release store and reads it with one acquire load (no
+32-bit status loads).
 Prints one report line per kernel.
 Exit status 0 when every check holds.
 """
@@ -80,7 +81,9 @@ SCAN_RUN = 8
 SCAN_TILE_RUN = 16
 SCAN_SEGMENT_LOADS = 8  # segment_scan_kernel's linear form: segment_items<true> loads, then the scans
 ACQUIRE = re.compile(r"\bld\.acquire\.gpu\b")
-RELEASE = re.compile(r"\bst\.release\.gpu\b")
+# A float tile's status and value: one 64-bit word (lookback_packed).
+ACQUIRE64 = re.compile(r"\bld\.acquire\.gpu(?:\.global)?\.b64\b")
+RELEASE64 = re.compile(r"\bst\.release\.gpu(?:\.global)?\.b64\b")
 # The row-cache copy in both forms of the row kernel: 16-byte global loads
 # (four in flight, then one per remaining 16 bytes) and as many shared stores.
 ROW_COPY_V4 = 5
@@ -215,9 +218,14 @@ def check_scan(case, desc, ents, stats, failures):
             what = "loads in a row before its first barrier" if kind == "segments" else "loads in a row"
             failures.append(f"case {case} ({desc}): {kind} kernel has at most {run} {what}, "
                             f"expected at least {want}")
-        if kind == "look-back" and (not ACQUIRE.search(body) or len(RELEASE.findall(body)) < 2):
-            failures.append(f"case {case} ({desc}): look-back kernel without acquire loads and release stores "
-                            f"of its tile flags")
+        if kind == "look-back":
+            acquires, wide = len(ACQUIRE.findall(body)), len(ACQUIRE64.findall(body))
+            # Three publications: tile 0's inclusive prefix, an aggregate, an inclusive prefix.
+            if wide == 0 or wide != acquires or len(RELEASE64.findall(body)) < 3:
+                failures.append(f"case {case} ({desc}): look-back kernel reads {acquires} tile states with "
+                                f"acquire loads, {wide} of them 64-bit, and publishes "
+                                f"{len(RELEASE64.findall(body))} with 64-bit release stores: expected every "
+                                f"read to be one 64-bit word (status and value), and at least 3 publications")
 
 
 def main():

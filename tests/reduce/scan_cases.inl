@@ -3,6 +3,7 @@
 // loops. The including file defines LOOM_TEST_SPACE and LOOM_TEST_TAG.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -661,8 +662,20 @@ TEMPLATE_TEST_CASE("the look-back scan's tile prefix is the serial chain value w
           unsigned found = 0;
           for (int l = 0; l < 32; ++l) {
             const int j = end - 1 - l;
-            v[l] = j < 0 ? op.identity() : (inclusive[j] ? chain[j] : agg[j]);
-            if (j >= 0 && inclusive[j]) found |= 1u << l;
+            if (j < 0) {
+              v[l] = op.identity();
+              continue;
+            }
+            // What the kernel reads of tile j: a float tile's status and
+            // value come through the 64-bit word it publishes.
+            unsigned status = inclusive[j] ? tile_inclusive : tile_aggregate;
+            v[l] = inclusive[j] ? chain[j] : agg[j];
+            if constexpr (std::is_same_v<acc, float>) {
+              const std::uint64_t word = lookback_pack(status, v[l]);
+              status = lookback_status(word);
+              v[l] = lookback_value(word);
+            }
+            if (status == tile_inclusive) found |= 1u << l;
           }
           if (found != 0) {
             int first = 0;
@@ -704,5 +717,36 @@ TEMPLATE_TEST_CASE("the look-back scan's tile prefix is the serial chain value w
       },
       "sum");
   check_op(prod_op<T>{}, [&] { return static_cast<T>(1.0 + near1(g)); }, "prod");
+}
+
+// A float tile's published state is one 64-bit word (lookback_packed): the
+// word must give back the status and every bit of the value, NaN payloads,
+// signed zeros, infinities and subnormals included, and never be the
+// pending word 0 the state is cleared to.
+TEST_CASE("the look-back scan's 64-bit tile word keeps the status and every bit of the value", "[reduce][scan]") {
+  using namespace loom::detail;
+  std::mt19937 g(loom_test::seed_for("look-back word"));
+  std::vector<std::uint32_t> bits = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                     0xffc00001u, 0x7f800001u, 0x00000001u, 0x807fffffu, 0x7f7fffffu,
+                                     0x3f800000u, 0xffffffffu};
+  for (int i = 0; i < 10000; ++i) bits.push_back(static_cast<std::uint32_t>(g()));
+  int checked = 0;
+  for (const std::uint32_t b : bits) {
+    float v;
+    std::memcpy(&v, &b, sizeof v);
+    for (const unsigned status : {unsigned{tile_aggregate}, unsigned{tile_inclusive}}) {
+      const std::uint64_t word = lookback_pack(status, v);
+      const float back = lookback_value(word);
+      std::uint32_t got;
+      std::memcpy(&got, &back, sizeof got);
+      INFO("bits " << std::hex << b << " status " << status);
+      REQUIRE(word != 0);
+      REQUIRE(lookback_status(word) == status);
+      REQUIRE(got == b);
+      ++checked;
+    }
+  }
+  CHECK(lookback_status(0) == tile_pending);
+  CHECK(checked == 2 * static_cast<int>(bits.size()));
 }
 #endif

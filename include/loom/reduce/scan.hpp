@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -203,6 +204,32 @@ LOOM_HD void cross_scan_write(const Sink& w, const Op& op, index_t base, index_t
     if (q0 + u < len) w.strided(base, stride, q0 + u, len, op(prefix, v[u]));
 }
 
+// The look-back scan's tile states (see lookback_state).
+enum : unsigned { tile_pending = 0, tile_aggregate = 1, tile_inclusive = 2 };
+
+//! A tile's status and float value as one 64-bit word: the value's bits
+//! above, the status below (a published word is never 0, the pending word).
+LOOM_HD std::uint64_t lookback_pack(unsigned status, float v) {
+#if defined(__CUDA_ARCH__)
+  const std::uint32_t bits = __float_as_uint(v);
+#else
+  std::uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+#endif
+  return static_cast<std::uint64_t>(bits) << 32 | status;
+}
+LOOM_HD unsigned lookback_status(std::uint64_t w) { return static_cast<unsigned>(w & 0xffffffffu); }
+LOOM_HD float lookback_value(std::uint64_t w) {
+  const auto bits = static_cast<std::uint32_t>(w >> 32);
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+#endif
+}
+
 //! The look-back scan's prefix for a tile (see lookback_scan_kernel) from
 //! what its walk found: the window that holds the nearest inclusive tile, in
 //! which lane l read tile end - 1 - l and lane `first` that inclusive prefix
@@ -390,15 +417,79 @@ __global__ void __launch_bounds__(Block)
 constexpr int chunk_block = 256;
 constexpr index_t scan_chunk = 16 * chunk_block;  // one block per row up to this length
 
-enum : unsigned { tile_pending = 0, tile_aggregate = 1, tile_inclusive = 2 };
-
+// A tile's state while the look-back runs, for each tile of the row:
+// pending (nothing published yet), then its aggregate, then its inclusive
+// prefix. A reader needs the status and the value it goes with.
+// Accumulators of 4 bytes (float; half and bf16 scan in float) keep both in
+// one 64-bit word, published with one release store and read with one
+// acquire load, so a window of the walk costs one round trip to memory.
+// Wider ones (double) keep the value beside a status word: the reader loads
+// the status, then the value it names (two round trips).
 template <class A>
-struct lookback_state {
+struct lookback_split {
   A* agg;            // each tile's aggregate
   A* incl;           // each tile's inclusive prefix
-  unsigned* flag;    // tile_pending -> tile_aggregate -> tile_inclusive
+  unsigned* status;  // tile_pending -> tile_aggregate -> tile_inclusive
   unsigned* ticket;  // tiles started
+
+  static std::size_t bytes(index_t tiles) {
+    return 2 * static_cast<std::size_t>(tiles) * sizeof(A) + (static_cast<std::size_t>(tiles) + 1) * sizeof(unsigned);
+  }
+  // The state in `p` (of bytes(tiles)) and the part to zero before the scan.
+  static lookback_split at(void* p, index_t tiles, void*& zero, std::size_t& zero_bytes) {
+    A* const a = static_cast<A*>(p);
+    unsigned* const s = reinterpret_cast<unsigned*>(a + 2 * tiles);
+    zero = s;
+    zero_bytes = (static_cast<std::size_t>(tiles) + 1) * sizeof(unsigned);
+    return {a, a + tiles, s, s + tiles};
+  }
+  using status_ref = cuda::atomic_ref<unsigned, cuda::thread_scope_device>;
+  __device__ void publish(index_t t, unsigned st, const A& v) const {
+    (st == tile_inclusive ? incl : agg)[t] = v;
+    status_ref(status[t]).store(st, cuda::memory_order_release);
+  }
+  // Waits until tile t has published; returns its status and sets v.
+  __device__ unsigned read(index_t t, A& v) const {
+    unsigned f;
+    while ((f = status_ref(status[t]).load(cuda::memory_order_acquire)) == tile_pending) __nanosleep(32);
+    v = f == tile_inclusive ? incl[t] : agg[t];
+    return f;
+  }
 };
+
+template <class A>
+struct lookback_packed {
+  static_assert(std::is_same_v<A, float>);
+  std::uint64_t* word;  // per tile: lookback_pack(status, value); 0 while pending
+  unsigned* ticket;     // tiles started
+
+  static std::size_t bytes(index_t tiles) {
+    return static_cast<std::size_t>(tiles) * sizeof(std::uint64_t) + sizeof(unsigned);
+  }
+  static lookback_packed at(void* p, index_t tiles, void*& zero, std::size_t& zero_bytes) {
+    zero = p;
+    zero_bytes = bytes(tiles);
+    std::uint64_t* const w = static_cast<std::uint64_t*>(p);
+    return {w, reinterpret_cast<unsigned*>(w + tiles)};
+  }
+  using word_ref = cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device>;
+  __device__ void publish(index_t t, unsigned st, const A& v) const {
+    word_ref(word[t]).store(lookback_pack(st, v), cuda::memory_order_release);
+  }
+  __device__ unsigned read(index_t t, A& v) const {
+    for (;;) {
+      const std::uint64_t x = word_ref(word[t]).load(cuda::memory_order_acquire);
+      if (lookback_status(x) != tile_pending) {
+        v = lookback_value(x);
+        return lookback_status(x);
+      }
+      __nanosleep(32);
+    }
+  }
+};
+
+template <class A>
+using lookback_state = std::conditional_t<std::is_same_v<A, float>, lookback_packed<A>, lookback_split<A>>;
 
 template <int Block, bool Linear, class Op, class B, class W, std::size_t R>
 __global__ void __launch_bounds__(Block)
@@ -406,7 +497,6 @@ __global__ void __launch_bounds__(Block)
                          lookback_state<typename Op::acc> st) {
   using acc = typename Op::acc;
   using ts = tile_scan<Block, scan_items<Op>, Op>;
-  using flag_ref = cuda::atomic_ref<unsigned, cuda::thread_scope_device>;
   __shared__ typename ts::temp tmp;
   __shared__ acc saved[lookback_windows][32];
   __shared__ acc prefix_sh;
@@ -425,15 +515,9 @@ __global__ void __launch_bounds__(Block)
   if (threadIdx.x < 32) {
     const int lane = static_cast<int>(threadIdx.x);
     if (tile == 0) {
-      if (lane == 0) {
-        st.incl[0] = aggregate;
-        flag_ref(st.flag[0]).store(tile_inclusive, cuda::memory_order_release);
-      }
+      if (lane == 0) st.publish(0, tile_inclusive, aggregate);
     } else {
-      if (lane == 0) {
-        st.agg[tile] = aggregate;
-        flag_ref(st.flag[tile]).store(tile_aggregate, cuda::memory_order_release);
-      }
+      if (lane == 0) st.publish(tile, tile_aggregate, aggregate);
       // Window [end - 32, end): lane l reads tile end - 1 - l. Windows with
       // no inclusive prefix are kept (at most lookback_windows; past that the
       // walk starts again from this tile: the nearer tiles publish theirs
@@ -442,11 +526,12 @@ __global__ void __launch_bounds__(Block)
       int kept = 0;
       for (;;) {
         const index_t j = end - 1 - lane;
-        unsigned f = tile_pending;
-        acc v = op.identity();
-        if (j >= 0) {
-          while ((f = flag_ref(st.flag[j]).load(cuda::memory_order_acquire)) == tile_pending) __nanosleep(32);
-          v = f == tile_inclusive ? st.incl[j] : st.agg[j];
+        // Lanes past tile 0 read tile 0 (published: it started first) and drop it.
+        acc v;
+        unsigned f = st.read(j >= 0 ? j : 0, v);
+        if (j < 0) {
+          f = tile_pending;
+          v = op.identity();
         }
         const unsigned found = __ballot_sync(0xffffffffu, f == tile_inclusive);
         if (found != 0) {
@@ -456,8 +541,7 @@ __global__ void __launch_bounds__(Block)
               [&](int k, int l) { return saved[k][l]; });
           if (lane == 0) {
             prefix_sh = r;
-            st.incl[tile] = op(r, aggregate);
-            flag_ref(st.flag[tile]).store(tile_inclusive, cuda::memory_order_release);
+            st.publish(tile, tile_inclusive, op(r, aggregate));
           }
           break;
         }
@@ -488,14 +572,14 @@ void lookback_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusi
   using acc = typename Op::acc;
   constexpr index_t tile = tile_scan<chunk_block, scan_items<Op>, Op>::tile;
   const index_t tiles = (len + tile - 1) / tile;
-  const std::size_t values = 2 * static_cast<std::size_t>(tiles) * sizeof(acc);
-  const std::size_t flags = (static_cast<std::size_t>(tiles) + 1) * sizeof(unsigned);
-  scratch<device> state(values + flags, s);
-  acc* const agg = static_cast<acc*>(state.p);
-  unsigned* const flag = reinterpret_cast<unsigned*>(agg + 2 * tiles);
-  LOOM_CUDA_CHECK(cudaMemsetAsync(flag, 0, flags, s.get()));
+  using state_t = lookback_state<acc>;
+  scratch<device> state(state_t::bytes(tiles), s);
+  void* zero = nullptr;
+  std::size_t zero_bytes = 0;
+  const state_t st = state_t::at(state.p, tiles, zero, zero_bytes);
+  LOOM_CUDA_CHECK(cudaMemsetAsync(zero, 0, zero_bytes, s.get()));
   lookback_scan_kernel<chunk_block, Linear><<<static_cast<unsigned>(tiles), chunk_block, 0, s.get()>>>(
-      w, op, b, m, len, lookback_state<acc>{agg, agg + tiles, flag, flag + tiles});
+      w, op, b, m, len, st);
   LOOM_CUDA_CHECK(cudaGetLastError());
   device_launch_counter().fetch_add(1, std::memory_order_relaxed);
 }
