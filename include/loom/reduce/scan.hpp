@@ -420,11 +420,12 @@ constexpr index_t scan_chunk = 16 * chunk_block;  // one block per row up to thi
 // A tile's state while the look-back runs, for each tile of the row:
 // pending (nothing published yet), then its aggregate, then its inclusive
 // prefix. A reader needs the status and the value it goes with.
-// Accumulators of 4 bytes (float; half and bf16 scan in float) keep both in
-// one 64-bit word, published with one release store and read with one
-// acquire load, so a window of the walk costs one round trip to memory.
-// Wider ones (double) keep the value beside a status word: the reader loads
-// the status, then the value it names (two round trips).
+// Float accumulators (float, half and bf16 scan in float) keep both in one
+// 64-bit word, published with one release store and read with one acquire
+// load, so a window of the walk costs one round trip to memory. Double ones
+// keep the value beside a status word (a 16-byte load is not single-copy
+// atomic): the reader loads the status, then the value it names (two round
+// trips).
 template <class A>
 struct lookback_split {
   A* agg;            // each tile's aggregate
