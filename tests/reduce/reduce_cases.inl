@@ -505,6 +505,16 @@ TEST_CASE("empty reductions give the identity or a clear error", "[reduce]" LOOM
   CHECK(loom::item(loom::count_nonzero(x)) == 0);
   CHECK(loom::item(loom::l2_norm(x)) == 0.0f);
   CHECK(loom::item(loom::logsumexp(x)) == -std::numeric_limits<float>::infinity());
+  // The variance of nothing is NaN whatever the correction, a negative one
+  // (divisor max(0, 0 - c) = -c) included.
+  for (const double c : {1.0, 0.0, -1.0, -2.5}) {
+    INFO("correction " << c);
+    CHECK(std::isnan(loom::item(loom::var(x, loom::correction{c}))));
+    CHECK(std::isnan(loom::item(loom::stddev(x, loom::correction{c}))));
+    const auto v = values(loom::var(x, 0, loom::correction{c}));
+    CHECK(v.v.size() == 3);
+    for (const double e : v.v) CHECK(std::isnan(e));
+  }
   CHECK_THROWS_AS(loom::max(x), loom::value_error);
   CHECK_THROWS_WITH(loom::argmax(x), Catch::Matchers::Contains("argmax") && Catch::Matchers::Contains("[0, 3]"));
   // Reducing the empty axis: one identity per output.

@@ -327,9 +327,11 @@ struct var_op {
     const F fb = static_cast<F>(b.n) / static_cast<F>(n);
     return {n, a.mean + delta * fb, a.m2 + b.m2 + delta * delta * static_cast<F>(a.n) * fb};
   }
+  // An empty range has no mean: NaN for any correction (d = 0, and m2 is 0),
+  // also a negative one, whose divisor -c would give 0.
   LOOM_HD result finalize(const acc& a, index_t) const {
     F d = static_cast<F>(a.n) - correction_;
-    if (d < F(0)) d = F(0);
+    if (d < F(0) || a.n == 0) d = F(0);
     const F v = a.m2 / d;
     return convert<result>(Std ? ::loom::math::sqrt(v) : v);
   }
@@ -1188,7 +1190,8 @@ auto moment_arg(correction c) {
 
 //! Variance and standard deviation, numerically stable (Welford / Chan
 //! merging, one pass), with PyTorch's correction: divisor max(0, N - c),
-//! c = 1 by default. float_result_t<T>; NaN when N - c <= 0 and all equal.
+//! c = 1 by default. float_result_t<T>; NaN when N - c <= 0 and all equal,
+//! and NaN over an empty range for any c.
 //! Kernels as sum.
 //! Example: `auto v = loom::var(x, 0, loom::correction{0});`, `auto s = loom::stddev(x);`
 LOOM_MOMENT_REDUCTION(var, detail::variance_op)
