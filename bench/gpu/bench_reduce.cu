@@ -10,9 +10,12 @@
 //    kernel) and across rows (loom::sum(x, 0)), and 262144 x 256 across
 //    rows (few columns: the rows in chunks, two kernels) and along rows
 //    (short rows: a warp per row), and 2^26 x 4 along rows (a thread per row);
-//  - cumsum of one row of 2^26 floats vs cub::DeviceScan::InclusiveSum, and
-//    cumsum of 8192 x 8192 and of 65536 x 1000 along rows (block per row) and
-//    across rows.
+//  - cumsum of one row of 2^26 floats vs cub::DeviceScan::InclusiveSum, with
+//    loom's look-back cut and paced in other ways (lookback_tiles: CUB's own
+//    sm_90 tile, block scan and waits among them) and the same data as rows
+//    of one tile each (the tile scan without its look-back: how much the
+//    look-back costs), and cumsum of 8192 x 8192 and of 65536 x 1000 along
+//    rows (block per row) and across rows.
 // Random never-zero data (the hash of gpu_bench.cuh); each result is checked
 // against a double reference computed on the host before it is timed. CUDA
 // events after warm-up, median of many samples; every buffer is larger than
@@ -192,6 +195,20 @@ void axis_sums(bench_state& st, index_t rows, index_t cols, int axis) {
              static_cast<double>(rows) * cols * sizeof(float) + outputs * 4.0, check, f);
 }
 
+// loom's look-back scan of x into y with another lookback_tiles choice.
+template <class Tiles>
+void lookback_variant(bench_state& st, const std::string& impl, const loom::device_tensor<float, 1>& x,
+                      loom::device_tensor<float, 1>& y, const std::vector<float>& hx) {
+  const index_t n = x.size();
+  auto f = [&] {
+    y = loom::detail::scan_impl<loom::detail::sum_op<float>, false, Tiles>(x, 0, loom::scan_kind::inclusive);
+  };
+  poison(y);
+  f();
+  st.measure("cumsum(x, 0)", std::to_string(n), impl, 2.0 * static_cast<double>(n) * sizeof(float),
+             check_scan(loom::to_host(y), hx, n, 1), f);
+}
+
 void long_scan(bench_state& st, index_t n) {
   const cudaStream_t s = loom::current_stream().get();
   {
@@ -215,6 +232,33 @@ void long_scan(bench_state& st, index_t n) {
     poison(y);
     loom_scan();
     st.measure("cumsum(x, 0)", shape, "loom", bytes, check_scan(loom::to_host(y), hx, n, 1), loom_scan);
+
+    // The same look-back cut and paced otherwise. CUB's sm_90 tuning of
+    // cub::DeviceScan for float sums (cub/device/dispatch/tuning/tuning_scan.cuh,
+    // CCCL 3.0): 128 threads x 24 items, BLOCK_SCAN_WARP_SCANS, a wait of
+    // 1140 ns before the look-back and 688 ns between polls.
+    using loom::detail::lookback_tiles;
+    lookback_variant<lookback_tiles<128, 24, true, 1140, 688>>(st, "loom, CUB's tile and waits: 128x24, warp scans, 1140/688 ns", x, y, hx);
+    lookback_variant<lookback_tiles<128, 24, true>>(st, "loom, CUB's tile: 128x24, warp scans", x, y, hx);
+    lookback_variant<lookback_tiles<0, 0, false, 1140, 688>>(st, "loom, CUB's waits: 1140/688 ns", x, y, hx);
+    lookback_variant<lookback_tiles<256, 24>>(st, "loom, tiles 256x24", x, y, hx);
+    lookback_variant<lookback_tiles<512, 16>>(st, "loom, tiles 512x16", x, y, hx);
+  }
+  {
+    // The tile scan alone: the same values as rows of one 4096-element tile
+    // (one block per row, no look-back), the ceiling of the look-back's tiles.
+    constexpr index_t tile = 4096;
+    const index_t rows = n / tile;
+    if (rows == 0) return;
+    loom::device_tensor<float, 2> x({rows, tile}), y({rows, tile});
+    hash_fill(x, 24);
+    const auto hx = host_values(24, rows * tile);
+    auto f = [&] { y = loom::cumsum(x, 1); };
+    poison(y);
+    f();
+    st.measure("cumsum(x, 1), a tile per row", std::to_string(rows) + "x" + std::to_string(tile), "loom",
+               2.0 * static_cast<double>(rows) * tile * sizeof(float),
+               check_scan(loom::to_host(y.view().reshape(loom::shape<1>{rows * tile})), hx, tile, 61), f);
   }
 }
 

@@ -241,6 +241,23 @@ LOOM_HD float lookback_value(std::uint64_t w) {
 //! fold starts, never its value.
 inline constexpr int lookback_windows = 8;  // windows of 32 tiles kept while looking back
 
+// How the look-back scan of one long floating row cuts and paces its tiles:
+// Block threads x Items elements per tile (0: loom's choice, 256 x 16 for
+// 4-byte accumulators, 256 x 8 for double), cub::BlockScan's raking or
+// warp-scans algorithm, a wait of WaitNs before the first window is read
+// (only in grids of at least 500 tiles), and PollNs between two reads of a
+// tile that has published nothing yet. cumsum and cumprod use the default;
+// bench_reduce_gpu instantiates other choices (CUB's own sm_90 tuning of
+// cub::DeviceScan among them) and times them against it. Any choice gives
+// a correct, run-to-run reproducible scan; the tile length changes where the
+// partial sums are rounded, so results differ between choices in the last bits.
+template <int Block = 0, int Items = 0, bool WarpScans = false, unsigned WaitNs = 0, unsigned PollNs = 32>
+struct lookback_tiles {
+  static constexpr int block = Block, items = Items;
+  static constexpr bool warp_scans = WarpScans;
+  static constexpr unsigned wait_ns = WaitNs, poll_ns = PollNs;
+};
+
 template <class Op, class Lane, class Saved>
 LOOM_HD typename Op::acc lookback_fold(const Op& op, int first, int kept, const Lane& lane, const Saved& saved) {
   typename Op::acc r = lane(first);
@@ -340,11 +357,11 @@ struct shifted_writer {
   }
 };
 
-template <int Block, int Items, class Op>
+template <int Block, int Items, class Op, cub::BlockScanAlgorithm Algo = cub::BLOCK_SCAN_RAKING>
 struct tile_scan {
   using acc = typename Op::acc;
   using load_t = cub::BlockLoad<acc, Block, Items, cub::BLOCK_LOAD_WARP_TRANSPOSE>;
-  using scan_t = cub::BlockScan<acc, Block>;
+  using scan_t = cub::BlockScan<acc, Block, Algo>;
   using store_t = cub::BlockStore<acc, Block, Items, cub::BLOCK_STORE_WARP_TRANSPOSE>;
   union temp {
     typename load_t::TempStorage load;
@@ -449,10 +466,11 @@ struct lookback_split {
     (st == tile_inclusive ? incl : agg)[t] = v;
     status_ref(status[t]).store(st, cuda::memory_order_release);
   }
-  // Waits until tile t has published; returns its status and sets v.
+  // Waits until tile t has published (PollNs between reads); returns its status and sets v.
+  template <unsigned PollNs>
   __device__ unsigned read(index_t t, A& v) const {
     unsigned f;
-    while ((f = status_ref(status[t]).load(cuda::memory_order_acquire)) == tile_pending) __nanosleep(32);
+    while ((f = status_ref(status[t]).load(cuda::memory_order_acquire)) == tile_pending) __nanosleep(PollNs);
     v = f == tile_inclusive ? incl[t] : agg[t];
     return f;
   }
@@ -477,6 +495,7 @@ struct lookback_packed {
   __device__ void publish(index_t t, unsigned st, const A& v) const {
     word_ref(word[t]).store(lookback_pack(st, v), cuda::memory_order_release);
   }
+  template <unsigned PollNs>
   __device__ unsigned read(index_t t, A& v) const {
     for (;;) {
       const std::uint64_t x = word_ref(word[t]).load(cuda::memory_order_acquire);
@@ -484,7 +503,7 @@ struct lookback_packed {
         v = lookback_value(x);
         return lookback_status(x);
       }
-      __nanosleep(32);
+      __nanosleep(PollNs);
     }
   }
 };
@@ -492,12 +511,23 @@ struct lookback_packed {
 template <class A>
 using lookback_state = std::conditional_t<std::is_same_v<A, float>, lookback_packed<A>, lookback_split<A>>;
 
-template <int Block, bool Linear, class Op, class B, class W, std::size_t R>
-__global__ void __launch_bounds__(Block)
+// A lookback_tiles choice with its defaults filled in.
+template <class Tiles, class Op>
+struct lookback_geometry {
+  static constexpr int block = Tiles::block > 0 ? Tiles::block : chunk_block;
+  static constexpr int items = Tiles::items > 0 ? Tiles::items : scan_items<Op>;
+  using tile_t = tile_scan<block, items, Op, Tiles::warp_scans ? cub::BLOCK_SCAN_WARP_SCANS : cub::BLOCK_SCAN_RAKING>;
+  static_assert(block % 32 == 0 && block >= 32 && block <= 1024,
+                "loom: a look-back tile's block is a whole number of warps, at most 1024 threads");
+};
+
+template <bool Linear, class Tiles, class Op, class B, class W, std::size_t R>
+__global__ void __launch_bounds__(lookback_geometry<Tiles, Op>::block)
     lookback_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, axis_map<R> m, index_t len,
                          lookback_state<typename Op::acc> st) {
   using acc = typename Op::acc;
-  using ts = tile_scan<Block, scan_items<Op>, Op>;
+  constexpr int Items = lookback_geometry<Tiles, Op>::items;
+  using ts = typename lookback_geometry<Tiles, Op>::tile_t;
   __shared__ typename ts::temp tmp;
   __shared__ acc saved[lookback_windows][32];
   __shared__ acc prefix_sh;
@@ -506,7 +536,7 @@ __global__ void __launch_bounds__(Block)
   __syncthreads();
   const index_t tile = tile_sh, t0 = tile * ts::tile;
   const int valid = static_cast<int>(len - t0 < ts::tile ? len - t0 : ts::tile);
-  acc items[scan_items<Op>];
+  acc items[Items];
   const auto in = thrust::make_transform_iterator(thrust::counting_iterator<index_t>(t0),
                                                   lift_scan_at<Op, B, Linear, R>{op, b, m, 0});
   ts::load(tmp, in, items, valid, op);
@@ -519,6 +549,8 @@ __global__ void __launch_bounds__(Block)
       if (lane == 0) st.publish(0, tile_inclusive, aggregate);
     } else {
       if (lane == 0) st.publish(tile, tile_aggregate, aggregate);
+      if constexpr (Tiles::wait_ns > 0)
+        if (gridDim.x >= 500) __nanosleep(Tiles::wait_ns);  // let the tiles before publish theirs first
       // Window [end - 32, end): lane l reads tile end - 1 - l. Windows with
       // no inclusive prefix are kept (at most lookback_windows; past that the
       // walk starts again from this tile: the nearer tiles publish theirs
@@ -529,7 +561,7 @@ __global__ void __launch_bounds__(Block)
         const index_t j = end - 1 - lane;
         // Lanes past tile 0 read tile 0 (published: it started first) and drop it.
         acc v;
-        unsigned f = st.read(j >= 0 ? j : 0, v);
+        unsigned f = st.template read<Tiles::poll_ns>(j >= 0 ? j : 0, v);
         if (j < 0) {
           f = tile_pending;
           v = op.identity();
@@ -562,16 +594,17 @@ __global__ void __launch_bounds__(Block)
   if (tile > 0) {
     const acc prefix = prefix_sh;
     LOOM_UNROLL
-    for (int i = 0; i < scan_items<Op>; ++i) items[i] = op(prefix, items[i]);
+    for (int i = 0; i < Items; ++i) items[i] = op(prefix, items[i]);
   }
   ts::store(tmp, thrust::make_tabulate_output_iterator(shifted_writer<W, Op>{w, t0, 0, len}), items, valid);
 }
 
-template <bool Linear, class Op, class B, class W, std::size_t R>
+template <bool Linear, class Tiles, class Op, class B, class W, std::size_t R>
 void lookback_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& w, index_t len,
                    stream_ref s) {
   using acc = typename Op::acc;
-  constexpr index_t tile = tile_scan<chunk_block, scan_items<Op>, Op>::tile;
+  using geometry = lookback_geometry<Tiles, Op>;
+  constexpr index_t tile = geometry::tile_t::tile;
   const index_t tiles = (len + tile - 1) / tile;
   using state_t = lookback_state<acc>;
   scratch<device> state(state_t::bytes(tiles), s);
@@ -579,7 +612,7 @@ void lookback_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusi
   std::size_t zero_bytes = 0;
   const state_t st = state_t::at(state.p, tiles, zero, zero_bytes);
   LOOM_CUDA_CHECK(cudaMemsetAsync(zero, 0, zero_bytes, s.get()));
-  lookback_scan_kernel<chunk_block, Linear><<<static_cast<unsigned>(tiles), chunk_block, 0, s.get()>>>(
+  lookback_scan_kernel<Linear, Tiles><<<static_cast<unsigned>(tiles), geometry::block, 0, s.get()>>>(
       w, op, b, m, len, st);
   LOOM_CUDA_CHECK(cudaGetLastError());
   device_launch_counter().fetch_add(1, std::memory_order_relaxed);
@@ -627,12 +660,12 @@ void device_cross_scan(const Op& op, const B& b, const inclusive_sink<W, Op>& w,
   device_launch_counter().fetch_add(1, std::memory_order_relaxed);
 }
 
-template <bool Linear, class Op, class B, class W, std::size_t R>
+template <bool Linear, class Tiles, class Op, class B, class W, std::size_t R>
 void device_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& w, index_t rows,
                  index_t len, stream_ref s) {
   if constexpr (is_floating_v<typename Op::acc>) {
     if (rows == 1 && len > scan_chunk) {
-      lookback_scan<Linear>(op, b, m, w, len, s);
+      lookback_scan<Linear, Tiles>(op, b, m, w, len, s);
       return;
     }
   } else if (rows == 1) {
@@ -657,7 +690,7 @@ void device_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive
 }
 #endif
 
-template <class Op, bool Indices, class E>
+template <class Op, bool Indices, class Tiles = lookback_tiles<>, class E>
 auto scan_impl(const E& e, int axis_in, scan_kind kind) {
   using node = node_t<E>;
   check_reducible<node>();
@@ -723,11 +756,11 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
     index_t inner = 1;
     for (std::size_t d = axis + 1; d < R; ++d) inner *= ext[d];
     if (linear)
-      device_scan<true>(op, b, m, sink, rows, len, s);
+      device_scan<true, Tiles>(op, b, m, sink, rows, len, s);
     else if (info.contiguous && inner > 1)
       device_cross_scan(op, b, sink, rows, len, inner, s);
     else
-      device_scan<false>(op, b, m, sink, rows, len, s);
+      device_scan<false, Tiles>(op, b, m, sink, rows, len, s);
 #endif
   }
   if constexpr (Indices)
@@ -743,10 +776,11 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
 //! float), same shape. Host: one loop, rows in parallel, each left to right.
 //! Device, bitwise reproducible run to run: many rows take one kernel (a
 //! block per row; 32 neighbouring rows per block along an axis that is not
-//! the last of a contiguous input); a single row (rank 1 or one row) longer than 4096 takes
-//! one kernel for floating types (tiles of 4096, or 2048 for double, each
-//! prefix folded from the earlier tiles in tile order; the input read once)
-//! and one cub::DeviceScan call for integers, whose sums are exact in any order.
+//! the last of a contiguous input); a single row (rank 1 or one row) of a
+//! floating type longer than 4096 takes one kernel (tiles of 4096, or 2048
+//! for double, each prefix folded from the earlier tiles in tile order; the
+//! input read once); a single row of integers or bools, of any length, one
+//! cub::DeviceScan call (their int64 sums are exact in any order).
 //! Example: `auto c = loom::cumsum(x, -1);`, `auto offs = loom::cumsum(counts, 0, loom::scan_kind::exclusive);`
 template <expression E>
 [[nodiscard]] auto cumsum(const E& e, int axis, scan_kind kind = scan_kind::inclusive) {
