@@ -231,6 +231,7 @@ if [[ -x "$sanitizer" ]]; then
     "memcheck $t/linalg/test_matmul_cuda 5 3"
     "racecheck $t/nn/test_nn_cuda 6 4"
     "racecheck $t/reduce/test_reduce_cuda 6 4"
+    "racecheck $t/reduce/test_scan_cuda 6 3"
     "initcheck $t/expr/test_expr_cuda 9 4"
     "initcheck $t/nn/test_nn_cuda 9 4"
   )

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include <loom/reduce/scan.hpp>
@@ -515,6 +516,70 @@ TEST_CASE("sort and topk read strided views and broadcast expressions, rows of 0
   CHECK_THROWS_AS(loom::topk(x, -1), loom::value_error);
 }
 
+#if LOOM_CUDA_COMPILER
+// A device sort must enqueue its work and return: nothing in it may wait for
+// the host (CUB's segmented sort of more than a few hundred segments copies
+// sizes to the host and synchronizes, which a stream capture refuses). So a
+// sort and a top-k of 1031 rows are captured into a CUDA graph, launched,
+// and checked against the reference's stable order.
+TEST_CASE("device sort and topk of 1031 rows wait for nothing on the host: a CUDA graph captures them",
+          "[reduce][sort]" LOOM_TEST_TAG) {
+  if constexpr (on_device) {
+    std::mt19937_64 g(loom_test::seed_for("sort capture"));
+    const auto h = eighths<float, 2>({1031, 37}, g, 6);
+    const auto x = loom::to_device(h);
+    struct graph_parts {
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      ~graph_parts() {
+        if (exec) (void)cudaGraphExecDestroy(exec);
+        if (graph) (void)cudaGraphDestroy(graph);
+      }
+    };
+    loom::stream s;
+    graph_parts gp;
+    loom::values_indices<float, 2, loom::device> sorted, top;
+    {
+      loom::stream_guard on(s);
+      LOOM_CUDA_CHECK(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeRelaxed));
+      std::string failure;
+      try {
+        sorted = loom::sort(x, loom::sort_order::descending);
+        top = loom::topk(x * 2.0f, 9);
+      } catch (const loom::error& e) {
+        failure = e.what();
+      }
+      const cudaError_t ended = cudaStreamEndCapture(s.get(), &gp.graph);
+      INFO(failure);
+      REQUIRE(failure.empty());
+      REQUIRE(ended == cudaSuccess);
+    }
+    REQUIRE(cudaGraphInstantiate(&gp.exec, gp.graph, 0) == cudaSuccess);
+    REQUIRE(cudaGraphLaunch(gp.exec, s.get()) == cudaSuccess);
+    s.synchronize();
+    const auto v = flat(sorted.values), ix = flat(sorted.indices), tv = flat(top.values), ti = flat(top.indices);
+    REQUIRE(v.size() == 1031u * 37u);
+    REQUIRE(tv.size() == 1031u * 9u);
+    index_t bad = 0;
+    for (index_t r = 0; r < 1031; ++r) {
+      std::vector<double> key;
+      for (index_t j = 0; j < 37; ++j) key.push_back(static_cast<double>(h(r, j)));
+      const auto want = stable_order(key, true);
+      for (index_t j = 0; j < 37; ++j) {
+        const auto p = static_cast<std::size_t>(r * 37 + j);
+        const auto w = static_cast<std::size_t>(want[static_cast<std::size_t>(j)]);
+        bad += ix[p] != static_cast<double>(w) || v[p] != key[w];
+        if (j < 9) {
+          const auto q = static_cast<std::size_t>(r * 9 + j);
+          bad += ti[q] != static_cast<double>(w) || tv[q] != 2 * key[w];
+        }
+      }
+    }
+    CHECK(bad == 0);
+  }
+}
+#endif
+
 #if defined(LOOM_SCAN_REPLAY)
 namespace {
 template <class A>
@@ -748,5 +813,90 @@ TEST_CASE("the look-back scan's 64-bit tile word keeps the status and every bit 
   }
   CHECK(lookback_status(0) == tile_pending);
   CHECK(checked == 2 * static_cast<int>(bits.size()));
+}
+
+// The device sort replayed on the host through its own per-element parts
+// (loom::detail::to_radix_key, flat_position, row_of_position, row_key_bits,
+// gather_sorted), with std::stable_sort standing in for each
+// cub::DeviceRadixSort call (a stable sort of unsigned keys, or of signed and
+// bool keys by value, as CUB documents it; descending for the first call
+// when asked, over the first row_key_bits(rows) bits for the second): each
+// row must come out as the reference's stable order, NaN of either sign the
+// largest value and -0.0 tied with +0.0. Rows of 1031 x 5 are many more
+// than one sorting call of CUB's segmented sort would take without waiting
+// for the host.
+TEMPLATE_TEST_CASE("the device sort's two radix sorts, replayed on the host, sort each row stably", "[reduce][sort]",
+                   float, double, loom::half, loom::bf16, std::int32_t, std::int64_t) {
+  using T = TestType;
+  using namespace loom::detail;
+  using K = sort_key_t<T>;
+  std::mt19937_64 g(loom_test::seed_for("sort replay"));
+  for (auto s : {loom::shape<2>{1, 1}, loom::shape<2>{1, 4099}, loom::shape<2>{7, 33}, loom::shape<2>{1031, 5},
+                 loom::shape<2>{2, 1000}, loom::shape<2>{300, 1}}) {
+    const index_t rows = s[0], len = s[1], total = rows * len;
+    auto h = eighths<T, 2>(s, g, 4);
+    if constexpr (loom::is_floating_v<T>) {
+      for (index_t i = 2; i < total; i += 13) h.data()[i] = T(std::numeric_limits<float>::quiet_NaN());
+      for (index_t i = 5; i < total; i += 17) h.data()[i] = T(-std::numeric_limits<float>::quiet_NaN());
+      for (index_t i = 7; i < total; i += 11) h.data()[i] = T(-0.0f);
+      for (index_t i = 3; i < total; i += 19) h.data()[i] = T(-std::numeric_limits<float>::infinity());
+    }
+    std::vector<K> key(static_cast<std::size_t>(total));
+    for (index_t i = 0; i < total; ++i) {
+      if constexpr (loom::is_floating_v<T>)
+        to_radix_key<T>{h.data(), key.data()}(i);
+      else
+        key[static_cast<std::size_t>(i)] = h.data()[i];
+    }
+    for (const bool desc : {false, true}) {
+      INFO(loom::shape_string(s) << (desc ? " descending" : " ascending"));
+      std::vector<std::int64_t> p0(static_cast<std::size_t>(total)), p1 = p0;
+      for (index_t i = 0; i < total; ++i) flat_position{p0.data()}(i);
+      // 1: (key, position) pairs by key.
+      std::vector<std::size_t> o(p0.size());
+      std::iota(o.begin(), o.end(), std::size_t{0});
+      std::stable_sort(o.begin(), o.end(), [&](std::size_t a, std::size_t b) { return desc ? key[a] > key[b] : key[a] < key[b]; });
+      for (std::size_t i = 0; i < o.size(); ++i) p1[i] = p0[o[i]];
+      const loom::detail::fast_divmod by_len(static_cast<std::uint64_t>(len));
+      const std::int64_t* sorted = p1.data();
+      std::vector<std::int64_t> p2(p0.size());
+      if (rows > 1) {
+        // 2: the positions by row number, over the bits the device call reads.
+        std::vector<std::uint32_t> row(p0.size());
+        for (index_t i = 0; i < total; ++i) row_of_position{p1.data(), row.data(), by_len}(i);
+        const int bits = row_key_bits(rows);
+        REQUIRE(bits >= 1);
+        REQUIRE(bits <= 32);
+        const std::uint64_t mask = (std::uint64_t{1} << bits) - 1;
+        std::iota(o.begin(), o.end(), std::size_t{0});
+        std::stable_sort(o.begin(), o.end(), [&](std::size_t a, std::size_t b) { return (row[a] & mask) < (row[b] & mask); });
+        for (std::size_t i = 0; i < o.size(); ++i) p2[i] = p1[o[i]];
+        sorted = p2.data();
+      }
+      std::vector<T> values(p0.size(), T(7));
+      std::vector<std::int64_t> idx(p0.size(), -5);
+      for (index_t i = 0; i < total; ++i) gather_sorted<T>{h.data(), sorted, values.data(), idx.data(), by_len}(i);
+      index_t bad = 0;
+      for (index_t r = 0; r < rows; ++r) {
+        std::vector<double> want_keys;
+        for (index_t j = 0; j < len; ++j) want_keys.push_back(loom_test::as_double(h(r, j)));
+        const auto want = stable_order(want_keys, desc);
+        for (index_t j = 0; j < len; ++j) {
+          const auto p = static_cast<std::size_t>(r * len + j);
+          const auto w = want[static_cast<std::size_t>(j)];
+          const bool ok = idx[p] == w && same_value(loom_test::as_double(values[p]), want_keys[static_cast<std::size_t>(w)]);
+          if (!ok && bad < 5) {
+            INFO("row " << r << " position " << j << ": got index " << idx[p] << ", want " << w);
+            CHECK(ok);
+          }
+          bad += !ok;
+        }
+      }
+      CHECK(bad == 0);
+    }
+  }
+  CHECK(row_key_bits(2) == 1);
+  CHECK(row_key_bits(1031) == 11);
+  CHECK(row_key_bits(index_t{1} << 32) == 32);
 }
 #endif

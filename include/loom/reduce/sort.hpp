@@ -4,20 +4,19 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "loom/config.hpp"
+#include "loom/detail/fast_divmod.hpp"
 #include "loom/exec/assign.hpp"
 #include "loom/reduce/scan.hpp"
 
 #if LOOM_CUDA_COMPILER
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/iterator/transform_iterator.h>
-
-#include <cub/device/device_segmented_sort.cuh>
+#include <cub/device/device_radix_sort.cuh>
 #endif
 
 // Sorting and top-k along the last axis, with values and int64 indices.
@@ -35,25 +34,24 @@ bool sort_less(C a, C b) {
   return a < b;
 }
 
-#if LOOM_CUDA_COMPILER
-struct row_start {
-  index_t len;
-  LOOM_HD index_t operator()(index_t r) const { return r * len; }
-};
-struct position_in_row {
-  std::int64_t* idx;
-  index_t len;
-  LOOM_HD void operator()(index_t i) const { idx[i] = i % len; }
-};
-
+// The device sort (sort_rows) is two stable radix sorts over all rows at
+// once, with no per-row work and nothing that waits for the host: the keys
+// with their flattened positions, then those positions by row number (the
+// second keeps the first's order within a row). The per-element steps below
+// are LOOM_HD so that the host tests replay the pipeline with
+// std::stable_sort in CUB's place.
+//
 // Floating keys are sorted as unsigned integers whose order is the order
 // the host sort uses: every NaN (of any sign or payload) after +inf, -0.0
 // equal to +0.0 (a tie, kept in input order). CUB orders raw float bits,
-// which puts negative NaNs first and -0.0 before +0.0, and its small-segment
-// merge sort compares with <, for which a NaN breaks the ordering.
+// which puts negative NaNs first and -0.0 before +0.0.
 template <class T>
 using radix_key_t = std::conditional_t<sizeof(T) == 2, std::uint16_t,
                                        std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>;
+// What the first radix sort orders: the unsigned form of a floating key,
+// an integer (or bool) key as it is.
+template <class T>
+using sort_key_t = std::conditional_t<is_floating_v<T>, radix_key_t<T>, T>;
 
 template <class T>
 struct to_radix_key {
@@ -72,20 +70,50 @@ struct to_radix_key {
     else if constexpr (sizeof(T) == 2)
       b = bits_of(v);
     else
-      memcpy(&b, &v, sizeof(U));
+      std::memcpy(&b, &v, sizeof(U));
     out[i] = (b & sign) ? U(~b) : U(b | sign);
   }
 };
 
+struct flat_position {
+  std::int64_t* pos;
+  LOOM_HD void operator()(index_t i) const { pos[i] = i; }
+};
+
+// The row (a 32-bit key: the second sort's) of each flattened position.
+struct row_of_position {
+  const std::int64_t* pos;
+  std::uint32_t* row;
+  fast_divmod len;
+  LOOM_HD void operator()(index_t i) const {
+    row[i] = static_cast<std::uint32_t>(len.div(static_cast<std::uint64_t>(pos[i])));
+  }
+};
+
+// Output i holds the element from flattened position pos[i] (in the same
+// row, once both sorts ran): its value and its position in the row.
 template <class T>
 struct gather_sorted {
   const T* keys;
-  const std::int64_t* idx;
-  T* out;
-  index_t len;
-  LOOM_HD void operator()(index_t i) const { out[i] = keys[i - i % len + static_cast<index_t>(idx[i])]; }
+  const std::int64_t* pos;
+  T* values;
+  std::int64_t* idx;
+  fast_divmod len;
+  LOOM_HD void operator()(index_t i) const {
+    const auto p = static_cast<std::uint64_t>(pos[i]);
+    std::uint64_t row = 0, at = 0;
+    len.divmod(p, row, at);
+    values[i] = keys[p];
+    idx[i] = static_cast<std::int64_t>(at);
+  }
 };
-#endif
+
+// Bits of the row numbers 0 .. rows - 1 (the second sort reads no more).
+inline int row_key_bits(index_t rows) {
+  int b = 1;
+  while (b < 32 && (index_t{1} << b) < rows) ++b;
+  return b;
+}
 
 // Sorts every row (last axis) of a contiguous tensor `keys` into `out`.
 template <class T, std::size_t R, class S>
@@ -115,42 +143,55 @@ void sort_rows(tensor<T, R, S>& keys, values_indices<T, R, S>& out, sort_order o
     }
   } else {
 #if LOOM_CUDA_COMPILER
+    if (rows > index_t{1} << 32)
+      throw value_error("loom: sort() on the device of " + std::to_string(rows) + " rows (shape " +
+                        shape_string(keys.extents()) + "); it sorts at most 2^32 rows at once");
     const stream_ref s = current_stream();
-    tensor<std::int64_t, R, device> pos(keys.extents());
-    device_for_each(total, position_in_row{pos.data(), len}, s);
-    auto starts = thrust::make_transform_iterator(thrust::counting_iterator<index_t>(0), row_start{len});
-    const std::int64_t* vin = pos.data();
-    std::int64_t* vout = out.indices.data();
+    using K = sort_key_t<T>;
+    const auto n = static_cast<std::size_t>(total);
+    scratch<device> pos_a(n * sizeof(std::int64_t), s), pos_b(n * sizeof(std::int64_t), s),
+        sorted_keys(n * sizeof(K), s);
+    auto* const p0 = static_cast<std::int64_t*>(pos_a.p);
+    auto* const p1 = static_cast<std::int64_t*>(pos_b.p);
+    K* const kout = static_cast<K*>(sorted_keys.p);
+    device_for_each(total, flat_position{p0}, s);
+    scratch<device> radix_keys(is_floating_v<T> ? n * sizeof(K) : 0, s);
+    const K* kin = nullptr;
     if constexpr (is_floating_v<T>) {
-      using U = radix_key_t<T>;
-      const auto bytes_of_keys = static_cast<std::size_t>(total) * sizeof(U);
-      scratch<device> ukeys(bytes_of_keys, s), sorted(bytes_of_keys, s);
-      U* const kin = static_cast<U*>(ukeys.p);
-      U* const kout = static_cast<U*>(sorted.p);
-      device_for_each(total, to_radix_key<T>{keys.data(), kin}, s);
-      run_cub(
-          [&](void* tmp, std::size_t& bytes) {
-            if (desc)
-              return cub::DeviceSegmentedSort::StableSortPairsDescending(tmp, bytes, kin, kout, vin, vout, total,
-                                                                         rows, starts, starts + 1, s.get());
-            return cub::DeviceSegmentedSort::StableSortPairs(tmp, bytes, kin, kout, vin, vout, total, rows, starts,
-                                                             starts + 1, s.get());
-          },
-          s);
-      device_for_each(total, gather_sorted<T>{keys.data(), vout, out.values.data(), len}, s);
-      return;
+      K* const u = static_cast<K*>(radix_keys.p);
+      device_for_each(total, to_radix_key<T>{keys.data(), u}, s);
+      kin = u;
+    } else {
+      kin = keys.data();
     }
-    const T* kin = keys.data();
-    T* kout = out.values.data();
+    // 1: every element by key, stable (ties keep their flattened order).
     run_cub(
         [&](void* tmp, std::size_t& bytes) {
-          if (desc)
-            return cub::DeviceSegmentedSort::StableSortPairsDescending(tmp, bytes, kin, kout, vin, vout, total, rows,
-                                                                       starts, starts + 1, s.get());
-          return cub::DeviceSegmentedSort::StableSortPairs(tmp, bytes, kin, kout, vin, vout, total, rows, starts,
-                                                           starts + 1, s.get());
+          if (desc) return cub::DeviceRadixSort::SortPairsDescending(tmp, bytes, kin, kout, p0, p1, total, 0,
+                                                                      static_cast<int>(8 * sizeof(K)), s.get());
+          return cub::DeviceRadixSort::SortPairs(tmp, bytes, kin, kout, p0, p1, total, 0,
+                                                 static_cast<int>(8 * sizeof(K)), s.get());
         },
         s);
+    const std::int64_t* sorted = p1;
+    const fast_divmod by_len(static_cast<std::uint64_t>(len));
+    if (rows > 1) {
+      // 2: the positions by row, stable: each row's keep the order of step 1.
+      scratch<device> row_in(n * sizeof(std::uint32_t), s), row_out(n * sizeof(std::uint32_t), s);
+      auto* const r0 = static_cast<std::uint32_t*>(row_in.p);
+      auto* const r1 = static_cast<std::uint32_t*>(row_out.p);
+      device_for_each(total, row_of_position{p1, r0, by_len}, s);
+      const int bits = row_key_bits(rows);
+      run_cub(
+          [&](void* tmp, std::size_t& bytes) {
+            return cub::DeviceRadixSort::SortPairs(tmp, bytes, static_cast<const std::uint32_t*>(r0), r1,
+                                                   static_cast<const std::int64_t*>(p1), p0, total, 0, bits,
+                                                   s.get());
+          },
+          s);
+      sorted = p0;
+    }
+    device_for_each(total, gather_sorted<T>{keys.data(), sorted, out.values.data(), out.indices.data(), by_len}, s);
 #endif
   }
 }
@@ -180,10 +221,14 @@ auto sort_impl(const E& e, sort_order order) {
 //! ascending, first descending), as in PyTorch; -0.0 and +0.0 are equal (a
 //! tie keeps input order). Host and device give the same result.
 //! Cost: the expression is evaluated into a temporary (one launch), then
-//! host: std::stable_sort per row; device: an index kernel and one
-//! cub::DeviceSegmentedSort call (radix/merge sort, O(n) passes over memory);
-//! floating keys add a key kernel (an order-preserving unsigned key per
-//! element) and a gather kernel for the sorted values.
+//! host: std::stable_sort per row; device, all rows at once and nothing
+//! waiting for the host (capturable into a CUDA graph): a position kernel,
+//! one cub::DeviceRadixSort call by key (one pass over memory per 8 bits of
+//! key, about), then, for more than one row, a row-number kernel and one
+//! cub::DeviceRadixSort call by row (a pass per 8 bits of the row count),
+//! and a gather kernel for the values and indices; floating keys add a key
+//! kernel (an order-preserving unsigned key per element). Rows: at most 2^32
+//! on the device (value_error otherwise).
 //! Example: `auto [v, i] = loom::sort(scores, loom::sort_order::descending);`
 template <expression E>
 [[nodiscard]] auto sort(const E& e, sort_order order = sort_order::ascending) {
