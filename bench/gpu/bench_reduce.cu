@@ -14,7 +14,8 @@
 //    loom's look-back cut and paced in other ways (lookback_tiles: CUB's own
 //    sm_90 tile, block scan and waits among them) and the same data as rows
 //    of one tile each (the tile scan without its look-back: how much the
-//    look-back costs), and cumsum of 8192 x 8192 and of 65536 x 1000 along
+//    look-back costs), cumsum along 4 rows of 2^24 (the rows share one
+//    look-back launch), and cumsum of 8192 x 8192 and of 65536 x 1000 along
 //    rows (block per row) and across rows.
 // Random never-zero data (the hash of gpu_bench.cuh); each result is checked
 // against a double reference computed on the host before it is timed. CUDA
@@ -262,6 +263,20 @@ void long_scan(bench_state& st, index_t n) {
   }
 }
 
+// cumsum along a few long rows: floating rows fewer than 8 per SM share one
+// look-back launch, each row spread over the whole GPU.
+void few_long_rows(bench_state& st, index_t rows, index_t cols) {
+  loom::device_tensor<float, 2> x({rows, cols}), y({rows, cols});
+  hash_fill(x, 26);
+  const auto hx = host_values(26, rows * cols);
+  auto f = [&] { y = loom::cumsum(x, 1); };
+  poison(y);
+  f();
+  st.measure("cumsum(x, 1)", std::to_string(rows) + "x" + std::to_string(cols), "loom",
+             2.0 * static_cast<double>(rows) * cols * sizeof(float),
+             check_scan(loom::to_host(y.view().reshape(loom::shape<1>{rows * cols})), hx, cols, 1), f);
+}
+
 // cumsum of a rows x cols matrix along its rows (cols <= 1024: segment_scan_kernel;
 // longer: a block per row, tile after tile) and across them.
 void matrix_scans(bench_state& st, index_t rows, index_t cols) {
@@ -308,6 +323,7 @@ int main(int argc, char** argv) {
     axis_sums(st, st.opt.quick ? 4099 : 262144, st.opt.quick ? 33 : 256, 1);  // short rows: a warp per row
     axis_sums(st, st.opt.quick ? 4099 : index_t{1} << 26, 4, 1);                 // rows of 4: a thread per row
     long_scan(st, st.opt.quick ? (index_t{1} << 20) + 3 : index_t{1} << 26);
+    few_long_rows(st, st.opt.quick ? 3 : 4, st.opt.quick ? (index_t{1} << 16) + 5 : index_t{1} << 24);
     matrix_scans(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192);
     matrix_scans(st, st.opt.quick ? 1031 : 65536, 1000);
     if (st.failed) {

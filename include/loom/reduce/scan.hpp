@@ -523,7 +523,7 @@ struct lookback_geometry {
 
 template <bool Linear, class Tiles, class Op, class B, class W, std::size_t R>
 __global__ void __launch_bounds__(lookback_geometry<Tiles, Op>::block)
-    lookback_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, axis_map<R> m, index_t len,
+    lookback_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, axis_map<R> m, index_t len, index_t tiles_per_row,
                          lookback_state<typename Op::acc> st) {
   using acc = typename Op::acc;
   constexpr int Items = lookback_geometry<Tiles, Op>::items;
@@ -534,11 +534,16 @@ __global__ void __launch_bounds__(lookback_geometry<Tiles, Op>::block)
   __shared__ index_t tile_sh;
   if (threadIdx.x == 0) tile_sh = atomicAdd(st.ticket, 1u);
   __syncthreads();
-  const index_t tile = tile_sh, t0 = tile * ts::tile;
-  const int valid = static_cast<int>(len - t0 < ts::tile ? len - t0 : ts::tile);
+  // The ticket numbers the tiles of all rows, row after row; `tile` counts
+  // within the row, whose tile 0 is state entry `row_state`.
+  // (32-bit: lookback_scan launches fewer than 2^31 tiles.)
+  const index_t id = tile_sh,
+                row = static_cast<unsigned>(id) / static_cast<unsigned>(tiles_per_row), tile = id - row * tiles_per_row;
+  const index_t row_state = id - tile, row0 = row * len, at = tile * ts::tile, t0 = row0 + at;
+  const int valid = static_cast<int>(len - at < ts::tile ? len - at : ts::tile);
   acc items[Items];
   const auto in = thrust::make_transform_iterator(thrust::counting_iterator<index_t>(t0),
-                                                  lift_scan_at<Op, B, Linear, R>{op, b, m, 0});
+                                                  lift_scan_at<Op, B, Linear, R>{op, b, m, row0});
   ts::load(tmp, in, items, valid, op);
   __syncthreads();
   acc aggregate;
@@ -546,22 +551,23 @@ __global__ void __launch_bounds__(lookback_geometry<Tiles, Op>::block)
   if (threadIdx.x < 32) {
     const int lane = static_cast<int>(threadIdx.x);
     if (tile == 0) {
-      if (lane == 0) st.publish(0, tile_inclusive, aggregate);
+      if (lane == 0) st.publish(id, tile_inclusive, aggregate);
     } else {
-      if (lane == 0) st.publish(tile, tile_aggregate, aggregate);
+      if (lane == 0) st.publish(id, tile_aggregate, aggregate);
       if constexpr (Tiles::wait_ns > 0)
         if (gridDim.x >= 500) __nanosleep(Tiles::wait_ns);  // let the tiles before publish theirs first
       // Window [end - 32, end): lane l reads tile end - 1 - l. Windows with
       // no inclusive prefix are kept (at most lookback_windows; past that the
       // walk starts again from this tile: the nearer tiles publish theirs
-      // meanwhile). Tile 0 is always inclusive, so a walk ends there at the latest.
+      // meanwhile). A row's tile 0 is always inclusive, so a walk ends there
+      // at the latest; it never reads another row's tiles.
       index_t end = tile;
       int kept = 0;
       for (;;) {
         const index_t j = end - 1 - lane;
         // Lanes past tile 0 read tile 0 (published: it started first) and drop it.
         acc v;
-        unsigned f = st.template read<Tiles::poll_ns>(j >= 0 ? j : 0, v);
+        unsigned f = st.template read<Tiles::poll_ns>(row_state + (j >= 0 ? j : 0), v);
         if (j < 0) {
           f = tile_pending;
           v = op.identity();
@@ -574,7 +580,7 @@ __global__ void __launch_bounds__(lookback_geometry<Tiles, Op>::block)
               [&](int k, int l) { return saved[k][l]; });
           if (lane == 0) {
             prefix_sh = r;
-            st.publish(tile, tile_inclusive, op(r, aggregate));
+            st.publish(id, tile_inclusive, op(r, aggregate));
           }
           break;
         }
@@ -596,16 +602,21 @@ __global__ void __launch_bounds__(lookback_geometry<Tiles, Op>::block)
     LOOM_UNROLL
     for (int i = 0; i < Items; ++i) items[i] = op(prefix, items[i]);
   }
-  ts::store(tmp, thrust::make_tabulate_output_iterator(shifted_writer<W, Op>{w, t0, 0, len}), items, valid);
+  ts::store(tmp, thrust::make_tabulate_output_iterator(shifted_writer<W, Op>{w, t0, row0, row0 + len}), items,
+            valid);
 }
 
+// Rows: each its own look-back (tiles never look past their row's first).
 template <bool Linear, class Tiles, class Op, class B, class W, std::size_t R>
-void lookback_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& w, index_t len,
-                   stream_ref s) {
+void lookback_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& w, index_t rows,
+                   index_t len, stream_ref s) {
   using acc = typename Op::acc;
   using geometry = lookback_geometry<Tiles, Op>;
   constexpr index_t tile = geometry::tile_t::tile;
-  const index_t tiles = (len + tile - 1) / tile;
+  const index_t tiles_per_row = (len + tile - 1) / tile, tiles = rows * tiles_per_row;
+  if (tiles > index_t{0x7fffffff})
+    throw value_error("loom: a scan of " + std::to_string(rows) + " rows of " + std::to_string(len) +
+                      " elements takes " + std::to_string(tiles) + " tiles, more than one launch holds (2^31 - 1)");
   using state_t = lookback_state<acc>;
   scratch<device> state(state_t::bytes(tiles), s);
   void* zero = nullptr;
@@ -613,7 +624,7 @@ void lookback_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusi
   const state_t st = state_t::at(state.p, tiles, zero, zero_bytes);
   LOOM_CUDA_CHECK(cudaMemsetAsync(zero, 0, zero_bytes, s.get()));
   lookback_scan_kernel<Linear, Tiles><<<static_cast<unsigned>(tiles), geometry::block, 0, s.get()>>>(
-      w, op, b, m, len, st);
+      w, op, b, m, len, tiles_per_row, st);
   LOOM_CUDA_CHECK(cudaGetLastError());
   device_launch_counter().fetch_add(1, std::memory_order_relaxed);
 }
@@ -663,9 +674,12 @@ void device_cross_scan(const Op& op, const B& b, const inclusive_sink<W, Op>& w,
 template <bool Linear, class Tiles, class Op, class B, class W, std::size_t R>
 void device_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& w, index_t rows,
                  index_t len, stream_ref s) {
+  // Rows too few for a block each to fill the GPU (fewer than 8 per SM)
+  // take the look-back, whose tiles spread every row over the whole GPU.
+  const index_t cap = static_cast<index_t>(sm_count(s.device())) * 32;
   if constexpr (is_floating_v<typename Op::acc>) {
-    if (rows == 1 && len > scan_chunk) {
-      lookback_scan<Linear, Tiles>(op, b, m, w, len, s);
+    if (len > scan_chunk && rows < cap / 4) {
+      lookback_scan<Linear, Tiles>(op, b, m, w, rows, len, s);
       return;
     }
   } else if (rows == 1) {
@@ -679,7 +693,6 @@ void device_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive
         s);
     return;
   }
-  const index_t cap = static_cast<index_t>(sm_count(s.device())) * 32;
   const unsigned grid = static_cast<unsigned>(rows < cap ? rows : cap);
   if (len > 1024)
     row_tile_scan_kernel<256, Linear><<<grid, 256, 0, s.get()>>>(w, op, b, m, rows, len);
@@ -776,10 +789,11 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
 //! float), same shape. Host: one loop, rows in parallel, each left to right.
 //! Device, bitwise reproducible run to run: many rows take one kernel (a
 //! block per row; 32 neighbouring rows per block along an axis that is not
-//! the last of a contiguous input); a single row (rank 1 or one row) of a
-//! floating type longer than 4096 takes one kernel (tiles of 4096, or 2048
-//! for double, each prefix folded from the earlier tiles in tile order; the
-//! input read once); a single row of integers or bools, of any length, one
+//! the last of a contiguous input); floating rows longer than 4096, fewer
+//! than 8 per SM (a single row, or a few), take one kernel over all their
+//! tiles (4096, or 2048 for double, each prefix folded from the earlier tiles
+//! of its row in tile order; the input read once); a single row of integers
+//! or bools, of any length, one
 //! cub::DeviceScan call (their int64 sums are exact in any order).
 //! Example: `auto c = loom::cumsum(x, -1);`, `auto offs = loom::cumsum(counts, 0, loom::scan_kind::exclusive);`
 template <expression E>
