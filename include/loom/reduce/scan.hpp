@@ -241,7 +241,7 @@ LOOM_HD float lookback_value(std::uint64_t w) {
 //! fold starts, never its value.
 inline constexpr int lookback_windows = 8;  // windows of 32 tiles kept while looking back
 
-// How the look-back scan of one long floating row cuts and paces its tiles:
+// How the look-back scan of long floating rows (one, or a few) cuts and paces its tiles:
 // Block threads x Items elements per tile (0: loom's choice, 256 x 16 for
 // 4-byte accumulators, 256 x 8 for double), cub::BlockScan's raking or
 // warp-scans algorithm, a wait of WaitNs before the first window is read
