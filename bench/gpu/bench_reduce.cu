@@ -210,6 +210,21 @@ void lookback_variant(bench_state& st, const std::string& impl, const loom::devi
              check_scan(loom::to_host(y), hx, n, 1), f);
 }
 
+// loom::cumsum(x, 1) of a rows x cols matrix filled with hash_fill(seed),
+// checked on every row_step-th row.
+void row_cumsum(bench_state& st, const std::string& op, index_t rows, index_t cols, std::uint64_t seed,
+                index_t row_step) {
+  loom::device_tensor<float, 2> x({rows, cols}), y({rows, cols});
+  hash_fill(x, seed);
+  const auto hx = host_values(seed, rows * cols);
+  auto f = [&] { y = loom::cumsum(x, 1); };
+  poison(y);
+  f();
+  st.measure(op, std::to_string(rows) + "x" + std::to_string(cols), "loom",
+             2.0 * static_cast<double>(rows) * cols * sizeof(float),
+             check_scan(loom::to_host(y.view().reshape(loom::shape<1>{rows * cols})), hx, cols, row_step), f);
+}
+
 void long_scan(bench_state& st, index_t n) {
   const cudaStream_t s = loom::current_stream().get();
   {
@@ -245,36 +260,10 @@ void long_scan(bench_state& st, index_t n) {
     lookback_variant<lookback_tiles<256, 24>>(st, "loom, tiles 256x24", x, y, hx);
     lookback_variant<lookback_tiles<512, 16>>(st, "loom, tiles 512x16", x, y, hx);
   }
-  {
-    // The tile scan alone: the same values as rows of one 4096-element tile
-    // (one block per row, no look-back), the ceiling of the look-back's tiles.
-    constexpr index_t tile = 4096;
-    const index_t rows = n / tile;
-    if (rows == 0) return;
-    loom::device_tensor<float, 2> x({rows, tile}), y({rows, tile});
-    hash_fill(x, 24);
-    const auto hx = host_values(24, rows * tile);
-    auto f = [&] { y = loom::cumsum(x, 1); };
-    poison(y);
-    f();
-    st.measure("cumsum(x, 1), a tile per row", std::to_string(rows) + "x" + std::to_string(tile), "loom",
-               2.0 * static_cast<double>(rows) * tile * sizeof(float),
-               check_scan(loom::to_host(y.view().reshape(loom::shape<1>{rows * tile})), hx, tile, 61), f);
-  }
-}
-
-// cumsum along a few long rows: floating rows fewer than 8 per SM share one
-// look-back launch, each row spread over the whole GPU.
-void few_long_rows(bench_state& st, index_t rows, index_t cols) {
-  loom::device_tensor<float, 2> x({rows, cols}), y({rows, cols});
-  hash_fill(x, 26);
-  const auto hx = host_values(26, rows * cols);
-  auto f = [&] { y = loom::cumsum(x, 1); };
-  poison(y);
-  f();
-  st.measure("cumsum(x, 1)", std::to_string(rows) + "x" + std::to_string(cols), "loom",
-             2.0 * static_cast<double>(rows) * cols * sizeof(float),
-             check_scan(loom::to_host(y.view().reshape(loom::shape<1>{rows * cols})), hx, cols, 1), f);
+  // The tile scan alone: the same values as rows of one 4096-element tile
+  // (one block per row, no look-back), the ceiling of the look-back's tiles.
+  constexpr index_t tile = 4096;
+  if (n / tile > 0) row_cumsum(st, "cumsum(x, 1), a tile per row", n / tile, tile, 24, 61);
 }
 
 // cumsum of a rows x cols matrix along its rows (cols <= 1024: segment_scan_kernel;
@@ -323,7 +312,10 @@ int main(int argc, char** argv) {
     axis_sums(st, st.opt.quick ? 4099 : 262144, st.opt.quick ? 33 : 256, 1);  // short rows: a warp per row
     axis_sums(st, st.opt.quick ? 4099 : index_t{1} << 26, 4, 1);                 // rows of 4: a thread per row
     long_scan(st, st.opt.quick ? (index_t{1} << 20) + 3 : index_t{1} << 26);
-    few_long_rows(st, st.opt.quick ? 3 : 4, st.opt.quick ? (index_t{1} << 16) + 5 : index_t{1} << 24);
+    // A few long rows: floating rows fewer than 8 per SM share one look-back
+    // launch, each row spread over the whole GPU.
+    row_cumsum(st, "cumsum(x, 1)", st.opt.quick ? 3 : 4, st.opt.quick ? (index_t{1} << 16) + 5 : index_t{1} << 24, 26,
+               1);
     matrix_scans(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192);
     matrix_scans(st, st.opt.quick ? 1031 : 65536, 1000);
     if (st.failed) {
