@@ -15,8 +15,10 @@
 //    sm_90 tile, block scan and waits among them) and the same data as rows
 //    of one tile each (the tile scan without its look-back: how much the
 //    look-back costs), cumsum along 4 rows of 2^24 (the rows share one
-//    look-back launch), and cumsum of 8192 x 8192 and of 65536 x 1000 along
-//    rows (block per row) and across rows.
+//    look-back launch), and cumsum of 8192 x 8192, of 65536 x 1000 and of
+//    2^23 x 8 along rows (block per row) and across rows (fewer groups of
+//    32 columns than 4 per SM: a block per 256 rows of 32 columns, with a
+//    look-back; 2^23 x 8 is one group of 8 lines).
 // Random never-zero data (the hash of gpu_bench.cuh); each result is checked
 // against a double reference computed on the host before it is timed. CUDA
 // events after warm-up, median of many samples; every buffer is larger than
@@ -290,7 +292,8 @@ void matrix_scans(bench_state& st, index_t rows, index_t cols) {
       for (index_t c = 0; c < cols; ++c)
         ht[static_cast<std::size_t>(c * rows + r)] = hx[static_cast<std::size_t>(r * cols + c)];
     st.measure("cumsum(x, 0)", shape, "loom", 2.0 * static_cast<double>(rows) * cols * sizeof(float),
-               check_scan(loom::to_host(yt.view().reshape(loom::shape<1>{rows * cols})), ht, rows, 61), across);
+               check_scan(loom::to_host(yt.view().reshape(loom::shape<1>{rows * cols})), ht, rows, cols < 61 ? 1 : 61),
+               across);
   }
 }
 }  // namespace
@@ -318,6 +321,7 @@ int main(int argc, char** argv) {
                1);
     matrix_scans(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192);
     matrix_scans(st, st.opt.quick ? 1031 : 65536, 1000);
+    matrix_scans(st, st.opt.quick ? 4099 : index_t{1} << 23, 8);  // across rows: few long lines
     if (st.failed) {
       std::printf("FAIL: a result differs from its double reference\n");
       return 1;

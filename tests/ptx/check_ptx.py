@@ -25,11 +25,12 @@ combines chunks) reads rows of a contiguous aligned input in 16-byte vectors,
 AXIS_RUN of them in a row without a branch, and reads across rows AXIS_RUN
 scalar loads in a row. A scan across rows (cross_scan_kernel) issues a
 thread's SCAN_RUN loads together; the tile scans (the look-back scan of one
-long row, and rows of several tiles) issue a whole tile's SCAN_TILE_RUN loads
-together; the kernel of rows up to 1024 (segment_scan_kernel) issues a
-thread's SCAN_SEGMENT_LOADS loads together before its first barrier; the
-look-back scan of floats publishes each tile's status and value as one
-64-bit word with a release store and reads it with one acquire load (no
+long row, the look-back across rows of few long lines, and rows of several
+tiles) issue a whole tile's SCAN_TILE_RUN loads together; the kernel of
+rows up to 1024 (segment_scan_kernel) issues a thread's SCAN_SEGMENT_LOADS
+loads together before its first barrier; the look-back scans of floats
+(along a row, across rows) publish each tile's status and value as one
+64-bit word with a release store and read it with one acquire load (no
 32-bit status loads).
 Prints one report line per kernel.
 Exit status 0 when every check holds.
@@ -199,6 +200,7 @@ def check_scan(case, desc, ents, stats, failures):
     """cross_scan_kernel's loads in runs; the look-back scan's flags ordered; no spills."""
     forms = find_forms(case, desc, ents, {
         "across rows": [n for n in ents if "cross_scan_kernel" in n],
+        "across l-b": [n for n in ents if "cross_lookback_kernel" in n],
         "look-back": [n for n in ents if "lookback_scan_kernel" in n and "Lb1E" in n],
         "row tiles": [n for n in ents if "row_tile_scan_kernel" in n and "Lb1E" in n],
         "segments": [n for n in ents if "segment_scan_kernel" in n and "Lb1E" in n]}, failures)
@@ -212,17 +214,17 @@ def check_scan(case, desc, ents, stats, failures):
             run = longest_run(body.split("bar.sync")[0], SCALAR_LOAD)
         # The tile kernels write through scan_out, whose coordinates
         # (indexed by a run-time axis number) may live on the stack.
-        report(case, desc, kind, name, body, run, stats, kind != "across rows", failures)
+        report(case, desc, kind, name, body, run, stats, kind not in ("across rows", "across l-b"), failures)
         want = {"across rows": SCAN_RUN, "segments": SCAN_SEGMENT_LOADS}.get(kind, SCAN_TILE_RUN)
         if run < want:
             what = "loads in a row before its first barrier" if kind == "segments" else "loads in a row"
             failures.append(f"case {case} ({desc}): {kind} kernel has at most {run} {what}, "
                             f"expected at least {want}")
-        if kind == "look-back":
+        if kind in ("look-back", "across l-b"):
             acquires, wide = len(ACQUIRE.findall(body)), len(ACQUIRE64.findall(body))
             # Three publications: tile 0's inclusive prefix, an aggregate, an inclusive prefix.
             if wide == 0 or wide != acquires or len(RELEASE64.findall(body)) < 3:
-                failures.append(f"case {case} ({desc}): look-back kernel reads {acquires} tile states with "
+                failures.append(f"case {case} ({desc}): {kind} kernel reads {acquires} tile states with "
                                 f"acquire loads, {wide} of them 64-bit, and publishes "
                                 f"{len(RELEASE64.findall(body))} with 64-bit release stores: expected every "
                                 f"read to be one 64-bit word (status and value), and at least 3 publications")

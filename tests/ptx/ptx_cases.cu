@@ -43,7 +43,7 @@ void run(device_tensor<float, 2>& y, const device_tensor<bf16, 2>& x) { y = soft
 void run(device_tensor<float, 0>& y, const device_tensor<float, 2>& x) { y = sum(x); }
 #elif LOOM_PTX_CASE == 9  // float sums along an axis: one kernel, linear and coordinates forms
 void run(device_tensor<float, 1>& y, const device_tensor<float, 2>& x) { y = sum(x, 1); }
-#elif LOOM_PTX_CASE == 10  // float cumsum along the first axis (across rows) and of one long row
+#elif LOOM_PTX_CASE == 10  // float cumsum along the first axis (across rows: many lines, few long ones) and of one long row
 void run(device_tensor<float, 2>& y, const device_tensor<float, 2>& x) { y = cumsum(x, 0); }
 #elif LOOM_PTX_CASE == 11  // float max of a whole tensor (NaN propagates): CUB's pointer kernel
 void run(device_tensor<float, 0>& y, const device_tensor<float, 2>& x) { y = max(x); }

@@ -255,6 +255,57 @@ TEMPLATE_TEST_CASE("scans of many rows longer than a tile (4096) match double re
   }
 }
 
+TEMPLATE_TEST_CASE("scans across rows of a few long lines match double references, one kernel, the same twice",
+                   "[reduce][scan]" LOOM_TEST_TAG, float, double, loom::half) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("scan few long lines"));
+  // Few lines, long along the scanned axis: on the device every chunk of
+  // 256 positions of 32 lines is a block of the look-back across rows. A
+  // group of 5 lines, of 35 (a whole group and 3 lines), of 6 (axis 1),
+  // and 513 chunks of 3 lines (the walk keeps at most 256 chunks).
+  struct shape_case {
+    std::vector<index_t> ext;
+    int axis;
+  };
+  for (const shape_case& c : {shape_case{{2001, 5}, 0}, shape_case{{601, 5, 7}, 0}, shape_case{{3, 777, 2}, 1},
+                              shape_case{{(index_t{1} << 17) + 3, 3}, 0}}) {
+    INFO("shape " << c.ext.size() << "-D, first extent " << c.ext[0] << ", axis " << c.axis);
+    auto one = [&](auto h) {
+      const auto x = in_space(h);
+      std::vector<double> want, widx, in;
+      for (bool ex : {false, true}) {
+        INFO((ex ? "exclusive" : "inclusive"));
+        const auto kind = ex ? loom::scan_kind::exclusive : loom::scan_kind::inclusive;
+        const auto before = loom::launches();
+        const auto got = flat(loom::cumsum(x * T(2), c.axis, kind));
+        const auto after = loom::launches();
+        CHECK((on_device ? after.device - before.device : after.host - before.host) == 1);
+        in.clear();
+        for (index_t i = 0; i < h.size(); ++i) in.push_back(2 * loom_test::as_double(h.data()[i]));
+        reference_scan(scan_op::sum, ex, in, h.extents(), static_cast<std::size_t>(c.axis), want, widx);
+        check_values(got, want, store_rounding<T>());
+      }
+    };
+    if (c.ext.size() == 2)
+      one(eighths<T, 2>({c.ext[0], c.ext[1]}, g));
+    else
+      one(eighths<T, 3>({c.ext[0], c.ext[1], c.ext[2]}, g));
+  }
+  // Random values (not exact in float): the same order of combination twice.
+  loom::host_tensor<float, 2> r({4099, 7});
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (index_t i = 0; i < r.size(); ++i) r.data()[i] = d(g);
+  const auto xr = in_space(r);
+  const auto a = loom::to_host(loom::cumsum(xr, 0)), b = loom::to_host(loom::cumsum(xr, 0));
+  CHECK(std::memcmp(a.data(), b.data(), static_cast<std::size_t>(r.size()) * sizeof(float)) == 0);
+  std::vector<double> want, widx;
+  reference_scan(scan_op::sum, false, flat(r), r.extents(), 0, want, widx);
+  index_t bad = 0;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    if (std::fabs(static_cast<double>(a.data()[i]) - want[i]) > 1e-4 * 64) ++bad;  // 4099 terms of at most 1
+  CHECK(bad == 0);
+}
+
 TEST_CASE("cumprod matches a double reference along each axis", "[reduce][scan]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("cumprod"));
   loom::host_tensor<float, 3> h({4, 33, 20});
@@ -682,6 +733,108 @@ TEMPLATE_TEST_CASE("scans across rows of contiguous inputs, replayed from the de
     const auto [got, gi] = replay_cross_scan<loom::detail::sum_op<T>, false>(small, 0, ex);
     reference_scan(scan_op::sum, ex, flat(small), small.extents(), 0, want, widx);
     check_values(got, want, 0);
+  }
+}
+
+namespace {
+// cross_lookback_kernel replayed on the host: tile after tile in ticket
+// order (chunk by chunk), every warp and lane in turn, through the kernel's
+// own per-thread parts (cross_tile_of, cross_chunk_runs, cross_scan_prefix,
+// cross_chunk_value, cross_scan_write), into a NaN-poisoned output. Each
+// line's prefix is the serial chain of its earlier chunks' aggregates (the
+// value of lookback_fold wherever the walk stops, tested below).
+template <class Op, class E>
+std::vector<double> replay_cross_lookback(const E& e, std::size_t axis, bool exclusive) {
+  using namespace loom::detail;
+  using acc = typename Op::acc;
+  constexpr std::size_t R = node_t<E>::rank;
+  const auto n = as_node(e);
+  const loom::shape<R> ext = n.extents();
+  bind_info info;
+  const auto b = bind_for_read(n, ext, info);
+  index_t inner = 1;
+  for (std::size_t d = axis + 1; d < R; ++d) inner *= ext[d];
+  REQUIRE(info.contiguous);
+  REQUIRE(inner > 1);
+  const index_t len = ext[axis], lines = loom::shape_size(ext) / len;
+  const index_t groups = (lines + 31) / 32, chunks = (len + cross_chunk - 1) / cross_chunk;
+  REQUIRE(chunks > 1);
+  loom::host_tensor<typename Op::result, R> values(ext);
+  for (index_t i = 0; i < values.size(); ++i) values.data()[i] = typename Op::result(std::numeric_limits<float>::quiet_NaN());
+  const Op op{};
+  const scan_writer<Op, false, R> w{values.data(), nullptr, op, scan_out<R>{}};
+  const inclusive_sink<scan_writer<Op, false, R>, Op> sink{w, op, exclusive};
+  const fast_divmod div(static_cast<std::uint64_t>(inner));
+  std::vector<acc> inclusive(static_cast<std::size_t>(lines * chunks));  // per line and chunk, once published
+  std::vector<bool> published(inclusive.size(), false);
+  bool carried_same = true;
+  for (index_t id = 0; id < groups * chunks; ++id) {
+    index_t chunk, group;
+    cross_tile_of(id, groups, chunk, group);
+    acc v[cross_scan_warps][32][cross_chunk_steps][cross_scan_items];
+    for (int warp = 0; warp < cross_scan_warps; ++warp)
+      for (int lane = 0; lane < 32; ++lane) {
+        const index_t o = group * 32 + lane;
+        for (auto& step : v[warp][lane])
+          for (auto& x : step) x = op.identity();
+        if (o < lines) cross_chunk_runs(op, b, line_base(o, div, len), inner, len, chunk, warp, v[warp][lane]);
+      }
+    acc within[cross_scan_warps][32][cross_chunk_steps];
+    std::vector<acc> carry(32 * cross_scan_warps, op.identity());
+    for (int s = 0; s < cross_chunk_steps; ++s) {
+      acc totals[cross_scan_warps][32];
+      for (int warp = 0; warp < cross_scan_warps; ++warp)
+        for (int lane = 0; lane < 32; ++lane) totals[warp][lane] = v[warp][lane][s][cross_scan_items - 1];
+      for (int warp = 0; warp < cross_scan_warps; ++warp)
+        for (int lane = 0; lane < 32; ++lane)
+          within[warp][lane][s] = cross_scan_prefix(op, [&](int k) { return totals[k][lane]; }, warp,
+                                                    carry[static_cast<std::size_t>(warp * 32 + lane)]);
+    }
+    for (int lane = 0; lane < 32; ++lane) {
+      const index_t o = group * 32 + lane;
+      for (int warp = 1; warp < cross_scan_warps; ++warp)  // every warp ends with the line's chunk aggregate
+        carried_same = carried_same && same_acc(carry[static_cast<std::size_t>(warp * 32 + lane)],
+                                                carry[static_cast<std::size_t>(lane)]);
+      if (o >= lines) continue;
+      const auto at = static_cast<std::size_t>(o * chunks + chunk);
+      REQUIRE((chunk == 0 || published[at - 1]));  // tickets number chunk by chunk: the earlier chunk has run
+      const acc prefix = chunk > 0 ? inclusive[at - 1] : op.identity();
+      inclusive[at] = cross_chunk_value(op, chunk, prefix, carry[static_cast<std::size_t>(lane)]);
+      published[at] = true;
+      for (int warp = 0; warp < cross_scan_warps; ++warp)
+        for (int s = 0; s < cross_chunk_steps; ++s)
+          cross_scan_write(sink, op, line_base(o, div, len), inner, len, cross_chunk_q0(chunk, s, warp),
+                           cross_chunk_value(op, chunk, prefix, within[warp][lane][s]), v[warp][lane][s]);
+    }
+  }
+  CHECK(carried_same);
+  return flat(values);
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("scans across rows of a few long lines, replayed from the look-back kernel's parts on the host",
+                   "[reduce][scan]", float, double) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("scan across few lines"));
+  // 35 lines of 601 (two groups, the second of 3 lines; a last chunk of 89
+  // positions, so some warps' runs are partial and some empty), 6 lines of
+  // 777 along a middle axis, 5 lines of 512 (two whole chunks), and 5 of
+  // 467 (a run of the last chunk's second step ends past the line).
+  const auto a = eighths<T, 3>({601, 5, 7}, g);
+  const auto m = eighths<T, 3>({3, 777, 2}, g);
+  const auto w = eighths<T, 2>({512, 5}, g);
+  const auto p = eighths<T, 2>({467, 5}, g);
+  std::vector<double> want, widx;
+  for (bool ex : {false, true}) {
+    INFO((ex ? "exclusive" : "inclusive"));
+    reference_scan(scan_op::sum, ex, flat(a), a.extents(), 0, want, widx);
+    check_values(replay_cross_lookback<loom::detail::sum_op<T>>(a, 0, ex), want, 0);
+    reference_scan(scan_op::sum, ex, flat(m), m.extents(), 1, want, widx);
+    check_values(replay_cross_lookback<loom::detail::sum_op<T>>(m, 1, ex), want, 0);
+    reference_scan(scan_op::sum, ex, flat(w), w.extents(), 0, want, widx);
+    check_values(replay_cross_lookback<loom::detail::sum_op<T>>(w, 0, ex), want, 0);
+    reference_scan(scan_op::sum, ex, flat(p), p.extents(), 0, want, widx);
+    check_values(replay_cross_lookback<loom::detail::sum_op<T>>(p, 0, ex), want, 0);
   }
 }
 

@@ -33,7 +33,10 @@
 // operation (integers, cummax/cummin) is one cub::DeviceScan call. Many rows: one block per row
 // (cub::BlockScan over tiles of the row, carrying the running prefix), one kernel;
 // along an axis that is not the last of a contiguous input, 32 neighbouring
-// rows per block instead (cross_scan_kernel), one kernel.
+// rows per block instead (cross_scan_kernel), one kernel; few long lines of
+// floating sums or products there, a block per chunk of 256 positions of 32
+// lines with a look-back over each line's earlier chunks
+// (cross_lookback_kernel), one kernel.
 namespace loom {
 
 //! Whether a scan's output i includes element i (inclusive, like
@@ -202,6 +205,67 @@ LOOM_HD void cross_scan_write(const Sink& w, const Op& op, index_t base, index_t
   LOOM_UNROLL
   for (int u = 0; u < cross_scan_items; ++u)
     if (q0 + u < len) w.strided(base, stride, q0 + u, len, op(prefix, v[u]));
+}
+
+// Few long lines across rows (fewer groups of 32 lines than the GPU holds
+// blocks of cross_scan_kernel, the scanned axis longer than a chunk):
+// cross_lookback_kernel cuts each group's lines into chunks of
+// cross_chunk_steps steps (cross_chunk positions) and gives every chunk of
+// every group a block, one pass over the input. A chunk's block scans its
+// steps as cross_scan_kernel does, from the identity, then takes each line's
+// prefix from a look-back over that line's earlier chunks (lookback_walk, a
+// warp per line), which folds them left to right in chunk order: the result
+// depends on the shape alone. Chunks are tiles of the look-back, numbered
+// chunk by chunk (ticket t: chunk t / groups of group t % groups), so a block
+// only waits for blocks that started before it. The parts below are LOOM_HD:
+// the host tests replay the kernel with them.
+inline constexpr int cross_chunk_steps = 2;
+inline constexpr index_t cross_chunk = static_cast<index_t>(cross_chunk_steps) * cross_scan_step;
+
+//! The first position of warp `warp`'s run in step `step` of chunk `chunk`.
+LOOM_HD index_t cross_chunk_q0(index_t chunk, int step, int warp) {
+  return chunk * cross_chunk + static_cast<index_t>(step) * cross_scan_step +
+         static_cast<index_t>(warp) * cross_scan_items;
+}
+
+//! A thread's runs of every step of chunk `chunk` of the line at `base`,
+//! each scanned in place (see cross_scan_run). When they are all whole, all
+//! their loads are issued together, with no branch between them.
+template <class Op, class B>
+LOOM_HD void cross_chunk_runs(const Op& op, const B& b, index_t base, index_t inner, index_t len, index_t chunk,
+                              int warp, typename Op::acc (&v)[cross_chunk_steps][cross_scan_items]) {
+  if (cross_chunk_q0(chunk, cross_chunk_steps - 1, warp) + cross_scan_items <= len) {
+    LOOM_UNROLL
+    for (int s = 0; s < cross_chunk_steps; ++s) {
+      const index_t q0 = cross_chunk_q0(chunk, s, warp);
+      LOOM_UNROLL
+      for (int u = 0; u < cross_scan_items; ++u) v[s][u] = op.lift(b.at_linear(base + (q0 + u) * inner), q0 + u);
+    }
+    LOOM_UNROLL
+    for (int s = 0; s < cross_chunk_steps; ++s) {
+      LOOM_UNROLL
+      for (int u = 1; u < cross_scan_items; ++u) v[s][u] = op(v[s][u - 1], v[s][u]);
+    }
+  } else {
+    LOOM_UNROLL
+    for (int s = 0; s < cross_chunk_steps; ++s) cross_scan_run(op, b, base, inner, len, cross_chunk_q0(chunk, s, warp), v[s]);
+  }
+}
+
+//! Ticket `id` of a cross look-back launch over `groups` groups of 32 lines:
+//! its chunk and group (32-bit: a launch takes fewer than 2^31 tiles).
+LOOM_HD void cross_tile_of(index_t id, index_t groups, index_t& chunk, index_t& group) {
+  chunk = static_cast<index_t>(static_cast<std::uint32_t>(id) / static_cast<std::uint32_t>(groups));
+  group = id - chunk * groups;
+}
+
+//! A position's inclusive value in chunk `chunk`: the line's prefix (the
+//! fold of its earlier chunks) combined with the value within the chunk;
+//! chunk 0 has no prefix.
+template <class Op>
+LOOM_HD typename Op::acc cross_chunk_value(const Op& op, index_t chunk, const typename Op::acc& prefix,
+                                           const typename Op::acc& within) {
+  return chunk > 0 ? op(prefix, within) : within;
 }
 
 // The look-back scan's tile states (see lookback_state).
@@ -521,6 +585,49 @@ struct lookback_geometry {
                 "loom: a look-back tile's block is a whole number of warps, at most 1024 threads");
 };
 
+// One warp's look-back for tile `tile` (> 0) of a run of tiles whose tile 0
+// is state entry `state0` (a row of the look-back scan; a line of the scan
+// across rows): the fold of the earlier tiles' aggregates, in every lane.
+// Window [end - 32, end): lane l reads tile end - 1 - l. Windows with no
+// inclusive prefix are kept in `saved` (at most lookback_windows; past that
+// the walk starts again from this tile: the nearer tiles publish theirs
+// meanwhile). Tile 0 of a run is always inclusive and started before every
+// other tile of it, so a walk ends there at the latest; it never reads
+// another run's tiles.
+template <unsigned PollNs, class Op, class State>
+__device__ __forceinline__ typename Op::acc lookback_walk(const State& st, const Op& op, index_t state0, index_t tile,
+                                                          int lane, typename Op::acc (&saved)[lookback_windows][32]) {
+  using acc = typename Op::acc;
+  index_t end = tile;
+  int kept = 0;
+  for (;;) {
+    const index_t j = end - 1 - lane;
+    // Lanes past tile 0 read tile 0 (published: it started first) and drop it.
+    acc v;
+    unsigned f = st.template read<PollNs>(state0 + (j >= 0 ? j : 0), v);
+    if (j < 0) {
+      f = tile_pending;
+      v = op.identity();
+    }
+    const unsigned found = __ballot_sync(0xffffffffu, f == tile_inclusive);
+    if (found != 0) {
+      const int first = __ffs(found) - 1;  // the nearest inclusive tile
+      return lookback_fold(
+          op, first, kept, [&](int l) { return __shfl_sync(0xffffffffu, v, l); },
+          [&](int k, int l) { return saved[k][l]; });
+    }
+    if (kept == lookback_windows) {
+      kept = 0;
+      end = tile;
+      continue;
+    }
+    saved[kept][lane] = v;
+    __syncwarp();
+    ++kept;
+    end -= 32;
+  }
+}
+
 template <bool Linear, class Tiles, class Op, class B, class W, std::size_t R>
 __global__ void __launch_bounds__(lookback_geometry<Tiles, Op>::block)
     lookback_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, axis_map<R> m, index_t len, index_t tiles_per_row,
@@ -556,43 +663,10 @@ __global__ void __launch_bounds__(lookback_geometry<Tiles, Op>::block)
       if (lane == 0) st.publish(id, tile_aggregate, aggregate);
       if constexpr (Tiles::wait_ns > 0)
         if (gridDim.x >= 500) __nanosleep(Tiles::wait_ns);  // let the tiles before publish theirs first
-      // Window [end - 32, end): lane l reads tile end - 1 - l. Windows with
-      // no inclusive prefix are kept (at most lookback_windows; past that the
-      // walk starts again from this tile: the nearer tiles publish theirs
-      // meanwhile). A row's tile 0 is always inclusive, so a walk ends there
-      // at the latest; it never reads another row's tiles.
-      index_t end = tile;
-      int kept = 0;
-      for (;;) {
-        const index_t j = end - 1 - lane;
-        // Lanes past tile 0 read tile 0 (published: it started first) and drop it.
-        acc v;
-        unsigned f = st.template read<Tiles::poll_ns>(row_state + (j >= 0 ? j : 0), v);
-        if (j < 0) {
-          f = tile_pending;
-          v = op.identity();
-        }
-        const unsigned found = __ballot_sync(0xffffffffu, f == tile_inclusive);
-        if (found != 0) {
-          const int first = __ffs(found) - 1;  // the nearest inclusive tile
-          const acc r = lookback_fold(
-              op, first, kept, [&](int l) { return __shfl_sync(0xffffffffu, v, l); },
-              [&](int k, int l) { return saved[k][l]; });
-          if (lane == 0) {
-            prefix_sh = r;
-            st.publish(id, tile_inclusive, op(r, aggregate));
-          }
-          break;
-        }
-        if (kept == lookback_windows) {
-          kept = 0;
-          end = tile;
-          continue;
-        }
-        saved[kept][lane] = v;
-        __syncwarp();
-        ++kept;
-        end -= 32;
+      const acc r = lookback_walk<Tiles::poll_ns>(st, op, row_state, tile, lane, saved);
+      if (lane == 0) {
+        prefix_sh = r;
+        st.publish(id, tile_inclusive, op(r, aggregate));
       }
     }
   }
@@ -660,11 +734,107 @@ __global__ void __launch_bounds__(cross_scan_warps * 32)
   }
 }
 
+// See cross_chunk_steps. Warp w walks lines w and w + 16 of its group.
+template <class Op, class B, class W>
+__global__ void __launch_bounds__(cross_scan_warps * 32)
+    cross_lookback_kernel(inclusive_sink<W, Op> w, Op op, B b, index_t lines, index_t len, fast_divmod inner,
+                          index_t groups, index_t chunks, lookback_state<typename Op::acc> st) {
+  using acc = typename Op::acc;
+  constexpr unsigned poll_ns = lookback_tiles<>::poll_ns;
+  __shared__ acc totals[cross_scan_warps][32];
+  __shared__ acc saved[cross_scan_warps][lookback_windows][32];
+  __shared__ acc prefix_sh[32];
+  __shared__ index_t tile_sh;
+  if (threadIdx.x == 0) tile_sh = atomicAdd(st.ticket, 1u);
+  __syncthreads();
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  index_t chunk, group;
+  cross_tile_of(tile_sh, groups, chunk, group);
+  const index_t o = group * 32 + lane, stride = static_cast<index_t>(inner.d);
+  const bool live = o < lines;
+  const index_t base = live ? line_base(o, inner, len) : 0;
+  acc v[cross_chunk_steps][cross_scan_items];
+  if (live) {
+    cross_chunk_runs(op, b, base, stride, len, chunk, warp, v);
+  } else {
+    LOOM_UNROLL
+    for (int s = 0; s < cross_chunk_steps; ++s) {
+      LOOM_UNROLL
+      for (int u = 0; u < cross_scan_items; ++u) v[s][u] = op.identity();
+    }
+  }
+  acc within[cross_chunk_steps];
+  acc carry = op.identity();  // then the chunk's aggregate of this lane's line
+  LOOM_UNROLL
+  for (int s = 0; s < cross_chunk_steps; ++s) {
+    totals[warp][lane] = v[s][cross_scan_items - 1];
+    __syncthreads();
+    within[s] = cross_scan_prefix(op, [&](int k) { return totals[k][lane]; }, warp, carry);
+    // After the last step, carry is the chunk's aggregate of this lane's
+    // line: published before the barrier, so that the inclusive prefix a
+    // walking warp publishes after it always lands last.
+    if (s == cross_chunk_steps - 1 && warp == 0 && live)
+      st.publish(o * chunks + chunk, chunk == 0 ? tile_inclusive : tile_aggregate, carry);
+    __syncthreads();  // totals is rewritten by the next step
+  }
+  if (chunk > 0) {
+    LOOM_UNROLL
+    for (int i = 0; i < 32 / cross_scan_warps; ++i) {
+      const int li = warp + i * cross_scan_warps;
+      const index_t line = group * 32 + li;
+      const acc aggregate = __shfl_sync(0xffffffffu, carry, li);
+      __syncwarp();  // the walk before read saved[warp]; this one writes it
+      if (line < lines) {  // the same for the whole warp
+        const acc r = lookback_walk<poll_ns>(st, op, line * chunks, chunk, lane, saved[warp]);
+        if (lane == 0) {
+          prefix_sh[li] = r;
+          st.publish(line * chunks + chunk, tile_inclusive, op(r, aggregate));
+        }
+      }
+    }
+  }
+  __syncthreads();
+  if (live) {
+    const acc prefix = chunk > 0 ? prefix_sh[lane] : op.identity();
+    LOOM_UNROLL
+    for (int s = 0; s < cross_chunk_steps; ++s)
+      cross_scan_write(w, op, base, stride, len, cross_chunk_q0(chunk, s, warp),
+                       cross_chunk_value(op, chunk, prefix, within[s]), v[s]);
+  }
+}
+
+// Few long lines across rows: every chunk of every group of 32 lines a block.
+template <class Op, class B, class W>
+void cross_lookback_scan(const Op& op, const B& b, const inclusive_sink<W, Op>& w, index_t lines, index_t len,
+                         index_t inner, stream_ref s) {
+  using state_t = lookback_state<typename Op::acc>;
+  const index_t groups = (lines + 31) / 32, chunks = (len + cross_chunk - 1) / cross_chunk, tiles = groups * chunks;
+  if (tiles > index_t{0x7fffffff})
+    throw value_error("loom: a scan across rows of " + std::to_string(lines) + " lines of " + std::to_string(len) +
+                      " elements takes " + std::to_string(tiles) + " tiles, more than one launch holds (2^31 - 1)");
+  const index_t states = lines * chunks;  // one per line and chunk
+  scratch<device> state(state_t::bytes(states), s);
+  void* zero = nullptr;
+  std::size_t zero_bytes = 0;
+  const state_t st = state_t::at(state.p, states, zero, zero_bytes);
+  LOOM_CUDA_CHECK(cudaMemsetAsync(zero, 0, zero_bytes, s.get()));
+  cross_lookback_kernel<<<static_cast<unsigned>(tiles), cross_scan_warps * 32, 0, s.get()>>>(
+      w, op, b, lines, len, fast_divmod(static_cast<std::uint64_t>(inner)), groups, chunks, st);
+  LOOM_CUDA_CHECK(cudaGetLastError());
+  device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+}
+
 template <class Op, class B, class W>
 void device_cross_scan(const Op& op, const B& b, const inclusive_sink<W, Op>& w, index_t lines, index_t len,
                        index_t inner, stream_ref s) {
   const index_t tiles = (lines + 31) / 32;
   const index_t cap = static_cast<index_t>(sm_count(s.device())) * 4;
+  if constexpr (is_floating_v<typename Op::acc>) {
+    if (tiles < cap && len > cross_chunk) {
+      cross_lookback_scan(op, b, w, lines, len, inner, s);
+      return;
+    }
+  }
   cross_scan_kernel<<<static_cast<unsigned>(tiles < cap ? tiles : cap), cross_scan_warps * 32, 0, s.get()>>>(
       w, op, b, lines, len, fast_divmod(static_cast<std::uint64_t>(inner)));
   LOOM_CUDA_CHECK(cudaGetLastError());
@@ -789,7 +959,9 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
 //! float), same shape. Host: one loop, rows in parallel, each left to right.
 //! Device, bitwise reproducible run to run: many rows take one kernel (a
 //! block per row; 32 neighbouring rows per block along an axis that is not
-//! the last of a contiguous input); floating rows longer than 4096, fewer
+//! the last of a contiguous input, and for few long floating lines there, a
+//! block per 256 positions of 32 lines, each line's earlier chunks folded
+//! in order by a look-back); floating rows longer than 4096, fewer
 //! than 8 per SM (a single row, or a few), take one kernel over all their
 //! tiles (4096, or 2048 for double, each prefix folded from the earlier tiles
 //! of its row in tile order; the input read once); a single row of integers
