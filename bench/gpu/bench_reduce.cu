@@ -268,7 +268,7 @@ void long_scan(bench_state& st, index_t n) {
   if (n / tile > 0) row_cumsum(st, "cumsum(x, 1), a tile per row", n / tile, tile, 24, 61);
 }
 
-// cumsum of a rows x cols matrix along its rows (cols <= 1024: segment_scan_kernel;
+// cumsum of a rows x cols matrix along its rows (cols <= 1024: a warp per task of whole rows;
 // longer: a block per row, tile after tile) and across them.
 void matrix_scans(bench_state& st, index_t rows, index_t cols) {
   {

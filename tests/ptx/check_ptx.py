@@ -27,8 +27,8 @@ scalar loads in a row. A scan across rows (cross_scan_kernel) issues a
 thread's SCAN_RUN loads together; the tile scans (the look-back scan of one
 long row, the look-back across rows of few long lines, and rows of several
 tiles) issue a whole tile's SCAN_TILE_RUN loads together; the kernel of
-rows up to 1024 (segment_scan_kernel) issues a thread's SCAN_SEGMENT_LOADS
-loads together before its first barrier; the look-back scans of floats
+rows up to 1024 (warp_scan_kernel) issues a lane's SCAN_WARP_LOADS loads
+of a pass together; the look-back scans of floats
 (along a row, across rows) publish each tile's status and value as one
 64-bit word with a release store and read it with one acquire load (no
 32-bit status loads).
@@ -80,7 +80,7 @@ SCAN_RUN = 8
 # A float scan tile is 16 elements per thread (scan_items): a whole tile's
 # loads are issued together, without a bounds check each.
 SCAN_TILE_RUN = 16
-SCAN_SEGMENT_LOADS = 8  # segment_scan_kernel's linear form: segment_items<true> loads, then the scans
+SCAN_WARP_LOADS = 8  # warp_scan_kernel's linear form: a lane's warp_scan_items loads of a pass, then the scans
 ACQUIRE = re.compile(r"\bld\.acquire\.gpu\b")
 # A float tile's status and value: one 64-bit word (lookback_packed).
 ACQUIRE64 = re.compile(r"\bld\.acquire\.gpu(?:\.global)?\.b64\b")
@@ -203,22 +203,16 @@ def check_scan(case, desc, ents, stats, failures):
         "across l-b": [n for n in ents if "cross_lookback_kernel" in n],
         "look-back": [n for n in ents if "lookback_scan_kernel" in n and "Lb1E" in n],
         "row tiles": [n for n in ents if "row_tile_scan_kernel" in n and "Lb1E" in n],
-        "segments": [n for n in ents if "segment_scan_kernel" in n and "Lb1E" in n]}, failures)
+        "warp rows": [n for n in ents if "warp_scan_kernel" in n and "Lb1E" in n]}, failures)
     for kind, name in (forms or {}).items():
         body = ents[name]
         run = longest_run(body, SCALAR_LOAD)
-        if kind == "segments":
-            # Rows of up to 1024: a thread's loads of a chunk's steps must all
-            # come before the chunk's first BlockScan barrier, with no branch
-            # between them.
-            run = longest_run(body.split("bar.sync")[0], SCALAR_LOAD)
         # The tile kernels write through scan_out, whose coordinates
         # (indexed by a run-time axis number) may live on the stack.
         report(case, desc, kind, name, body, run, stats, kind not in ("across rows", "across l-b"), failures)
-        want = {"across rows": SCAN_RUN, "segments": SCAN_SEGMENT_LOADS}.get(kind, SCAN_TILE_RUN)
+        want = {"across rows": SCAN_RUN, "warp rows": SCAN_WARP_LOADS}.get(kind, SCAN_TILE_RUN)
         if run < want:
-            what = "loads in a row before its first barrier" if kind == "segments" else "loads in a row"
-            failures.append(f"case {case} ({desc}): {kind} kernel has at most {run} {what}, "
+            failures.append(f"case {case} ({desc}): {kind} kernel has at most {run} loads in a row, "
                             f"expected at least {want}")
         if kind in ("look-back", "across l-b"):
             acquires, wide = len(ACQUIRE.findall(body)), len(ACQUIRE64.findall(body))

@@ -838,6 +838,110 @@ TEMPLATE_TEST_CASE("scans across rows of a few long lines, replayed from the loo
   }
 }
 
+namespace {
+// warp_scan_kernel replayed on the host: every task of whole rows, pass by
+// pass, its 32 lanes in lock step through the kernel's own per-lane parts
+// (warp_scan_rows, warp_scan_load, warp_scan_level, warp_scan_carry), a
+// shuffle being a read of another lane's value of the level before, into a
+// NaN-poisoned output.
+template <class Op, bool Indices, class E>
+std::pair<std::vector<double>, std::vector<double>> replay_warp_scan(const E& e, std::size_t axis, bool exclusive) {
+  using namespace loom::detail;
+  using acc = typename Op::acc;
+  constexpr std::size_t R = node_t<E>::rank;
+  const auto n = as_node(e);
+  const loom::shape<R> ext = n.extents();
+  std::array<std::size_t, R> order{};
+  std::size_t q = 0;
+  for (std::size_t d = 0; d != R; ++d)
+    if (d != axis) order[q++] = d;
+  order[q] = axis;
+  bool row_major = false;
+  const axis_map<R> m = make_axis_map(ext, order, row_major);
+  bind_info info;
+  const auto b = bind_for_read(n, ext, info);
+  const index_t len = ext[axis], rows = loom::shape_size(ext) / len;
+  loom::host_tensor<typename Op::result, R> values(ext);
+  loom::host_tensor<std::int64_t, R> indices(ext);
+  using result_t = typename Op::result;
+  for (index_t i = 0; i < values.size(); ++i) {
+    if constexpr (loom::is_floating_v<result_t>)
+      values.data()[i] = result_t(std::numeric_limits<float>::quiet_NaN());
+    else
+      values.data()[i] = std::numeric_limits<result_t>::min();
+    indices.data()[i] = -7;
+  }
+  const Op op{};
+  const scan_writer<Op, Indices, R> w{values.data(), Indices ? indices.data() : nullptr, op,
+                                      scan_out<R>{m, loom::contiguous_strides(ext), row_major}};
+  const inclusive_sink<scan_writer<Op, Indices, R>, Op> sink{w, op, exclusive};
+  const fast_divmod div(static_cast<std::uint64_t>(len));
+  auto run = [&](auto linear_tag) {
+    constexpr bool L = decltype(linear_tag)::value;
+    const index_t per = warp_scan_rows(len), tasks = (rows + per - 1) / per;
+    for (index_t t = 0; t < tasks; ++t) {
+      const index_t begin = t * per * len, end = std::min((t + 1) * per, rows) * len;
+      acc carry = op.identity();
+      for (index_t p = begin; p < end; p += warp_scan_span) {
+        acc x[32][warp_scan_items];
+        int k[32][warp_scan_items];
+        for (int lane = 0; lane < 32; ++lane) warp_scan_load<L>(op, b, m, div, p, end, lane, x[lane], k[lane]);
+        for (int u = 0; u < warp_scan_items; ++u) {
+          for (int d = 1; d < 32; d *= 2) {
+            acc before[32];
+            for (int lane = 0; lane < 32; ++lane) before[lane] = x[lane][u];
+            for (int lane = 0; lane < 32; ++lane)
+              x[lane][u] = warp_scan_level(op, before[lane], before[lane >= d ? lane - d : lane], k[lane][u], lane, d);
+          }
+          for (int lane = 0; lane < 32; ++lane) x[lane][u] = warp_scan_carry(op, carry, x[lane][u], k[lane][u], lane);
+          carry = x[31][u];
+          for (int lane = 0; lane < 32; ++lane) {
+            const index_t j = p + static_cast<index_t>(u) * 32 + lane;
+            if (j < end) sink(j, x[lane][u], j - k[lane][u], j - k[lane][u] + len);
+          }
+        }
+      }
+    }
+  };
+  if (info.contiguous && row_major)
+    run(std::true_type{});
+  else
+    run(std::false_type{});
+  return {flat(values), flat(indices)};
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("scans of rows up to 1024, replayed from the warp kernel's parts on the host", "[reduce][scan]",
+                   float, std::int32_t) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("warp scan replay"));
+  std::vector<double> want, widx;
+  // Rows of 1, 7, 16, 31, 32, 33, 255, 256, 257, 1000 and 1024 elements
+  // (tasks of many rows, of one, runs that start inside a row, and a last
+  // task with fewer rows), contiguous, and along axis 0 of a 3-D tensor
+  // (read through the axis map).
+  for (index_t len : {1, 7, 16, 31, 32, 33, 255, 256, 257, 1000, 1024}) {
+    INFO("rows of " << len);
+    const auto h = eighths<T, 2>({37, len}, g);
+    for (bool ex : {false, true}) {
+      INFO((ex ? "exclusive" : "inclusive"));
+      const auto [got, gi] = replay_warp_scan<loom::detail::sum_op<T>, false>(h, 1, ex);
+      reference_scan(scan_op::sum, ex, flat(h), h.extents(), 1, want, widx);
+      check_values(got, want, 0);
+      const auto [mv, mi] = replay_warp_scan<loom::detail::cum_extreme_op<T, true>, true>(h, 1, ex);
+      reference_scan(scan_op::max, ex, flat(h), h.extents(), 1, want, widx, scan_none<T>(scan_op::max));
+      check_values(mv, want, 0);
+      check_values(mi, widx, 0);
+    }
+  }
+  const auto c = eighths<T, 3>({300, 5, 7}, g);
+  for (bool ex : {false, true}) {
+    const auto [got, gi] = replay_warp_scan<loom::detail::sum_op<T>, false>(c, 0, ex);
+    reference_scan(scan_op::sum, ex, flat(c), c.extents(), 0, want, widx);
+    check_values(got, want, 0);
+  }
+}
+
 // The look-back of lookback_scan_kernel replayed on the host for every tile
 // of a long row: each earlier tile has published either its aggregate or
 // its inclusive prefix (tile 0 always the latter; random snapshots from none

@@ -25,12 +25,13 @@
 
 // Scans (cumulative sums, products, maxima and minima) along one axis of any
 // expression, fused into the loads like the reductions. Order of combination:
-// the host runs each row left to right; the device runs many rows with one
-// block per row, and one long row of floating sums or products in one pass
+// the host runs each row left to right; the device runs many rows with a
+// warp per task of short rows or a block per long row, and one long row of floating sums or products in one pass
 // over tiles whose prefixes come from a look-back that folds the earlier
 // tiles' aggregates in tile order (see lookback_scan_kernel), so the result
 // depends on the length alone, never on timing; one long row of an exact
-// operation (integers, cummax/cummin) is one cub::DeviceScan call. Many rows: one block per row
+// operation (integers, cummax/cummin) is one cub::DeviceScan call. Many rows: rows of up
+// to 1024 a warp per task of whole rows (warp_scan_kernel), longer ones a block per row
 // (cub::BlockScan over tiles of the row, carrying the running prefix), one kernel;
 // along an axis that is not the last of a contiguous input, 32 neighbouring
 // rows per block instead (cross_scan_kernel), one kernel; few long lines of
@@ -207,6 +208,61 @@ LOOM_HD void cross_scan_write(const Sink& w, const Op& op, index_t base, index_t
     if (q0 + u < len) w.strided(base, stride, q0 + u, len, op(prefix, v[u]));
 }
 
+// Rows of up to 1024 elements along the last axis of the scan's map (the
+// device gives longer rows to the tile kernels): a warp per task of whole
+// rows, warp_scan_rows(len) of them (256 / len, at least one), in passes of
+// warp_scan_span positions. Lane l takes positions p + 32u + l (u = 0 .. 7)
+// of the pass at p and loads all eight first, with no branch between them.
+// Each run of 32 positions is then scanned across the warp: a segmented
+// scan over the lanes (at d = 1, 2, 4, 8, 16, lane l adds lane l - d's
+// partial while that lane is in its row: l >= d and k >= d, k its position
+// in the row), then the carry (the inclusive value of the position before
+// the run, lane 31's of the run before) when its row began before the run
+// (k > l). The order of combination depends on the shape alone. (A block of
+// 128 threads per row, as before, left 112 of them idle on rows of 16.) The
+// parts are LOOM_HD: the host tests replay the kernel with them.
+inline constexpr int warp_scan_items = 8;
+inline constexpr index_t warp_scan_span = static_cast<index_t>(32) * warp_scan_items;
+
+//! Rows per task of the warp scan: as many whole rows as fill a pass, at least one.
+LOOM_HD index_t warp_scan_rows(index_t len) { return len < warp_scan_span ? warp_scan_span / len : 1; }
+
+//! Lane `lane`'s positions p + 32u + lane of a task ending at `end`: their
+//! positions k in their rows (`len` divides; rows of at most 1024, so k is
+//! an int) and lifted values, the identity past `end` (where the lane reads
+//! position end - 1 and drops it, so the loads never wait on a branch).
+template <bool Linear, class Op, class B, std::size_t R>
+LOOM_HD void warp_scan_load(const Op& op, const B& b, const axis_map<R>& m, const fast_divmod& len, index_t p,
+                            index_t end, int lane, typename Op::acc (&x)[warp_scan_items], int (&k)[warp_scan_items]) {
+  LOOM_UNROLL
+  for (int u = 0; u < warp_scan_items; ++u) {
+    const index_t j = p + static_cast<index_t>(u) * 32 + lane, jc = j < end ? j : end - 1;
+    std::uint64_t q, r;
+    len.divmod(static_cast<std::uint64_t>(jc), q, r);
+    k[u] = static_cast<int>(r);
+    const auto a = op.lift(read_at<Linear>(b, m, jc), static_cast<index_t>(r));
+    x[u] = j < end ? a : op.identity();
+  }
+}
+
+//! One level of the segmented warp scan: `y` is lane lane - d's partial
+//! (the lane's own value where lane < d), added when that lane is in this
+//! lane's row.
+template <class Op>
+LOOM_HD typename Op::acc warp_scan_level(const Op& op, const typename Op::acc& x, const typename Op::acc& y, int k,
+                                         int lane, int d) {
+  return lane >= d && k >= d ? op(y, x) : x;
+}
+
+//! A run's value after the carry (the inclusive value before the run) when
+//! this lane's row began before the run, else after the identity (as the
+//! host's loop starts each row: a sum of -0 alone is +0 on both).
+template <class Op>
+LOOM_HD typename Op::acc warp_scan_carry(const Op& op, const typename Op::acc& carry, const typename Op::acc& x, int k,
+                                         int lane) {
+  return op(k > lane ? carry : op.identity(), x);
+}
+
 // Few long lines across rows (fewer groups of 32 lines than the GPU holds
 // blocks of cross_scan_kernel, the scanned axis longer than a chunk):
 // cross_lookback_kernel cuts each group's lines into chunks of
@@ -352,43 +408,56 @@ struct running_prefix {
   }
 };
 
-// Rows of up to 1024 elements (device_scan gives longer rows to the tile
-// kernels; this one takes any length): a block per row, the row in steps of
-// Block elements, one cub::BlockScan per step. A thread first loads its
-// element of every step of a chunk (segment_items steps), then scans them,
-// so a chunk's loads are all issued before its first barrier, with no
-// branch between them. (One load per step, which its BlockScan waited for
-// before the next step's load was issued, gave a block only Block elements
-// in flight.)
-inline constexpr int segment_items = 8;
+// Any trivially copyable accumulator moved between lanes in 32-bit words.
+template <class A>
+__device__ __forceinline__ A warp_shfl_up(const A& a, unsigned d) {
+  constexpr int words = static_cast<int>((sizeof(A) + 3) / 4);
+  unsigned w[words] = {};
+  memcpy(w, &a, sizeof(A));
+  LOOM_UNROLL
+  for (int i = 0; i < words; ++i) w[i] = __shfl_up_sync(0xffffffffu, w[i], d);
+  A r;
+  memcpy(&r, w, sizeof(A));
+  return r;
+}
+template <class A>
+__device__ __forceinline__ A warp_shfl_from(const A& a, int lane) {
+  constexpr int words = static_cast<int>((sizeof(A) + 3) / 4);
+  unsigned w[words] = {};
+  memcpy(w, &a, sizeof(A));
+  LOOM_UNROLL
+  for (int i = 0; i < words; ++i) w[i] = __shfl_sync(0xffffffffu, w[i], lane);
+  A r;
+  memcpy(&r, w, sizeof(A));
+  return r;
+}
 
-template <int Block, bool Linear, class Op, class B, class W, std::size_t R>
-__global__ void __launch_bounds__(Block)
-    segment_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, axis_map<R> m, index_t rows, index_t len) {
+// See warp_scan_items: a warp per task of whole rows, grid-stride over tasks.
+inline constexpr int warp_scan_block = 256;
+
+template <bool Linear, class Op, class B, class W, std::size_t R>
+__global__ void __launch_bounds__(warp_scan_block)
+    warp_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, axis_map<R> m, index_t rows, index_t len, fast_divmod div) {
   using acc = typename Op::acc;
-  using block_scan = cub::BlockScan<acc, Block>;
-  __shared__ typename block_scan::TempStorage tmp;
-  for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    running_prefix<Op> prefix{op, op.identity()};
-    for (index_t c0 = 0; c0 < len; c0 += Block * segment_items) {
-      acc v[segment_items];
+  constexpr index_t warps = warp_scan_block / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const index_t per = warp_scan_rows(len), tasks = (rows + per - 1) / per;
+  for (index_t t = blockIdx.x * warps + threadIdx.x / 32; t < tasks; t += static_cast<index_t>(gridDim.x) * warps) {
+    const index_t begin = t * per * len, end = ((t + 1) * per < rows ? (t + 1) * per : rows) * len;
+    acc carry = op.identity();
+    for (index_t p = begin; p < end; p += warp_scan_span) {
+      acc x[warp_scan_items];
+      int k[warp_scan_items];
+      warp_scan_load<Linear>(op, b, m, div, p, end, lane, x, k);
       LOOM_UNROLL
-      for (int i = 0; i < segment_items; ++i) {
-        // Past the row's end a thread reads the row's last element and
-        // drops it: no branch, so the loads need not wait for each other.
-        const index_t k = c0 + i * Block + threadIdx.x, kc = k < len ? k : len - 1;
-        const acc a = op.lift(read_at<Linear>(b, m, r * len + kc), kc);
-        v[i] = k < len ? a : op.identity();
-      }
-      LOOM_UNROLL
-      for (int i = 0; i < segment_items; ++i) {
-        const index_t k0 = c0 + i * Block;
-        if (k0 >= len) break;  // the same for the whole block
-        const index_t k = k0 + threadIdx.x;
-        acc o;
-        block_scan(tmp).InclusiveScan(v[i], o, op, prefix);
-        __syncthreads();  // tmp is reused by the next step
-        if (k < len) w(r * len + k, o, r * len, r * len + len);
+      for (int u = 0; u < warp_scan_items; ++u) {
+        LOOM_UNROLL
+        for (int d = 1; d < 32; d *= 2)
+          x[u] = warp_scan_level(op, x[u], warp_shfl_up(x[u], static_cast<unsigned>(d)), k[u], lane, d);
+        x[u] = warp_scan_carry(op, carry, x[u], k[u], lane);
+        carry = warp_shfl_from(x[u], 31);
+        const index_t j = p + static_cast<index_t>(u) * 32 + lane;
+        if (j < end) w(j, x[u], j - k[u], j - k[u] + len);
       }
     }
   }
@@ -841,6 +910,16 @@ void device_cross_scan(const Op& op, const B& b, const inclusive_sink<W, Op>& w,
   device_launch_counter().fetch_add(1, std::memory_order_relaxed);
 }
 
+template <bool Linear, class Op, class B, class W, std::size_t R>
+void launch_warp_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& w, index_t rows,
+                      index_t len, stream_ref s) {
+  const index_t per = warp_scan_rows(len), tasks = (rows + per - 1) / per;
+  const index_t want = (tasks + warp_scan_block / 32 - 1) / (warp_scan_block / 32);
+  const index_t cap = static_cast<index_t>(sm_count(s.device())) * (2048 / warp_scan_block);
+  warp_scan_kernel<Linear><<<static_cast<unsigned>(want < cap ? want : cap), warp_scan_block, 0, s.get()>>>(
+      w, op, b, m, rows, len, fast_divmod(static_cast<std::uint64_t>(len)));
+}
+
 template <bool Linear, class Tiles, class Op, class B, class W, std::size_t R>
 void device_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& w, index_t rows,
                  index_t len, stream_ref s) {
@@ -867,7 +946,7 @@ void device_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive
   if (len > 1024)
     row_tile_scan_kernel<256, Linear><<<grid, 256, 0, s.get()>>>(w, op, b, m, rows, len);
   else
-    segment_scan_kernel<128, Linear><<<grid, 128, 0, s.get()>>>(w, op, b, m, rows, len);
+    launch_warp_scan<Linear>(op, b, m, w, rows, len, s);
   LOOM_CUDA_CHECK(cudaGetLastError());
   device_launch_counter().fetch_add(1, std::memory_order_relaxed);
 }
@@ -958,7 +1037,7 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
 //! sum_result_t<T> (int64 for bool/integers; half stays half, accumulated in
 //! float), same shape. Host: one loop, rows in parallel, each left to right.
 //! Device, bitwise reproducible run to run: many rows take one kernel (a
-//! block per row; 32 neighbouring rows per block along an axis that is not
+//! warp per 256 / len rows up to 1024 long, else a block per row; 32 neighbouring rows per block along an axis that is not
 //! the last of a contiguous input, and for few long floating lines there, a
 //! block per 256 positions of 32 lines, each line's earlier chunks folded
 //! in order by a look-back); floating rows longer than 4096, fewer
