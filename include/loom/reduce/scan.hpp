@@ -408,25 +408,15 @@ struct running_prefix {
   }
 };
 
-// Any trivially copyable accumulator moved between lanes in 32-bit words.
-template <class A>
-__device__ __forceinline__ A warp_shfl_up(const A& a, unsigned d) {
+// Any trivially copyable accumulator moved between lanes in 32-bit words,
+// each word by `move` (a shuffle).
+template <class A, class Move>
+__device__ __forceinline__ A warp_move(const A& a, const Move& move) {
   constexpr int words = static_cast<int>((sizeof(A) + 3) / 4);
   unsigned w[words] = {};
   memcpy(w, &a, sizeof(A));
   LOOM_UNROLL
-  for (int i = 0; i < words; ++i) w[i] = __shfl_up_sync(0xffffffffu, w[i], d);
-  A r;
-  memcpy(&r, w, sizeof(A));
-  return r;
-}
-template <class A>
-__device__ __forceinline__ A warp_shfl_from(const A& a, int lane) {
-  constexpr int words = static_cast<int>((sizeof(A) + 3) / 4);
-  unsigned w[words] = {};
-  memcpy(w, &a, sizeof(A));
-  LOOM_UNROLL
-  for (int i = 0; i < words; ++i) w[i] = __shfl_sync(0xffffffffu, w[i], lane);
+  for (int i = 0; i < words; ++i) w[i] = move(w[i]);
   A r;
   memcpy(&r, w, sizeof(A));
   return r;
@@ -453,9 +443,12 @@ __global__ void __launch_bounds__(warp_scan_block)
       for (int u = 0; u < warp_scan_items; ++u) {
         LOOM_UNROLL
         for (int d = 1; d < 32; d *= 2)
-          x[u] = warp_scan_level(op, x[u], warp_shfl_up(x[u], static_cast<unsigned>(d)), k[u], lane, d);
+          x[u] = warp_scan_level(
+              op, x[u],
+              warp_move(x[u], [d](unsigned v) { return __shfl_up_sync(0xffffffffu, v, static_cast<unsigned>(d)); }),
+              k[u], lane, d);
         x[u] = warp_scan_carry(op, carry, x[u], k[u], lane);
-        carry = warp_shfl_from(x[u], 31);
+        carry = warp_move(x[u], [](unsigned v) { return __shfl_sync(0xffffffffu, v, 31); });
         const index_t j = p + static_cast<index_t>(u) * 32 + lane;
         if (j < end) w(j, x[u], j - k[u], j - k[u] + len);
       }
