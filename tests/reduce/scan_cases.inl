@@ -306,6 +306,34 @@ TEMPLATE_TEST_CASE("scans across rows of a few long lines match double reference
   CHECK(bad == 0);
 }
 
+TEST_CASE("cumsum of negative zeros is +0 everywhere, as the host's loop from the identity gives",
+          "[reduce][scan]" LOOM_TEST_TAG) {
+  // -0 + -0 is -0, and 0 + -0 is +0: a kernel that starts a row from its
+  // first element instead of the identity leaves -0. The shapes reach every
+  // device kernel: one long row and a few (the look-back), short rows (a
+  // warp per task), many rows of 1100 (a block per row), across rows of few
+  // long lines (the look-back across rows) and of short lines.
+  struct shape_case {
+    index_t rows, cols;
+    int axis;
+  };
+  for (const shape_case& c : {shape_case{1, 5000, 1}, shape_case{2, 5000, 1}, shape_case{3, 20, 1},
+                              shape_case{1100, 1100, 1}, shape_case{300, 2, 0}, shape_case{3, 2, 0}}) {
+    INFO(c.rows << " x " << c.cols << " along axis " << c.axis);
+    loom::host_tensor<float, 2> h({c.rows, c.cols});
+    for (index_t i = 0; i < h.size(); ++i) h.data()[i] = -0.0f;
+    const auto x = in_space(h);
+    const auto y = loom::to_host(loom::cumsum(x, c.axis));
+    index_t negative = 0, nonzero = 0;
+    for (index_t i = 0; i < y.size(); ++i) {
+      negative += std::signbit(y.data()[i]) ? 1 : 0;
+      nonzero += y.data()[i] != 0.0f ? 1 : 0;
+    }
+    CHECK(negative == 0);
+    CHECK(nonzero == 0);
+  }
+}
+
 TEST_CASE("cumprod matches a double reference along each axis", "[reduce][scan]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("cumprod"));
   loom::host_tensor<float, 3> h({4, 33, 20});

@@ -733,8 +733,10 @@ __global__ void __launch_bounds__(lookback_geometry<Tiles, Op>::block)
     }
   }
   __syncthreads();
-  if (tile > 0) {
-    const acc prefix = prefix_sh;
+  {
+    // A row's first tile from the identity, as the host starts each row (a
+    // sum of -0 alone is +0 on both).
+    const acc prefix = tile > 0 ? prefix_sh : op.identity();
     LOOM_UNROLL
     for (int i = 0; i < Items; ++i) items[i] = op(prefix, items[i]);
   }
