@@ -788,7 +788,8 @@ std::vector<double> replay_cross_lookback(const E& e, std::size_t axis, bool exc
   const index_t groups = (lines + 31) / 32, chunks = (len + cross_chunk - 1) / cross_chunk;
   REQUIRE(chunks > 1);
   loom::host_tensor<typename Op::result, R> values(ext);
-  for (index_t i = 0; i < values.size(); ++i) values.data()[i] = typename Op::result(std::numeric_limits<float>::quiet_NaN());
+  for (index_t i = 0; i < values.size(); ++i)
+    values.data()[i] = typename Op::result(std::numeric_limits<float>::quiet_NaN());
   const Op op{};
   const scan_writer<Op, false, R> w{values.data(), nullptr, op, scan_out<R>{}};
   const inclusive_sink<scan_writer<Op, false, R>, Op> sink{w, op, exclusive};

@@ -26,17 +26,18 @@
 // Scans (cumulative sums, products, maxima and minima) along one axis of any
 // expression, fused into the loads like the reductions. Order of combination:
 // the host runs each row left to right; the device runs many rows with a
-// warp per task of short rows or a block per long row, and one long row of floating sums or products in one pass
-// over tiles whose prefixes come from a look-back that folds the earlier
-// tiles' aggregates in tile order (see lookback_scan_kernel), so the result
-// depends on the length alone, never on timing; one long row of an exact
-// operation (integers, cummax/cummin) is one cub::DeviceScan call. Many rows: rows of up
-// to 1024 a warp per task of whole rows (warp_scan_kernel), longer ones a block per row
-// (cub::BlockScan over tiles of the row, carrying the running prefix), one kernel;
-// along an axis that is not the last of a contiguous input, 32 neighbouring
-// rows per block instead (cross_scan_kernel), one kernel; few long lines of
-// floating sums or products there, a block per chunk of 256 positions of 32
-// lines with a look-back over each line's earlier chunks
+// warp per task of short rows or a block per long row, and one long row of
+// floating sums or products in one pass over tiles whose prefixes come from
+// a look-back that folds the earlier tiles' aggregates in tile order (see
+// lookback_scan_kernel), so the result depends on the length alone, never
+// on timing; one long row of an exact operation (integers, cummax/cummin)
+// is one cub::DeviceScan call. Many rows: rows of up to 1024 a warp per
+// task of whole rows (warp_scan_kernel), longer ones a block per row
+// (cub::BlockScan over tiles of the row, carrying the running prefix), one
+// kernel; along an axis that is not the last of a contiguous input, 32
+// neighbouring rows per block instead (cross_scan_kernel), one kernel; few
+// long lines of floating sums or products there, a block per chunk of 256
+// positions of 32 lines with a look-back over each line's earlier chunks
 // (cross_lookback_kernel), one kernel.
 namespace loom {
 
@@ -304,7 +305,8 @@ LOOM_HD void cross_chunk_runs(const Op& op, const B& b, index_t base, index_t in
     }
   } else {
     LOOM_UNROLL
-    for (int s = 0; s < cross_chunk_steps; ++s) cross_scan_run(op, b, base, inner, len, cross_chunk_q0(chunk, s, warp), v[s]);
+    for (int s = 0; s < cross_chunk_steps; ++s)
+      cross_scan_run(op, b, base, inner, len, cross_chunk_q0(chunk, s, warp), v[s]);
   }
 }
 
@@ -1032,15 +1034,16 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
 //! sum_result_t<T> (int64 for bool/integers; half stays half, accumulated in
 //! float), same shape. Host: one loop, rows in parallel, each left to right.
 //! Device, bitwise reproducible run to run: many rows take one kernel (a
-//! warp per 256 / len rows up to 1024 long, else a block per row; 32 neighbouring rows per block along an axis that is not
-//! the last of a contiguous input, and for few long floating lines there, a
-//! block per 256 positions of 32 lines, each line's earlier chunks folded
-//! in order by a look-back); floating rows longer than 4096, fewer
-//! than 8 per SM (a single row, or a few), take one kernel over all their
-//! tiles (4096, or 2048 for double, each prefix folded from the earlier tiles
-//! of its row in tile order; the input read once); a single row of integers
-//! or bools, of any length, one
-//! cub::DeviceScan call (their int64 sums are exact in any order).
+//! warp per 256 / len rows up to 1024 long, else a block per row; 32
+//! neighbouring rows per block along an axis that is not the last of a
+//! contiguous input, and for few long floating lines there, a block per 256
+//! positions of 32 lines, each line's earlier chunks folded in order by a
+//! look-back); floating rows longer than 4096, fewer than 8 per SM (a
+//! single row, or a few), take one kernel over all their tiles (4096, or
+//! 2048 for double, each prefix folded from the earlier tiles of its row in
+//! tile order; the input read once); a single row of integers or bools, of
+//! any length, one cub::DeviceScan call (their int64 sums are exact in any
+//! order).
 //! Example: `auto c = loom::cumsum(x, -1);`, `auto offs = loom::cumsum(counts, 0, loom::scan_kind::exclusive);`
 template <expression E>
 [[nodiscard]] auto cumsum(const E& e, int axis, scan_kind kind = scan_kind::inclusive) {
