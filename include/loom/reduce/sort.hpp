@@ -53,6 +53,16 @@ using radix_key_t = std::conditional_t<sizeof(T) == 2, std::uint16_t,
 template <class T>
 using sort_key_t = std::conditional_t<is_floating_v<T>, radix_key_t<T>, T>;
 
+// The bits of +inf of a floating type; a larger magnitude is a NaN.
+template <class T>
+inline constexpr radix_key_t<T> radix_inf_bits =
+    sizeof(T) == 8   ? radix_key_t<T>(0x7ff0000000000000ull)
+    : sizeof(T) == 4 ? radix_key_t<T>(0x7f800000u)
+                     : radix_key_t<T>(std::is_same_v<T, half> ? 0x7c00u : 0x7f80u);
+
+// NaN and zero are told by their bits, not by float comparisons, so that a
+// build that flushes subnormals (-ftz=true, --use_fast_math) still orders
+// them apart from zero, as the host does.
 template <class T>
 struct to_radix_key {
   const T* in;
@@ -61,16 +71,16 @@ struct to_radix_key {
     using U = radix_key_t<T>;
     constexpr U sign = U(U(1) << (8 * sizeof(U) - 1));
     const T v = in[i];
-    const auto c = static_cast<compute_t<T>>(v);
     U b;
-    if (c != c)
-      b = U(~sign);  // the largest positive pattern: after +inf
-    else if (c == 0)
-      b = 0;
-    else if constexpr (sizeof(T) == 2)
+    if constexpr (sizeof(T) == 2)
       b = bits_of(v);
     else
       std::memcpy(&b, &v, sizeof(U));
+    const U mag = U(b & U(~sign));
+    if (mag > radix_inf_bits<T>)
+      b = U(~sign);  // every NaN: the largest positive pattern, after +inf
+    else if (mag == 0)
+      b = 0;  // -0 as +0
     out[i] = (b & sign) ? U(~b) : U(b | sign);
   }
 };
