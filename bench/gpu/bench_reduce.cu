@@ -18,7 +18,9 @@
 //    look-back launch), and cumsum of 8192 x 8192, of 65536 x 1000 and of
 //    2^23 x 8 along rows (block per row) and across rows (fewer groups of
 //    32 columns than 4 per SM: a block per 256 rows of 32 columns, with a
-//    look-back; 2^23 x 8 is one group of 8 lines).
+//    look-back; 2^23 x 8 is one group of 8 lines);
+//  - exact scans over the same look-backs: int32 cumsum (into int64) and
+//    float cummax of 4 rows of 2^24, int32 cumsum across 2^23 x 8.
 // Random never-zero data (the hash of gpu_bench.cuh); each result is checked
 // against a double reference computed on the host before it is timed. CUDA
 // events after warm-up, median of many samples; every buffer is larger than
@@ -64,8 +66,8 @@ struct bench_state {
   bool failed = false;
 
   void measure(const std::string& op, const std::string& shape, const std::string& impl, double bytes,
-               const std::string& check, const std::function<void()>& f) {
-    record r{"gpu_reduce", op, shape, "f32", impl};
+               const std::string& check, const std::function<void()>& f, const char* dtype = "f32") {
+    record r{"gpu_reduce", op, shape, dtype, impl};
     r.bytes = bytes;
     r.copy_gbps = copy.memcpy_gbps;
     r.check = check;
@@ -296,6 +298,68 @@ void matrix_scans(bench_state& st, index_t rows, index_t cols) {
                across);
   }
 }
+
+// Exact scans of a few long rows (along = true: cumsum(x, 1) and cummax(x, 1))
+// or of few long lines across rows (cumsum(x, 0)), which take the look-back
+// kernels since 2026-12-02 (a block per row, or per 32 lines, before however
+// few): int32 data (-1, 0 or 1) summed into int64, and float cummax with its
+// int64 indices. Every element is checked exactly against a host loop.
+void exact_scans(bench_state& st, index_t rows, index_t cols, bool along) {
+  const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
+  const index_t n = rows * cols, lines = along ? rows : cols, len = along ? cols : rows;
+  auto at = [&](index_t line, index_t k) { return static_cast<std::size_t>(along ? line * cols + k : k * cols + line); };
+  {
+    loom::device_tensor<std::int32_t, 2> x({rows, cols});
+    loom::device_tensor<std::int64_t, 2> y({rows, cols});
+    hash_fill(x, 27);
+    std::vector<std::int64_t> hx(static_cast<std::size_t>(n));
+    for (index_t i = 0; i < n; ++i)
+      hx[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(hash_value(27, static_cast<std::uint64_t>(i)));
+    auto f = [&] { y = loom::cumsum(x, along ? 1 : 0); };
+    loom::fill(y, std::int64_t{-12345});
+    f();
+    const auto h = loom::to_host(y);
+    std::string check = "ok";
+    for (index_t l = 0; l < lines && check == "ok"; ++l) {
+      std::int64_t acc = 0;
+      for (index_t k = 0; k < len; ++k) {
+        acc += hx[at(l, k)];
+        if (h.data()[at(l, k)] != acc) {
+          check = "FAIL (line " + std::to_string(l) + ", element " + std::to_string(k) + ": " +
+                  std::to_string(h.data()[at(l, k)]) + ", want " + std::to_string(acc) + ")";
+          break;
+        }
+      }
+    }
+    st.measure(along ? "cumsum(x, 1)" : "cumsum(x, 0)", shape, "loom", 12.0 * static_cast<double>(n), check, f, "i32");
+  }
+  if (!along) return;
+  loom::device_tensor<float, 2> x({rows, cols});
+  hash_fill(x, 28);
+  const auto hx = host_values(28, n);
+  loom::values_indices<float, 2, loom::device> r{loom::device_tensor<float, 2>({rows, cols}),
+                                                 loom::device_tensor<std::int64_t, 2>({rows, cols})};
+  auto f = [&] { r = loom::cummax(x, 1); };
+  loom::set_fill_uninitialized(true);  // the outputs cummax allocates start as NaN and -1
+  f();
+  loom::set_fill_uninitialized(false);
+  const auto hv = loom::to_host(r.values);
+  const auto hi = loom::to_host(r.indices);
+  std::string check = "ok";
+  for (index_t l = 0; l < lines && check == "ok"; ++l) {
+    float best = 0;
+    index_t where = 0;
+    for (index_t k = 0; k < len; ++k) {
+      const float v = hx[at(l, k)];
+      if (k == 0 || v >= best) best = v, where = k;  // ties: the later index
+      if (hv.data()[at(l, k)] != best || hi.data()[at(l, k)] != where) {
+        check = "FAIL (row " + std::to_string(l) + ", element " + std::to_string(k) + ")";
+        break;
+      }
+    }
+  }
+  st.measure("cummax(x, 1)", shape, "loom", 16.0 * static_cast<double>(n), check, f);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -322,6 +386,8 @@ int main(int argc, char** argv) {
     matrix_scans(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192);
     matrix_scans(st, st.opt.quick ? 1031 : 65536, 1000);
     matrix_scans(st, st.opt.quick ? 4099 : index_t{1} << 23, 8);  // across rows: few long lines
+    exact_scans(st, st.opt.quick ? 3 : 4, st.opt.quick ? (index_t{1} << 16) + 5 : index_t{1} << 24, true);
+    exact_scans(st, st.opt.quick ? 4099 : index_t{1} << 23, 8, false);
     if (st.failed) {
       std::printf("FAIL: a result differs from its double reference\n");
       return 1;

@@ -256,7 +256,7 @@ TEMPLATE_TEST_CASE("scans of many rows longer than a tile (4096) match double re
 }
 
 TEMPLATE_TEST_CASE("scans across rows of a few long lines match double references, one kernel, the same twice",
-                   "[reduce][scan]" LOOM_TEST_TAG, float, double, loom::half) {
+                   "[reduce][scan]" LOOM_TEST_TAG, float, double, loom::half, std::int32_t) {
   using T = TestType;
   std::mt19937_64 g(loom_test::seed_for("scan few long lines"));
   // Few lines, long along the scanned axis: on the device every chunk of
@@ -993,7 +993,7 @@ TEMPLATE_TEST_CASE("the look-back scan's tile prefix is the serial chain value w
     static_assert(std::is_same_v<acc, T>);
     std::vector<acc> agg(tiles), chain(tiles);
     for (auto& a : agg) a = gen();
-    chain[0] = agg[0];
+    chain[0] = lookback_first(op, agg[0]);
     for (int i = 1; i < tiles; ++i) chain[i] = op(chain[i - 1], agg[i]);
     // Sensitivity: folding the same aggregates right to left gives other bits.
     acc right = agg[tiles - 1];
@@ -1068,6 +1068,19 @@ TEMPLATE_TEST_CASE("the look-back scan's tile prefix is the serial chain value w
       },
       "sum");
   check_op(prod_op<T>{}, [&] { return static_cast<T>(1.0 + near1(g)); }, "prod");
+  // A row whose first tiles hold only -0 (each aggregate -0): tile 0 must
+  // publish +0, as the host's loop from the identity gives, so that the
+  // prefix of tile 5 (lanes 0..3 read the aggregates of tiles 4..1, lane 4
+  // tile 0's inclusive prefix) is +0 too, not -0.
+  const sum_op<T> op{};
+  const T nz = static_cast<T>(-0.0);
+  T window[32];
+  for (int l = 0; l < 32; ++l) window[l] = l < 4 ? nz : lookback_first(op, nz);
+  const T prefix = lookback_fold(
+      op, 4, 0, [&](int l) { return window[l]; }, [&](int, int) { return op.identity(); });
+  CHECK_FALSE(std::signbit(lookback_first(op, nz)));
+  CHECK_FALSE(std::signbit(prefix));
+  CHECK(prefix == 0);
 }
 
 // A float tile's published state is one 64-bit word (lookback_packed): the

@@ -31,13 +31,14 @@
 // a look-back that folds the earlier tiles' aggregates in tile order (see
 // lookback_scan_kernel), so the result depends on the length alone, never
 // on timing; one long row of an exact operation (integers, cummax/cummin)
-// is one cub::DeviceScan call. Many rows: rows of up to 1024 a warp per
-// task of whole rows (warp_scan_kernel), longer ones a block per row
-// (cub::BlockScan over tiles of the row, carrying the running prefix), one
-// kernel; along an axis that is not the last of a contiguous input, 32
-// neighbouring rows per block instead (cross_scan_kernel), one kernel; few
-// long lines of floating sums or products there, a block per chunk of 256
-// positions of 32 lines with a look-back over each line's earlier chunks
+// is one cub::DeviceScan call, a few long rows of any operation the same
+// look-back. Many rows: rows of up to 1024 a warp per task of whole rows
+// (warp_scan_kernel), longer ones a block per row (cub::BlockScan over
+// tiles of the row, carrying the running prefix), one kernel; along an axis
+// that is not the last of a contiguous input, 32 neighbouring rows per
+// block instead (cross_scan_kernel), one kernel; few long lines there (of
+// any operation but cummax/cummin), a block per chunk of 256 positions of
+// 32 lines with a look-back over each line's earlier chunks
 // (cross_lookback_kernel), one kernel.
 namespace loom {
 
@@ -363,13 +364,22 @@ LOOM_HD float lookback_value(std::uint64_t w) {
 //! fold starts, never its value.
 inline constexpr int lookback_windows = 8;  // windows of 32 tiles kept while looking back
 
-// How the look-back scan of long floating rows (one, or a few) cuts and paces its tiles:
+//! What a row's first tile publishes as its inclusive prefix: its aggregate
+//! after the identity, as the host's loop starts each row (a tile of -0 sums
+//! to -0 alone; +0 then, so that the later tiles' prefixes are +0 too).
+template <class Op>
+LOOM_HD typename Op::acc lookback_first(const Op& op, const typename Op::acc& aggregate) {
+  return op(op.identity(), aggregate);
+}
+
+// How the look-back scan of a few long rows (one floating row, or a few rows) cuts and paces its tiles:
 // Block threads x Items elements per tile (0: loom's choice, 256 x 16 for
-// 4-byte accumulators, 256 x 8 for double), cub::BlockScan's raking or
+// 4-byte accumulators, 256 x 8 for double and int64, 256 x 4 for the value
+// and index of cummax/cummin), cub::BlockScan's raking or
 // warp-scans algorithm, a wait of WaitNs before the first window is read
 // (only in grids of at least 500 tiles), and PollNs between two reads of a
-// tile that has published nothing yet. cumsum and cumprod use the default;
-// bench_reduce_gpu instantiates other choices (CUB's own sm_90 tuning of
+// tile that has published nothing yet. cumsum, cumprod, cummax and cummin
+// use the default; bench_reduce_gpu instantiates other choices (CUB's own sm_90 tuning of
 // cub::DeviceScan among them) and times them against it. Any choice gives
 // a correct, run-to-run reproducible scan; the tile length changes where the
 // partial sums are rounded, so results differ between choices in the last bits.
@@ -547,7 +557,9 @@ __global__ void __launch_bounds__(Block)
     ts::template run<Linear>(tmp, w, op, b, m, r * len, r * len + len, r * len, r * len + len, op.identity());
 }
 
-// One long row of a floating sum or product in one pass, deterministic:
+// One long row (or a few) of a scan in one pass, deterministic (floating
+// sums and products; integer ones and cummax/cummin are exact in any order,
+// and take it for a few long rows, a single one going to cub::DeviceScan):
 // tiles of chunk_block x scan_items elements take a ticket (an atomic
 // counter: the order in which they start, so a tile only ever waits for
 // tiles that are already running); each scans its tile, publishes its
@@ -567,10 +579,11 @@ constexpr index_t scan_chunk = 16 * chunk_block;  // one block per row up to thi
 // prefix. A reader needs the status and the value it goes with.
 // Float accumulators (float, half and bf16 scan in float) keep both in one
 // 64-bit word, published with one release store and read with one acquire
-// load, so a window of the walk costs one round trip to memory. Double ones
-// keep the value beside a status word (a 16-byte load is not single-copy
-// atomic): the reader loads the status, then the value it names (two round
-// trips).
+// load, so a window of the walk costs one round trip to memory. Others
+// (double, the int64 of integer sums and products, cummax/cummin's value
+// and index) keep the value beside a status word (a 16-byte load is not
+// single-copy atomic): the reader loads the status, then the value it names
+// (two round trips).
 template <class A>
 struct lookback_split {
   A* agg;            // each tile's aggregate
@@ -677,7 +690,14 @@ __device__ __forceinline__ typename Op::acc lookback_walk(const State& st, const
     if (found != 0) {
       const int first = __ffs(found) - 1;  // the nearest inclusive tile
       return lookback_fold(
-          op, first, kept, [&](int l) { return __shfl_sync(0xffffffffu, v, l); },
+          op, first, kept,
+          [&](int l) -> acc {
+            // cummax/cummin's value and index move as 32-bit words.
+            if constexpr (std::is_arithmetic_v<acc>)
+              return __shfl_sync(0xffffffffu, v, l);
+            else
+              return warp_move(v, [l](unsigned x) { return __shfl_sync(0xffffffffu, x, l); });
+          },
           [&](int k, int l) { return saved[k][l]; });
     }
     if (kept == lookback_windows) {
@@ -722,7 +742,7 @@ __global__ void __launch_bounds__(lookback_geometry<Tiles, Op>::block)
   if (threadIdx.x < 32) {
     const int lane = static_cast<int>(threadIdx.x);
     if (tile == 0) {
-      if (lane == 0) st.publish(id, tile_inclusive, aggregate);
+      if (lane == 0) st.publish(id, tile_inclusive, lookback_first(op, aggregate));
     } else {
       if (lane == 0) st.publish(id, tile_aggregate, aggregate);
       if constexpr (Tiles::wait_ns > 0)
@@ -895,7 +915,10 @@ void device_cross_scan(const Op& op, const B& b, const inclusive_sink<W, Op>& w,
                        index_t inner, stream_ref s) {
   const index_t tiles = (lines + 31) / 32;
   const index_t cap = static_cast<index_t>(sm_count(s.device())) * 4;
-  if constexpr (is_floating_v<typename Op::acc>) {
+  // Accumulators of at most 8 bytes: float, double and the int64 of integer
+  // and bool sums and products (cummax/cummin's value and index would not
+  // fit the kept windows of 16 warps in shared memory).
+  if constexpr (sizeof(typename Op::acc) <= 8) {
     if (tiles < cap && len > cross_chunk) {
       cross_lookback_scan(op, b, w, lines, len, inner, s);
       return;
@@ -921,22 +944,24 @@ template <bool Linear, class Tiles, class Op, class B, class W, std::size_t R>
 void device_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& w, index_t rows,
                  index_t len, stream_ref s) {
   // Rows too few for a block each to fill the GPU (fewer than 8 per SM)
-  // take the look-back, whose tiles spread every row over the whole GPU.
+  // take the look-back, whose tiles spread every row over the whole GPU;
+  // a single row of an exact operation takes cub::DeviceScan instead.
   const index_t cap = static_cast<index_t>(sm_count(s.device())) * 32;
-  if constexpr (is_floating_v<typename Op::acc>) {
-    if (len > scan_chunk && rows < cap / 4) {
-      lookback_scan<Linear, Tiles>(op, b, m, w, rows, len, s);
+  if constexpr (!is_floating_v<typename Op::acc>) {
+    if (rows == 1) {
+      auto in = thrust::make_transform_iterator(thrust::counting_iterator<index_t>(0),
+                                                lift_scan_item<Op, B, Linear, R>{op, b, m});
+      auto out = thrust::make_tabulate_output_iterator(shifted_writer<W, Op>{w, 0, 0, len});
+      run_cub(
+          [&](void* tmp, std::size_t& bytes) {
+            return cub::DeviceScan::InclusiveScan(tmp, bytes, in, out, op, len, s.get());
+          },
+          s);
       return;
     }
-  } else if (rows == 1) {
-    auto in = thrust::make_transform_iterator(thrust::counting_iterator<index_t>(0),
-                                              lift_scan_item<Op, B, Linear, R>{op, b, m});
-    auto out = thrust::make_tabulate_output_iterator(shifted_writer<W, Op>{w, 0, 0, len});
-    run_cub(
-        [&](void* tmp, std::size_t& bytes) {
-          return cub::DeviceScan::InclusiveScan(tmp, bytes, in, out, op, len, s.get());
-        },
-        s);
+  }
+  if (len > scan_chunk && rows < cap / 4) {
+    lookback_scan<Linear, Tiles>(op, b, m, w, rows, len, s);
     return;
   }
   const unsigned grid = static_cast<unsigned>(rows < cap ? rows : cap);
@@ -1036,14 +1061,14 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
 //! Device, bitwise reproducible run to run: many rows take one kernel (a
 //! warp per 256 / len rows up to 1024 long, else a block per row; 32
 //! neighbouring rows per block along an axis that is not the last of a
-//! contiguous input, and for few long floating lines there, a block per 256
+//! contiguous input, and for few long lines there, a block per 256
 //! positions of 32 lines, each line's earlier chunks folded in order by a
-//! look-back); floating rows longer than 4096, fewer than 8 per SM (a
-//! single row, or a few), take one kernel over all their tiles (4096, or
-//! 2048 for double, each prefix folded from the earlier tiles of its row in
-//! tile order; the input read once); a single row of integers or bools, of
-//! any length, one cub::DeviceScan call (their int64 sums are exact in any
-//! order).
+//! look-back); rows longer than 4096, fewer than 8 per SM (a single
+//! floating row, or a few rows), take one kernel over all their tiles
+//! (4096, or 2048 for double and int64, each prefix folded from the earlier
+//! tiles of its row in tile order; the input read once); a single row of
+//! integers or bools, of any length, one cub::DeviceScan call (their int64
+//! sums are exact in any order).
 //! Example: `auto c = loom::cumsum(x, -1);`, `auto offs = loom::cumsum(counts, 0, loom::scan_kind::exclusive);`
 template <expression E>
 [[nodiscard]] auto cumsum(const E& e, int axis, scan_kind kind = scan_kind::inclusive) {
@@ -1063,7 +1088,8 @@ template <expression E>
 //! 0 holds the identity, the lowest value of the type for cummax (-inf for
 //! floating types; the highest, +inf, for cummin) with index -1. Ties take
 //! the later index and a NaN propagates, as torch.cummax does. Exact in any
-//! order, so a single row is one cub::DeviceScan call; many rows as cumsum.
+//! order, so a single row is one cub::DeviceScan call; many rows, or a few
+//! long ones, as cumsum; across rows, 32 lines per block however few.
 //! Example: `auto [v, i] = loom::cummax(x, 0);`,
 //!          `auto [before, at] = loom::cummin(x, -1, loom::scan_kind::exclusive);`
 template <expression E>
