@@ -260,9 +260,11 @@ TEMPLATE_TEST_CASE("scans across rows of a few long lines match double reference
   using T = TestType;
   std::mt19937_64 g(loom_test::seed_for("scan few long lines"));
   // Few lines, long along the scanned axis: on the device every chunk of
-  // 256 positions of 32 lines is a block of the look-back across rows. A
+  // 256 positions of 32 lines is a block of the look-back across rows
+  // (cumsum; cummax too, which keeps 4 windows of 32 chunks, not 8). A
   // group of 5 lines, of 35 (a whole group and 3 lines), of 6 (axis 1),
-  // and 513 chunks of 3 lines (the walk keeps at most 256 chunks).
+  // and 513 chunks of 3 lines (the walk keeps at most 256 chunks, 128 for
+  // cummax).
   struct shape_case {
     std::vector<index_t> ext;
     int axis;
@@ -284,6 +286,15 @@ TEMPLATE_TEST_CASE("scans across rows of a few long lines match double reference
         for (index_t i = 0; i < h.size(); ++i) in.push_back(2 * loom_test::as_double(h.data()[i]));
         reference_scan(scan_op::sum, ex, in, h.extents(), static_cast<std::size_t>(c.axis), want, widx);
         check_values(got, want, store_rounding<T>());
+        // cummax with its indices (many ties: the later index), one kernel too.
+        const auto before_max = loom::launches();
+        const auto mx = loom::cummax(x, c.axis, kind);
+        const auto after_max = loom::launches();
+        CHECK((on_device ? after_max.device - before_max.device : after_max.host - before_max.host) == 1);
+        reference_scan(scan_op::max, ex, flat(h), h.extents(), static_cast<std::size_t>(c.axis), want, widx,
+                       scan_none<T>(scan_op::max));
+        check_values(flat(mx.values), want, 0);
+        check_values(flat(mx.indices), widx, 0);
       }
     };
     if (c.ext.size() == 2)
@@ -771,8 +782,9 @@ namespace {
 // cross_chunk_value, cross_scan_write), into a NaN-poisoned output. Each
 // line's prefix is the serial chain of its earlier chunks' aggregates (the
 // value of lookback_fold wherever the walk stops, tested below).
-template <class Op, class E>
-std::vector<double> replay_cross_lookback(const E& e, std::size_t axis, bool exclusive) {
+template <class Op, bool Indices = false, class E>
+std::pair<std::vector<double>, std::vector<double>> replay_cross_lookback(const E& e, std::size_t axis,
+                                                                          bool exclusive) {
   using namespace loom::detail;
   using acc = typename Op::acc;
   constexpr std::size_t R = node_t<E>::rank;
@@ -788,11 +800,14 @@ std::vector<double> replay_cross_lookback(const E& e, std::size_t axis, bool exc
   const index_t groups = (lines + 31) / 32, chunks = (len + cross_chunk - 1) / cross_chunk;
   REQUIRE(chunks > 1);
   loom::host_tensor<typename Op::result, R> values(ext);
-  for (index_t i = 0; i < values.size(); ++i)
+  loom::host_tensor<std::int64_t, R> indices(ext);
+  for (index_t i = 0; i < values.size(); ++i) {
     values.data()[i] = typename Op::result(std::numeric_limits<float>::quiet_NaN());
+    indices.data()[i] = -7;
+  }
   const Op op{};
-  const scan_writer<Op, false, R> w{values.data(), nullptr, op, scan_out<R>{}};
-  const inclusive_sink<scan_writer<Op, false, R>, Op> sink{w, op, exclusive};
+  const scan_writer<Op, Indices, R> w{values.data(), Indices ? indices.data() : nullptr, op, scan_out<R>{}};
+  const inclusive_sink<scan_writer<Op, Indices, R>, Op> sink{w, op, exclusive};
   const fast_divmod div(static_cast<std::uint64_t>(inner));
   std::vector<acc> inclusive(static_cast<std::size_t>(lines * chunks));  // per line and chunk, once published
   std::vector<bool> published(inclusive.size(), false);
@@ -837,7 +852,7 @@ std::vector<double> replay_cross_lookback(const E& e, std::size_t axis, bool exc
     }
   }
   CHECK(carried_same);
-  return flat(values);
+  return {flat(values), flat(indices)};
 }
 }  // namespace
 
@@ -857,13 +872,22 @@ TEMPLATE_TEST_CASE("scans across rows of a few long lines, replayed from the loo
   for (bool ex : {false, true}) {
     INFO((ex ? "exclusive" : "inclusive"));
     reference_scan(scan_op::sum, ex, flat(a), a.extents(), 0, want, widx);
-    check_values(replay_cross_lookback<loom::detail::sum_op<T>>(a, 0, ex), want, 0);
+    check_values(replay_cross_lookback<loom::detail::sum_op<T>>(a, 0, ex).first, want, 0);
     reference_scan(scan_op::sum, ex, flat(m), m.extents(), 1, want, widx);
-    check_values(replay_cross_lookback<loom::detail::sum_op<T>>(m, 1, ex), want, 0);
+    check_values(replay_cross_lookback<loom::detail::sum_op<T>>(m, 1, ex).first, want, 0);
     reference_scan(scan_op::sum, ex, flat(w), w.extents(), 0, want, widx);
-    check_values(replay_cross_lookback<loom::detail::sum_op<T>>(w, 0, ex), want, 0);
+    check_values(replay_cross_lookback<loom::detail::sum_op<T>>(w, 0, ex).first, want, 0);
     reference_scan(scan_op::sum, ex, flat(p), p.extents(), 0, want, widx);
-    check_values(replay_cross_lookback<loom::detail::sum_op<T>>(p, 0, ex), want, 0);
+    check_values(replay_cross_lookback<loom::detail::sum_op<T>>(p, 0, ex).first, want, 0);
+    // cummax with its indices (ties in these eighths take the later index;
+    // the look-back across rows serves it too since 2026-12-02).
+    for (const auto* h : {&a, &m}) {
+      const std::size_t axis = h == &a ? 0 : 1;
+      const auto [mv, mi] = replay_cross_lookback<loom::detail::cum_extreme_op<T, true>, true>(*h, axis, ex);
+      reference_scan(scan_op::max, ex, flat(*h), h->extents(), axis, want, widx, scan_none<T>(scan_op::max));
+      check_values(mv, want, 0);
+      check_values(mi, widx, 0);
+    }
   }
 }
 

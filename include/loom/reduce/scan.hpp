@@ -36,10 +36,9 @@
 // (warp_scan_kernel), longer ones a block per row (cub::BlockScan over
 // tiles of the row, carrying the running prefix), one kernel; along an axis
 // that is not the last of a contiguous input, 32 neighbouring rows per
-// block instead (cross_scan_kernel), one kernel; few long lines there (of
-// any operation but cummax/cummin), a block per chunk of 256 positions of
-// 32 lines with a look-back over each line's earlier chunks
-// (cross_lookback_kernel), one kernel.
+// block instead (cross_scan_kernel), one kernel; few long lines there, a
+// block per chunk of 256 positions of 32 lines with a look-back over each
+// line's earlier chunks (cross_lookback_kernel), one kernel.
 namespace loom {
 
 //! Whether a scan's output i includes element i (inclusive, like
@@ -364,6 +363,13 @@ LOOM_HD float lookback_value(std::uint64_t w) {
 //! fold starts, never its value.
 inline constexpr int lookback_windows = 8;  // windows of 32 tiles kept while looking back
 
+// Windows each warp of the look-back across rows keeps (see
+// cross_lookback_kernel): its 16 warps' windows share the block's static
+// shared memory (48 KB at most), so 16-byte accumulators (cummax/cummin's
+// value and index) keep 4 windows (32 KB), the others 8 (at most 32 KB).
+template <class A>
+inline constexpr int cross_windows = sizeof(A) > 8 ? 4 : lookback_windows;
+
 //! What a row's first tile publishes as its inclusive prefix: its aggregate
 //! after the identity, as the host's loop starts each row (a tile of -0 sums
 //! to -0 alone; +0 then, so that the later tiles' prefixes are +0 too).
@@ -432,6 +438,17 @@ __device__ __forceinline__ A warp_move(const A& a, const Move& move) {
   A r;
   memcpy(&r, w, sizeof(A));
   return r;
+}
+
+// Lane `src`'s `a` in every lane: numbers by one __shfl_sync, cummax/cummin's
+// value and index as 32-bit words (warp_move; on double it made the look-back
+// across rows spill more, ptxas -v).
+template <class A>
+__device__ __forceinline__ A warp_shfl(const A& a, int src) {
+  if constexpr (std::is_arithmetic_v<A>)
+    return __shfl_sync(0xffffffffu, a, src);
+  else
+    return warp_move(a, [src](unsigned x) { return __shfl_sync(0xffffffffu, x, src); });
 }
 
 // See warp_scan_items: a warp per task of whole rows, grid-stride over tasks.
@@ -666,14 +683,14 @@ struct lookback_geometry {
 // is state entry `state0` (a row of the look-back scan; a line of the scan
 // across rows): the fold of the earlier tiles' aggregates, in every lane.
 // Window [end - 32, end): lane l reads tile end - 1 - l. Windows with no
-// inclusive prefix are kept in `saved` (at most lookback_windows; past that
-// the walk starts again from this tile: the nearer tiles publish theirs
-// meanwhile). Tile 0 of a run is always inclusive and started before every
-// other tile of it, so a walk ends there at the latest; it never reads
-// another run's tiles.
-template <unsigned PollNs, class Op, class State>
+// inclusive prefix are kept in `saved` (at most Windows of them,
+// lookback_windows in the row look-back; past that the walk starts again
+// from this tile: the nearer tiles publish theirs meanwhile). Tile 0 of a
+// run is always inclusive and started before every other tile of it, so a
+// walk ends there at the latest; it never reads another run's tiles.
+template <unsigned PollNs, class Op, class State, int Windows>
 __device__ __forceinline__ typename Op::acc lookback_walk(const State& st, const Op& op, index_t state0, index_t tile,
-                                                          int lane, typename Op::acc (&saved)[lookback_windows][32]) {
+                                                          int lane, typename Op::acc (&saved)[Windows][32]) {
   using acc = typename Op::acc;
   index_t end = tile;
   int kept = 0;
@@ -691,16 +708,10 @@ __device__ __forceinline__ typename Op::acc lookback_walk(const State& st, const
       const int first = __ffs(found) - 1;  // the nearest inclusive tile
       return lookback_fold(
           op, first, kept,
-          [&](int l) -> acc {
-            // cummax/cummin's value and index move as 32-bit words.
-            if constexpr (std::is_arithmetic_v<acc>)
-              return __shfl_sync(0xffffffffu, v, l);
-            else
-              return warp_move(v, [l](unsigned x) { return __shfl_sync(0xffffffffu, x, l); });
-          },
+          [&](int l) { return warp_shfl(v, l); },
           [&](int k, int l) { return saved[k][l]; });
     }
-    if (kept == lookback_windows) {
+    if (kept == Windows) {
       kept = 0;
       end = tile;
       continue;
@@ -828,9 +839,11 @@ __global__ void __launch_bounds__(cross_scan_warps * 32)
   using acc = typename Op::acc;
   constexpr unsigned poll_ns = lookback_tiles<>::poll_ns;
   __shared__ acc totals[cross_scan_warps][32];
-  __shared__ acc saved[cross_scan_warps][lookback_windows][32];
+  __shared__ acc saved[cross_scan_warps][cross_windows<acc>][32];
   __shared__ acc prefix_sh[32];
   __shared__ index_t tile_sh;
+  static_assert(sizeof(totals) + sizeof(saved) + sizeof(prefix_sh) + sizeof(tile_sh) <= 48 * 1024,
+                "loom: the look-back across rows keeps more windows than 48 KB of static shared memory hold");
   if (threadIdx.x == 0) tile_sh = atomicAdd(st.ticket, 1u);
   __syncthreads();
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -868,7 +881,7 @@ __global__ void __launch_bounds__(cross_scan_warps * 32)
     for (int i = 0; i < 32 / cross_scan_warps; ++i) {
       const int li = warp + i * cross_scan_warps;
       const index_t line = group * 32 + li;
-      const acc aggregate = __shfl_sync(0xffffffffu, carry, li);
+      const acc aggregate = warp_shfl(carry, li);
       __syncwarp();  // the walk before read saved[warp]; this one writes it
       if (line < lines) {  // the same for the whole warp
         const acc r = lookback_walk<poll_ns>(st, op, line * chunks, chunk, lane, saved[warp]);
@@ -915,14 +928,9 @@ void device_cross_scan(const Op& op, const B& b, const inclusive_sink<W, Op>& w,
                        index_t inner, stream_ref s) {
   const index_t tiles = (lines + 31) / 32;
   const index_t cap = static_cast<index_t>(sm_count(s.device())) * 4;
-  // Accumulators of at most 8 bytes: float, double and the int64 of integer
-  // and bool sums and products (cummax/cummin's value and index would not
-  // fit the kept windows of 16 warps in shared memory).
-  if constexpr (sizeof(typename Op::acc) <= 8) {
-    if (tiles < cap && len > cross_chunk) {
-      cross_lookback_scan(op, b, w, lines, len, inner, s);
-      return;
-    }
+  if (tiles < cap && len > cross_chunk) {
+    cross_lookback_scan(op, b, w, lines, len, inner, s);
+    return;
   }
   cross_scan_kernel<<<static_cast<unsigned>(tiles < cap ? tiles : cap), cross_scan_warps * 32, 0, s.get()>>>(
       w, op, b, lines, len, fast_divmod(static_cast<std::uint64_t>(inner)));
@@ -1088,8 +1096,9 @@ template <expression E>
 //! 0 holds the identity, the lowest value of the type for cummax (-inf for
 //! floating types; the highest, +inf, for cummin) with index -1. Ties take
 //! the later index and a NaN propagates, as torch.cummax does. Exact in any
-//! order, so a single row is one cub::DeviceScan call; many rows, or a few
-//! long ones, as cumsum; across rows, 32 lines per block however few.
+//! order, so a single row is one cub::DeviceScan call; many rows, a few
+//! long ones, or lines across rows as cumsum (tiles of 1024 for a few long
+//! rows).
 //! Example: `auto [v, i] = loom::cummax(x, 0);`,
 //!          `auto [before, at] = loom::cummin(x, -1, loom::scan_kind::exclusive);`
 template <expression E>
