@@ -219,6 +219,28 @@ TEST_CASE("row max propagates NaN and row reductions accept strided rows", "[nn]
   }
 }
 
+TEST_CASE("a row sum of float values cast to double is accumulated and kept in double", "[nn][rows]" LOOM_TEST_TAG) {
+  // 2^24, then 37 ones: every partial sum is exact in double, while 2^24 + 37
+  // is odd, so a float cannot hold the row's sum. The per-row results must be
+  // double when the reduction accumulates in double, though every leaf is float.
+  const index_t rows = 5, cols = 38;
+  loom::host_tensor<float, 2> xh({rows, cols});
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t c = 0; c < cols; ++c) xh(r, c) = c == r ? 16777216.0f : 1.0f;
+  const auto x = in_space(xh);
+  const double total = 16777216.0 + (cols - 1);
+  auto y = poisoned<double, 2>({rows, 1});
+  y = loom::row_sum(loom::cast<double>(x));
+  const auto yh = loom::to_host(y);
+  for (index_t r = 0; r < rows; ++r) CHECK(yh(r, 0) == total);
+  // Broadcast back along the row.
+  auto z = poisoned<double, 2>({rows, cols});
+  z = loom::cast<double>(x) - loom::row_sum(loom::cast<double>(x));
+  const auto zh = loom::to_host(z);
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t c = 0; c < cols; ++c) CHECK(zh(r, c) == static_cast<double>(xh(r, c)) - total);
+}
+
 TEST_CASE("identical row reductions are computed once and in-place layers work", "[nn][rows]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("dedupe"));
   auto xh = random_host<float, 2>({17, 300}, g);
@@ -630,6 +652,7 @@ TEMPLATE_TEST_CASE("weight and bias gradients of the norms are column sums in do
     const auto after = loom::launches();
     CHECK((on_device ? after.device - before.device : after.host - before.host) == 2);
     check_plan(loom::last_column_sums(), 4);
+    const loom::column_sums_info ln_plan = loom::last_column_sums();
     check_rows(ln.dweight, {dw}, rel, rel);
     check_rows(ln.dbias, {db}, rel, rel);
     // dx agrees with the one-kernel input gradient.
@@ -659,6 +682,11 @@ TEMPLATE_TEST_CASE("weight and bias gradients of the norms are column sums in do
       budget = 0;
       auto ln0 = loom::layer_norm_backward(x, w, dy, 1e-5);
       const int cached_off = loom::last_column_sums().rows.cached_rows;
+      // The same split into partial rows: the cache's shared memory must not
+      // change how many blocks the device's occupancy gives.
+      CHECK(loom::last_column_sums().blocks == ln_plan.blocks);
+      CHECK(loom::last_column_sums().rows_per_block == ln_plan.rows_per_block);
+      CHECK(loom::last_column_sums().rows.vector_width == ln_plan.rows.vector_width);
       auto rms0 = loom::rms_norm_backward(x, w, dy, 1e-6);
       budget = saved;
       CHECK(cached_off == 0);

@@ -34,7 +34,9 @@
 //
 // Block p of P always takes rows [p * rows_per_block, (p + 1) * rows_per_block)
 // and sums them in a fixed order, so a result depends only on the data, the
-// shape and the grid (the device's SM count), never on timing.
+// shape and the grid (P: the device's SM count times the blocks of the kernel
+// that fit on an SM beside the accumulators' shared memory, whatever the row
+// cache's budget), never on timing.
 namespace loom {
 //! Where a rows-with-column-sums evaluation kept its per-column accumulators.
 enum class column_partials : std::uint8_t {
@@ -194,7 +196,7 @@ __global__ void __launch_bounds__(256) row_colsum_kernel(Sink sink, B b, row_lay
 // partials [P, K, cols] (allocated here, P from the plan).
 template <class A, std::size_t K, class S, class O, std::size_t RO, class B>
 eval_info run_rows_colsum(const view<O, RO, S>& out, const B& b, tensor<A, 3, S>& partials, column_sums_info& ci) {
-  static_assert(std::is_same_v<A, std::conditional_t<has_double_leaf<B>::value, double, float>>);
+  static_assert(std::is_same_v<A, std::conditional_t<uses_double<B>::value, double, float>>);
   const row_layout<RO> lay = layout_of(out);
   const colsum_sink<O, RO, K> sink{{out.data(), out.strides()}};
   eval_info info;
@@ -248,20 +250,23 @@ eval_info run_rows_colsum(const view<O, RO, S>& out, const B& b, tensor<A, 3, S>
                                           std::min(row_cache_budget(), room));
     const std::size_t smem = acc_bytes + (cplan.on ? static_cast<std::size_t>(groups) * cplan.group_bytes : 0);
     const int threads = G == 32 ? 32 * groups : 256;
-    const bool vec = row_out_vector_ok(out) && row_vector_ok_cached(b, cplan);
+    const bool vec = row_out_vector_ok(out) && b.row_vector_ok();  // as run_rows: never by the cache
     constexpr std::size_t L = leaf_count<B>::value;
     auto kernel = vec ? row_colsum_kernel<V, true, A, RO, K, colsum_sink<O, RO, K>, B, L>
                       : row_colsum_kernel<V, false, A, RO, K, colsum_sink<O, RO, K>, B, L>;
-    // At most one wave: as many blocks as fit on the SMs at once, which the
+    // About one wave: as many blocks as fit on the SMs at once, which the
     // occupancy calculator gives from the kernel's registers, its threads and
-    // its shared memory (the general form uses about 120 registers, so two
-    // blocks of 256 per SM, not the eight that threads alone would allow);
-    // and at least 4 rows per group of threads where N allows. So the
-    // partials [P, K, C] stay small next to x and dy.
-    if (smem > (std::size_t{48} << 10))
-      LOOM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    // the shared memory of its accumulators (the general form uses about 120
+    // registers, so two blocks of 256 per SM, not the eight that threads
+    // alone would allow); and at least 4 rows per group of threads where N
+    // allows. So the partials [P, K, C] stay small next to x and dy. The row
+    // cache is left out of the count: P decides which rows each partial sum
+    // takes, so it must not change with the cache's budget (with the cache,
+    // fewer blocks may fit at once, and the rest run after them).
+    if (std::max(smem, acc_bytes) > (std::size_t{48} << 10))
+      allow_row_smem(reinterpret_cast<const void*>(kernel));
     int per_sm = 0;
-    LOOM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    LOOM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, acc_bytes));
     const index_t cap = static_cast<index_t>(sm_count(s.device())) * std::max<index_t>(per_sm, 1);
     const colsum_plan plan = plan_colsum(lay.rows, static_cast<index_t>(groups) * 4, cap);
     partials = tensor<A, 3, S>(shape<3>{plan.blocks, static_cast<index_t>(K), cols});
@@ -329,7 +334,7 @@ column_sums_info assign_with_column_sums(Out&& out_in, const E& e, SumsAndExtras
   column_sums_info ci;
   bind_info bi;
   const auto b = binder::bind<0>(root, out, bi);
-  using A = std::conditional_t<has_double_leaf<std::remove_const_t<decltype(b)>>::value, double, float>;
+  using A = std::conditional_t<uses_double<std::remove_const_t<decltype(b)>>::value, double, float>;
   tensor<A, 3, S> partials(shape<3>{0, static_cast<index_t>(K), cols});
   if (out.size() > 0) {
     ci.rows = run_rows_colsum<A, K>(out, b, partials, ci);

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -236,14 +238,20 @@ index_t longest_row(const B& b, index_t at_least, std::index_sequence<S...>) {
   return at_least;
 }
 
+// Whether a bound tree reads double leaves or reduces a row in double (a
+// double accumulator: `row_sum(cast<double>(x))` of float x): its row
+// results, and a row kernel's reduction scratch, are then double, else
+// float. (Until 2026-12-02 only double leaves counted, so such a sum was
+// accumulated in double and then kept as a float.)
 template <class B>
-struct has_double_leaf : std::false_type {};
+struct uses_double : std::false_type {};
 template <std::size_t R>
-struct has_double_leaf<bound_leaf<double, R>> : std::true_type {};
+struct uses_double<bound_leaf<double, R>> : std::true_type {};
 template <class F, class Cin, class... B>
-struct has_double_leaf<bound_map<F, Cin, B...>> : std::bool_constant<(has_double_leaf<B>::value || ...)> {};
+struct uses_double<bound_map<F, Cin, B...>> : std::bool_constant<(uses_double<B>::value || ...)> {};
 template <class Op, class A, std::size_t Slot, class B>
-struct has_double_leaf<bound_row_reduce<Op, A, Slot, B>> : has_double_leaf<B> {};
+struct uses_double<bound_row_reduce<Op, A, Slot, B>>
+    : std::bool_constant<std::is_same_v<A, double> || uses_double<B>::value> {};
 }  // namespace detail
 
 //! A reduction along the last axis of `e` that keeps that axis with extent 1,
@@ -773,21 +781,6 @@ row_cache_plan<leaf_count<B>::value, R> plan_row_cache(const B& b, index_t cols,
   return plan;
 }
 
-// True when every leaf that stays in place can be read with row_load (the
-// cached rows always can: 16-byte aligned, contiguous).
-template <class B, std::size_t L, std::size_t R>
-bool row_vector_ok_cached(const B& b, const row_cache_plan<L, R>& plan) {
-  if (!plan.on) return b.row_vector_ok();
-  B copy = b;
-  bool ok = true;
-  int k = 0;
-  auto f = [&](auto& leaf, int kk, index_t, int) {
-    if (!plan.cached[kk]) ok = ok && leaf.row_vector_ok();
-  };
-  visit_leaves(copy, f, k, 0, -1);
-  return ok;
-}
-
 // Points the cached leaves of `bc` at their rows in `cache` for the output
 // row `lead`. Only the pointer changes (strides stay): it is moved so that
 // the leaf's offset of column 0 in this row lands on the cached row.
@@ -966,13 +959,32 @@ __global__ void __launch_bounds__(256, 4)
   }
 }
 
-// Launches a row kernel with `smem` bytes of dynamic shared memory (raising
-// the kernel's limit when over 48 KiB), checks the launch and counts it.
+// Raises `kernel`'s dynamic shared memory limit on the current device (where
+// cudaFuncSetAttribute sets it) to all a row kernel's block may ask for
+// there (smem_per_block), once per kernel and device. The limit belongs to
+// the kernel, not to a launch: raising it to each launch's own need, as
+// before 2026-12-02, let another host thread that launches the same kernel
+// with a smaller need in between lower it under this launch.
+inline std::size_t smem_per_block(int device);
+inline void allow_row_smem(const void* kernel) {
+  int device = 0;
+  LOOM_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex m;
+  static std::set<std::pair<const void*, int>> raised;
+  const std::lock_guard<std::mutex> lock(m);
+  if (raised.count({kernel, device}) != 0) return;
+  LOOM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem_per_block(device))));
+  raised.insert({kernel, device});
+}
+
+// Launches a row kernel with `smem` bytes of dynamic shared memory (over
+// 48 KiB, once the kernel's limit is raised: allow_row_smem), checks the
+// launch and counts it.
 template <class... P, class... Args>
 void launch_row_kernel(void (*kernel)(P...), unsigned grid, unsigned block, std::size_t smem, cudaStream_t s,
                        const Args&... args) {
-  if (smem > (std::size_t{48} << 10))
-    LOOM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  if (smem > (std::size_t{48} << 10)) allow_row_smem(reinterpret_cast<const void*>(kernel));
   kernel<<<grid, block, smem, s>>>(args...);
   LOOM_CUDA_CHECK(cudaGetLastError());
   device_launch_counter().fetch_add(1, std::memory_order_relaxed);
@@ -1005,7 +1017,7 @@ constexpr int row_vector_width() {
 // Runs the rows path for a bound tree and a sink over the output layout.
 template <class S, class Sink, class B, std::size_t RO>
 eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool sink_vector_ok) {
-  using A = std::conditional_t<has_double_leaf<B>::value, double, float>;
+  using A = std::conditional_t<uses_double<B>::value, double, float>;
   eval_info info;
   info.path = eval_path::rows;
   info.on_device = std::is_same_v<S, device>;
@@ -1031,7 +1043,9 @@ eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool
     const std::size_t budget = std::min(row_cache_budget(), smem_per_block(s.device()));
     const auto plan = plan_row_cache<RO>(b, lay.cols, lay.rows, reuse, static_cast<std::size_t>(groups), budget);
     const std::size_t smem = plan.on ? static_cast<std::size_t>(groups) * plan.group_bytes : 0;
-    const bool vec = sink_vector_ok && row_vector_ok_cached(b, plan);
+    // Whether the cache is on never changes the vector form (it would change
+    // each lane's order of summation, hence the bits of the results).
+    const bool vec = sink_vector_ok && b.row_vector_ok();
     const index_t want = (lay.rows + groups - 1) / groups;
     const index_t cap = static_cast<index_t>(sm_count(s.device())) * (G == 32 ? 8 : 4);
     const unsigned grid = static_cast<unsigned>(want < cap ? (want > 0 ? want : 1) : cap);
