@@ -220,25 +220,29 @@ TEST_CASE("row max propagates NaN and row reductions accept strided rows", "[nn]
 }
 
 TEST_CASE("a row sum of float values cast to double is accumulated and kept in double", "[nn][rows]" LOOM_TEST_TAG) {
-  // 2^24, then 37 ones: every partial sum is exact in double, while 2^24 + 37
-  // is odd, so a float cannot hold the row's sum. The per-row results must be
-  // double when the reduction accumulates in double, though every leaf is float.
-  const index_t rows = 5, cols = 38;
-  loom::host_tensor<float, 2> xh({rows, cols});
-  for (index_t r = 0; r < rows; ++r)
-    for (index_t c = 0; c < cols; ++c) xh(r, c) = c == r ? 16777216.0f : 1.0f;
-  const auto x = in_space(xh);
-  const double total = 16777216.0 + (cols - 1);
-  auto y = poisoned<double, 2>({rows, 1});
-  y = loom::row_sum(loom::cast<double>(x));
-  const auto yh = loom::to_host(y);
-  for (index_t r = 0; r < rows; ++r) CHECK(yh(r, 0) == total);
-  // Broadcast back along the row.
-  auto z = poisoned<double, 2>({rows, cols});
-  z = loom::cast<double>(x) - loom::row_sum(loom::cast<double>(x));
-  const auto zh = loom::to_host(z);
-  for (index_t r = 0; r < rows; ++r)
-    for (index_t c = 0; c < cols; ++c) CHECK(zh(r, c) == static_cast<double>(xh(r, c)) - total);
+  // 2^24, then 37 (or 4099) ones: every partial sum is exact in double, while
+  // 2^24 + 37 is odd, so a float cannot hold the row's sum. The per-row
+  // results must be double when the reduction accumulates in double, though
+  // every leaf is float (on the device: a warp per row, and a block per row).
+  for (const index_t cols : {index_t{38}, index_t{4100}}) {
+    INFO("rows of " << cols);
+    const index_t rows = 5;
+    loom::host_tensor<float, 2> xh({rows, cols});
+    for (index_t r = 0; r < rows; ++r)
+      for (index_t c = 0; c < cols; ++c) xh(r, c) = c == r ? 16777216.0f : 1.0f;
+    const auto x = in_space(xh);
+    const double total = 16777216.0 + (cols - 1);
+    auto y = poisoned<double, 2>({rows, 1});
+    y = loom::row_sum(loom::cast<double>(x));
+    const auto yh = loom::to_host(y);
+    for (index_t r = 0; r < rows; ++r) CHECK(yh(r, 0) == total);
+    // Broadcast back along the row.
+    auto z = poisoned<double, 2>({rows, cols});
+    z = loom::cast<double>(x) - loom::row_sum(loom::cast<double>(x));
+    const auto zh = loom::to_host(z);
+    for (index_t r = 0; r < rows; ++r)
+      for (index_t c = 0; c < cols; ++c) CHECK(zh(r, c) == static_cast<double>(xh(r, c)) - total);
+  }
 }
 
 TEST_CASE("identical row reductions are computed once and in-place layers work", "[nn][rows]" LOOM_TEST_TAG) {
@@ -710,6 +714,44 @@ TEMPLATE_TEST_CASE("weight and bias gradients of the norms are column sums in do
   auto dy = in_space(random_host<T, 2>({3, 5}, g));
   auto w = in_space(random_host<T, 1>({4}, g));
   REQUIRE_THROWS_WITH(loom::rms_norm_backward(x, w, dy), Contains("[3, 4]") && Contains("[3, 5]"));
+}
+
+TEST_CASE("the norms' column sums split the rows the same way with the row cache off and on", "[nn][backward]"
+          LOOM_TEST_TAG) {
+  // 8192 x 2048 floats: on the device 3 warps per block, each with its
+  // [2, 2048] float accumulators (48 KiB in all: the kernel's shared memory
+  // limit must be raised, first here with the cache off), and, on an H200,
+  // fewer blocks per SM once the cache's rows are added: the split into
+  // partial rows must not follow the cache.
+  // (The host's split never depends on the cache: fewer rows there, to keep
+  // the sanitized host run short.)
+  std::mt19937_64 g(loom_test::seed_for("column sums cache split"));
+  const index_t n = on_device ? 8192 : 1031, cols = 2048;
+  auto x = in_space(random_host<float, 2>({n, cols}, g));
+  auto dy = in_space(random_host<float, 2>({n, cols}, g));
+  auto w = in_space(random_host<float, 1>({cols}, g, 0.5, 2));
+  auto& budget = loom::detail::row_cache_budget();
+  const std::size_t saved = budget;
+  budget = 0;
+  const auto off = loom::layer_norm_backward(x, w, dy, 1e-5);
+  const loom::column_sums_info plan_off = loom::last_column_sums();
+  budget = saved;
+  const auto on = loom::layer_norm_backward(x, w, dy, 1e-5);
+  const loom::column_sums_info plan_on = loom::last_column_sums();
+  CHECK(plan_off.rows.cached_rows == 0);
+  CHECK(plan_on.blocks == plan_off.blocks);
+  CHECK(plan_on.rows_per_block == plan_off.rows_per_block);
+  CHECK(plan_on.rows.vector_width == plan_off.rows.vector_width);
+  CHECK(same_bits(on.dx, off.dx));
+  CHECK(same_bits(on.dweight, off.dweight));
+  CHECK(same_bits(on.dbias, off.dbias));
+  // And against a double reference of dbias (the column sums of dy: up to
+  // 8192 terms of at most 3 in float, so an absolute bound of 1e-2).
+  const auto dyh = loom::to_host(dy);
+  std::vector<double> db(static_cast<std::size_t>(cols), 0.0);
+  for (index_t r = 0; r < n; ++r)
+    for (index_t c = 0; c < cols; ++c) db[static_cast<std::size_t>(c)] += dyh(r, c);
+  check_rows(on.dbias, {db}, 1e-4, 1e-2);
 }
 
 TEMPLATE_TEST_CASE("add_rms_norm writes the residual sum and the normalized rows in one kernel",

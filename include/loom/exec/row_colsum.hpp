@@ -263,7 +263,7 @@ eval_info run_rows_colsum(const view<O, RO, S>& out, const B& b, tensor<A, 3, S>
     // cache is left out of the count: P decides which rows each partial sum
     // takes, so it must not change with the cache's budget (with the cache,
     // fewer blocks may fit at once, and the rest run after them).
-    if (std::max(smem, acc_bytes) > (std::size_t{48} << 10))
+    if (row_smem_needs_raise(smem))  // before the query: it counts 0 blocks past the limit
       allow_row_smem(reinterpret_cast<const void*>(kernel));
     int per_sm = 0;
     LOOM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, acc_bytes));

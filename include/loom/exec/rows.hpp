@@ -978,13 +978,18 @@ inline void allow_row_smem(const void* kernel) {
   raised.insert({kernel, device});
 }
 
-// Launches a row kernel with `smem` bytes of dynamic shared memory (over
-// 48 KiB, once the kernel's limit is raised: allow_row_smem), checks the
-// launch and counts it.
+// Whether `smem` bytes of dynamic shared memory need a row kernel's limit
+// raised: without it, static and dynamic shared memory together must fit
+// 48 KiB, and the kernels keep up to 1 KiB static (see smem_per_block).
+inline bool row_smem_needs_raise(std::size_t smem) { return smem + 1024 > (std::size_t{48} << 10); }
+
+// Launches a row kernel with `smem` bytes of dynamic shared memory (raising
+// the kernel's limit first when row_smem_needs_raise: allow_row_smem),
+// checks the launch and counts it.
 template <class... P, class... Args>
 void launch_row_kernel(void (*kernel)(P...), unsigned grid, unsigned block, std::size_t smem, cudaStream_t s,
                        const Args&... args) {
-  if (smem > (std::size_t{48} << 10)) allow_row_smem(reinterpret_cast<const void*>(kernel));
+  if (row_smem_needs_raise(smem)) allow_row_smem(reinterpret_cast<const void*>(kernel));
   kernel<<<grid, block, smem, s>>>(args...);
   LOOM_CUDA_CHECK(cudaGetLastError());
   device_launch_counter().fetch_add(1, std::memory_order_relaxed);
