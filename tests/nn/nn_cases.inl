@@ -446,6 +446,66 @@ TEST_CASE("cross_entropy matches PyTorch's definition and its gradient", "[nn][l
   REQUIRE_THROWS_WITH(loom::cross_entropy(z, in_space(short_t)), Contains("[9, 33]") && Contains("[8]"));
 }
 
+// An [N, 1] output never takes a vector store (a step is 16 bytes, 4 floats)
+// and a target broadcast along the row is one element read and repeated, so
+// neither needs 16-byte alignment: the passes over the rows keep their 16-byte
+// loads on the device. (Until 2026-12-02 both turned the vector form off:
+// every row sum into [N, 1] and every cross-entropy pass loaded 4 bytes.)
+// The values are checked on both executors, the vector width on the device.
+TEST_CASE("row reductions into one column and per-row targets keep the vector form", "[nn][rows][loss]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("row vector forms"));
+  const index_t n = 37, c = 1000;
+  auto zh = random_host<float, 2>({n, c}, g, -5, 5);
+  loom::host_tensor<std::int64_t, 1> th({n});
+  for (index_t r = 0; r < n; ++r) th(r) = static_cast<std::int64_t>(g() % c);
+  auto z = in_space(zh);
+  auto t = in_space(th);
+  const auto zr = rows_of(zh);
+  const int vec = on_device ? 4 : 1;
+
+  auto s = poisoned<float, 2>({n, 1});
+  expect_one_launch([&] { s = row_sum(z * z) + row_max(z); });
+  CHECK(loom::last_eval().vector_width == vec);
+  check_rows(s, map_rows(zr, [](const std::vector<double>& r) {
+    double a = 0, m = -inf;
+    for (double v : r) a += v * v, m = std::max(m, v);
+    return std::vector<double>{a + m};
+  }), 1e-5, 1e-4);
+
+  // Rows at an odd offset are not aligned: the scalar form on both.
+  const auto zo = z.view().slice(whole, range(1, none));
+  s = row_sum(zo);
+  CHECK(loom::last_eval().vector_width == 1);
+  check_rows(s, map_rows(zr, [](const std::vector<double>& r) {
+    double a = 0;
+    for (std::size_t k = 1; k < r.size(); ++k) a += r[k];
+    return std::vector<double>{a};
+  }), 1e-5, 1e-4);
+
+  for (double sm : {0.0, 0.1}) {
+    INFO("label smoothing " << sm);
+    loom::cross_entropy_options o;
+    o.label_smoothing = sm;
+    const auto per_t = loom::cross_entropy_per_row(z, t, o);
+    CHECK(loom::last_eval().vector_width == vec);
+    const auto per = loom::to_host(per_t);
+    for (index_t r = 0; r < n; ++r)
+      CHECK(per(r) == Approx(ref_ce_row(zr[static_cast<std::size_t>(r)], th(r), sm)).epsilon(1e-5));
+    // The sum's gradient: softmax(z) - the smoothed one-hot target.
+    o.reduction = loom::loss_reduction::sum;
+    const auto dz_t = loom::cross_entropy_backward(z, t, 1.0, o);
+    CHECK(loom::last_eval().vector_width == vec);
+    const auto dz = loom::to_host(dz_t);
+    for (index_t r = 0; r < n; ++r) {
+      const auto p = ref_softmax(zr[static_cast<std::size_t>(r)]);
+      for (index_t k = 0; k < c; ++k) {
+        const double want = p[static_cast<std::size_t>(k)] - (k == th(r) ? 1 - sm : 0) - sm / static_cast<double>(c);
+        REQUIRE(dz(r, k) == Approx(want).margin(1e-6));
+      }
+    }
+  }
+}
+
 namespace {
 // PyTorch's cross-entropy of one row in double, each term only where its
 // weight is not 0 (a masked class makes the smoothing term infinite).

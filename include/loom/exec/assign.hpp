@@ -159,10 +159,14 @@ struct bound_leaf {
       vec_load<T, V>(p + off + c0, r);
     }
   }
-  //! True when row_load can serve this leaf for the given row layout: last
-  //! stride 0 or 1, every row start 16-byte aligned.
+  //! True when row_load can serve this leaf for the given row layout (the
+  //! rows executor asks it of each leaf read along rows of V columns or
+  //! more, rows_vector_ok): last stride 0 (one element read and repeated, any alignment: a per-row
+  //! target [N, 1] broadcast along the row), or last stride 1 with every row
+  //! start 16-byte aligned.
   bool row_vector_ok() const {
-    if (st[R - 1] != 0 && st[R - 1] != 1) return false;
+    if (st[R - 1] == 0) return true;
+    if (st[R - 1] != 1) return false;
     if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
     for (std::size_t d = 0; d + 1 < R; ++d)
       if ((st[d] * static_cast<index_t>(sizeof(T))) % 16 != 0) return false;
@@ -196,7 +200,6 @@ struct bound_scalar {
   LOOM_HD void load(index_t, regs<V>&) const {}
   template <int V>
   LOOM_HD void row_load(const index_t*, index_t, regs<V>&) const {}
-  bool row_vector_ok() const { return true; }
   template <int V, class Ctx = no_ctx>
   LOOM_HD C elem(const regs<V>&, int, const Ctx& = {}) const {
     return value;
@@ -239,7 +242,6 @@ struct bound_map {
   LOOM_HD void row_load(const index_t* lead, index_t c0, regs<V>& r) const {
     row_load_impl<V>(lead, c0, r, std::index_sequence_for<B...>{});
   }
-  bool row_vector_ok() const { return row_ok_impl(std::index_sequence_for<B...>{}); }
   template <int V, class Ctx = no_ctx>
   LOOM_HD compute elem(const regs<V>& r, int j, const Ctx& ctx = {}) const {
     return elem_impl<V>(r, j, ctx, std::index_sequence_for<B...>{});
@@ -277,10 +279,6 @@ struct bound_map {
   template <class M, std::size_t... I>
   bool same_impl(const M& o, std::index_sequence<I...>) const {
     return (true && ... && detail::get<I>(ch).same_as(detail::get<I>(o.ch)));
-  }
-  template <std::size_t... I>
-  bool row_ok_impl(std::index_sequence<I...>) const {
-    return (true && ... && detail::get<I>(ch).row_vector_ok());
   }
   template <int V, class Ctx, std::size_t... I>
   LOOM_HD compute elem_impl(const regs<V>& r, int j, const Ctx& ctx, std::index_sequence<I...>) const {

@@ -77,9 +77,10 @@ struct colsum_root {
   }
 };
 
-// Host: blocks of at least 8 rows where N allows, at most 64 blocks, so the
-// host sums in the same shape of blocks as the device (and the partials
-// tensor stays small).
+// Host: blocks of at least 8 rows where N allows, at most 64 blocks (the
+// partials tensor stays small). The device picks its own split from its
+// occupancy, so the host's column sums are not bitwise the device's; each
+// executor is deterministic run to run.
 inline constexpr index_t host_colsum_rows = 8;
 inline constexpr index_t host_colsum_max_blocks = 64;
 
@@ -250,7 +251,7 @@ eval_info run_rows_colsum(const view<O, RO, S>& out, const B& b, tensor<A, 3, S>
                                           std::min(row_cache_budget(), room));
     const std::size_t smem = acc_bytes + (cplan.on ? static_cast<std::size_t>(groups) * cplan.group_bytes : 0);
     const int threads = G == 32 ? 32 * groups : 256;
-    const bool vec = row_out_vector_ok(out) && b.row_vector_ok();  // as run_rows: never by the cache
+    const bool vec = row_out_vector_ok(out) && rows_vector_ok<V>(b, cols);  // as run_rows: never by the cache
     constexpr std::size_t L = leaf_count<B>::value;
     auto kernel = vec ? row_colsum_kernel<V, true, A, RO, K, colsum_sink<O, RO, K>, B, L>
                       : row_colsum_kernel<V, false, A, RO, K, colsum_sink<O, RO, K>, B, L>;

@@ -114,7 +114,6 @@ struct bound_row_reduce {
   }
   template <int V>
   LOOM_HD void row_load(const index_t*, index_t, regs<V>&) const {}
-  bool row_vector_ok() const { return arg.row_vector_ok(); }
   template <int V, class Ctx>
   LOOM_HD A elem(const regs<V>&, int, const Ctx& ctx) const {
     return static_cast<A>(ctx.v[Slot]);
@@ -357,7 +356,6 @@ struct bound_column_index {
   LOOM_HD void row_load(const index_t*, index_t c0, regs<V>& r) const {
     for (int j = 0; j < V; ++j) r.v[j] = c0 + j;
   }
-  bool row_vector_ok() const { return true; }
   template <int V, class Ctx = no_ctx>
   LOOM_HD std::int64_t elem(const regs<V>& r, int j, const Ctx& = {}) const {
     return r.v[j];
@@ -454,8 +452,13 @@ struct row_out {
 // trees for one column (`one`) or V columns (`vec`, 16-byte loads and stores)
 // and computes every value before storing any, so an output may alias an
 // input under the same index map.
+// An output of one column ([N, 1]: a row reduction kept as a column) never
+// takes a vector store: a vector step covers 16 bytes of the smallest type,
+// at least 2 elements for the output types loom has, more than the row
+// holds; so it does not keep its reductions' passes from the vector loads.
 template <class O, std::size_t R>
 bool row_out_vector_ok(const view<O, R, device>& v) {
+  if (v.extent(R - 1) == 1 && sizeof(O) < 16) return true;
   if (v.stride(R - 1) != 1 || reinterpret_cast<std::uintptr_t>(v.data()) % 16 != 0) return false;
   for (std::size_t d = 0; d + 1 < R; ++d)
     if ((v.stride(d) * static_cast<index_t>(sizeof(O))) % 16 != 0) return false;
@@ -669,6 +672,24 @@ LOOM_HD void visit_children(bound_map<Fn, Cin, B...>& m, F& f, int& k, index_t l
 template <class Fn, class Cin, class... B, class F>
 LOOM_HD void visit_leaves(bound_map<Fn, Cin, B...>& m, F& f, int& k, index_t len, int pass) {
   visit_children(m, f, k, len, pass, std::index_sequence_for<B...>{});
+}
+
+// Whether the vector form (V columns per step) can serve a bound tree over
+// rows of `cols` columns: every leaf read along rows of V columns or more
+// must allow row_load (bound_leaf::row_vector_ok). A leaf read only along
+// shorter rows is never loaded as a vector (a pass's vector steps cover
+// cols / V * V columns): such as the per-row operands of an [N, 1] output's
+// own pass, whose alignment does not matter.
+template <int V, class B>
+bool rows_vector_ok(const B& b, index_t cols) {
+  B copy = b;
+  bool ok = true;
+  int k = 0;
+  auto f = [&](auto& leaf, int, index_t len, int) {
+    if (len >= V && !leaf.row_vector_ok()) ok = false;
+  };
+  visit_leaves(copy, f, k, cols, -1);
+  return ok;
 }
 
 // Which leaf occurrences read a cached row, where it lies in the cache of
@@ -1050,7 +1071,7 @@ eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool
     const std::size_t smem = plan.on ? static_cast<std::size_t>(groups) * plan.group_bytes : 0;
     // Whether the cache is on never changes the vector form (it would change
     // each lane's order of summation, hence the bits of the results).
-    const bool vec = sink_vector_ok && b.row_vector_ok();
+    const bool vec = sink_vector_ok && rows_vector_ok<V>(b, lay.cols);
     const index_t want = (lay.rows + groups - 1) / groups;
     const index_t cap = static_cast<index_t>(sm_count(s.device())) * (G == 32 ? 8 : 4);
     const unsigned grid = static_cast<unsigned>(want < cap ? (want > 0 ? want : 1) : cap);
