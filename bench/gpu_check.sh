@@ -21,7 +21,10 @@
 # Usage: bench/gpu_check.sh [OUT_DIR]   (or LOOM_GPU_CHECK_OUT; default:
 #        gpu-check-results/ in the build directory)
 # Settings: LOOM_BUILD_DIR (default build-gpu/), LOOM_JOBS (default: all
-# cores), LOOM_CUDA_ARCH (default: detected). Exits non-zero when a build,
+# cores), LOOM_CUDA_ARCH (default: detected), LOOM_GPU_CHECK_DEADLINE_S
+# (default 540: no stage's time limit reaches past this many seconds from
+# the start, so the report is written within a 10-minute allowance; a stage
+# cut short counts as a timeout). Exits non-zero when a build,
 # test, sanitizer run or benchmark check fails.
 # LOOM_GPU_CHECK_PREBUILT=DIR: use the programs that bench/gpu_pack.sh built
 # and packed into DIR on another x86-64 machine (same CUDA toolkit) instead
@@ -41,9 +44,16 @@ if [[ -n "$prebuilt" ]]; then
 fi
 out="${1:-${LOOM_GPU_CHECK_OUT:-$LOOM_BUILD_DIR/gpu-check-results}}"
 mkdir -p "$out" && out="$(cd "$out" && pwd)"
-rm -f "$out"/gpu.jsonl "$out"/*.log
+rm -f "$out"/gpu.jsonl "$out"/*.log "$out"/*.rc "$out"/sanitizer-*
 start=$SECONDS
 stage_start=$SECONDS
+deadline_s="${LOOM_GPU_CHECK_DEADLINE_S:-540}"
+# `want` seconds, or the time left before the deadline if less (at least 5 s).
+capped() {
+  local left=$((start + deadline_s - SECONDS))
+  ((left < 5)) && left=5
+  echo $(($1 < left ? $1 : left))
+}
 failures=()
 stage() {
   printf '\n=== %s [at %d s; previous stage %d s] ===\n' "$*" "$((SECONDS - start))" "$((SECONDS - stage_start))"
@@ -52,7 +62,8 @@ stage() {
 # Runs a command under a timeout, its output to the terminal and to a log;
 # records a failure under `name` when it fails or times out.
 run_logged() {
-  local name="$1" limit="$2" log="$3"
+  local name="$1" limit log="$3"
+  limit="$(capped "$2")"
   shift 3
   timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
@@ -97,6 +108,11 @@ arch="${user_arch:-${gpu_cc:-90}}"
 if [[ -n "$prebuilt" ]]; then
   stage "prebuilt programs in $LOOM_BUILD_DIR (no build here)"
   cat "$LOOM_BUILD_DIR/PACKED" 2>/dev/null | tee -a "$out/machine.log"
+  head_now="$(git -C "$LOOM_ROOT" rev-parse --short HEAD 2>/dev/null || true)"
+  if [[ -n "$head_now" ]] && ! grep -q "loom $head_now" "$LOOM_BUILD_DIR/PACKED" 2>/dev/null; then
+    echo "NOTE: the programs were packed from another commit than this tree's ($head_now); the results are theirs" |
+      tee -a "$out/machine.log"
+  fi
 else
 stage "configure and build ($LOOM_BUILD_DIR, sm_$arch, $LOOM_JOBS jobs)"
 cmake -S "$LOOM_ROOT" -B "$LOOM_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
@@ -113,7 +129,7 @@ fi
 stage "is a GPU present?"
 # loom's own probe says why no GPU can be used (no driver, old driver, no device);
 # with a GPU this is a quick smoke run of the benchmark.
-probe_out="$("$LOOM_BUILD_DIR/bench/bench_elementwise" --quick 2>&1)"
+probe_out="$(timeout --kill-after=10 60 "$LOOM_BUILD_DIR/bench/bench_elementwise" --quick 2>&1)"
 probe="${probe_out%%$'\n'*}"
 if [[ "$probe" == *"no GPU is present"* ]]; then
   echo "bench/gpu_check.sh: NO GPU IS PRESENT: $probe"
@@ -130,14 +146,14 @@ gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head
 echo "GPU: ${gpu_name:-unknown (no nvidia-smi; built for sm_$arch)}"
 
 if [[ -n "$prebuilt" ]]; then
-stage "[cuda] test programs (prebuilt; run directly, $LOOM_JOBS at a time)"
+stage "[cuda] test programs (prebuilt; run directly, all at once but test_errors_cuda)"
 # Each program's exit status: 0 passed, 77 skipped (a failure on a GPU machine).
 : >"$out/ctest.log"
 cuda_tests=0
 run_test_program() {
   local prog="$1" name
   name="$(basename "$prog")"
-  timeout --kill-after=10 "${LOOM_GPU_CHECK_CTEST_TIMEOUT:-150}" "$prog" >"$out/test-$name.log" 2>&1
+  timeout --kill-after=10 "$(capped "${LOOM_GPU_CHECK_CTEST_TIMEOUT:-150}")" "$prog" >"$out/test-$name.log" 2>&1
   echo $? >"$out/test-$name.rc"
 }
 # All at once, except test_errors_cuda: it fills the device on purpose (an
@@ -195,34 +211,10 @@ fi
 
 stage "compute-sanitizer: memcheck, racecheck, initcheck over a subset of the [cuda] tests"
 # Every `step`-th test case of a program, at most `most` of them, and every
-# case whose name starts with `also` (optional; "_" stands for a space): a
-# Catch input file (-f) of exact names keeps each run short.
-pick_cases() {
-  local prog="$1" step="$2" most="$3" file="$4" also="${5:-}"
-  also="${also//_/ }"
-  local names
-  names="$("$prog" --list-test-names-only 2>/dev/null | sed '/^$/d')"
-  {
-    awk -v s="$step" -v m="$most" '(NR - 1) % s == 0 && n < m { print; n++ }' <<<"$names"
-    if [[ -n "$also" ]]; then awk -v p="$also" 'index($0, p) == 1' <<<"$names"; fi
-  } | awk '!seen[$0]++' >"$file"
-  [[ -s "$file" ]]
-}
-sanitize() {
-  local tool="$1" prog="$2" step="$3" most="$4" also="${5:-}"
-  local name
-  name="$tool-$(basename "$prog")"
-  if [[ ! -x "$prog" ]]; then
-    echo "$name: $prog was not built" >"$out/sanitizer-$name.log"
-    return 1
-  fi
-  pick_cases "$prog" "$step" "$most" "$out/sanitizer-$name.cases" "$also" || {
-    echo "$name: no test cases listed" >"$out/sanitizer-$name.log"
-    return 1
-  }
-  timeout --kill-after=10 "${LOOM_GPU_CHECK_SANITIZER_TIMEOUT:-120}" compute-sanitizer --tool "$tool" \
-    --error-exitcode 86 "$prog" -f "$out/sanitizer-$name.cases" >"$out/sanitizer-$name.log" 2>&1
-}
+# case whose name starts with one of the `also` prefixes: pick_cases and
+# sanitize, in gpu_check_cases.sh (tested on the host by ctest).
+# shellcheck source=bench/gpu_check_cases.sh
+source "$LOOM_ROOT/bench/gpu_check_cases.sh"
 sanitizer="$(command -v compute-sanitizer || echo "$(dirname "$(command -v nvcc)")/compute-sanitizer")"
 if [[ -x "$sanitizer" ]]; then
   PATH="$(dirname "$sanitizer"):$PATH"
@@ -234,7 +226,7 @@ if [[ -x "$sanitizer" ]]; then
     "memcheck $t/reduce/test_reduce_cuda 5 5"
     # The scans' newest kernels (the look-back across rows of few long lines,
     # with its shared memory and tile states) always.
-    "memcheck $t/reduce/test_scan_cuda 4 4 scans_across_rows_of_a_few_long_lines"
+    "memcheck $t/reduce/test_scan_cuda 4 4 scans_across_rows_of_a_few_long_lines,scans_of_many_rows_longer_than_a_tile"
     "memcheck $t/tensor/test_tensor_cuda 6 5"
     "memcheck $t/linalg/test_matmul_cuda 5 3"
     "racecheck $t/nn/test_nn_cuda 6 4"
@@ -243,6 +235,8 @@ if [[ -x "$sanitizer" ]]; then
     "initcheck $t/expr/test_expr_cuda 9 4"
     "initcheck $t/nn/test_nn_cuda 9 4"
   )
+  LOOM_GPU_CHECK_SANITIZER_TIMEOUT="$(capped "${LOOM_GPU_CHECK_SANITIZER_TIMEOUT:-120}")"
+  export LOOM_GPU_CHECK_SANITIZER_TIMEOUT
   pids=()
   for r in "${runs[@]}"; do
     # shellcheck disable=SC2086
@@ -293,7 +287,7 @@ run_logged torch_layers $((budget + 60)) "$out/torch_layers.log" python3 "$LOOM_
 
 stage "report"
 python3 -c 'import matplotlib' 2>/dev/null ||
-  timeout 30 python3 -m pip install --quiet --disable-pip-version-check matplotlib >/dev/null 2>&1 ||
+  timeout 30 python3 -m pip install --quiet --disable-pip-version-check --retries 0 --timeout 5 matplotlib >/dev/null 2>&1 ||
   echo "matplotlib is not installed and pip could not install it (no network?): no plot"
 logs=(--log "Machine=$out/machine.log" --log "Sanitizers=$out/sanitizers.log" "${logs[@]}")
 python3 "$LOOM_ROOT/bench/report.py" --jsonl "$out/gpu.jsonl" --out "$out" \

@@ -36,3 +36,11 @@ done
 } >"$dest/PACKED"
 cat "$dest/PACKED"
 du -sh "$dest"
+# A GPU loan carries the working tree and this folder in at most 64 MiB.
+limit_mib="${LOOM_GPU_PACK_LIMIT_MIB:-60}"
+size_mib=$(($(du -sb "$dest" | cut -f1) / 1048576))
+if ((size_mib > limit_mib)); then
+  echo "bench/gpu_pack.sh: $dest is $size_mib MiB, over the $limit_mib MiB that a GPU run can carry" >&2
+  echo "  (LOOM_CUDA_ARCH=90-real builds SASS without the PTX copy; or pack fewer programs)" >&2
+  exit 1
+fi

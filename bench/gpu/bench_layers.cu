@@ -135,15 +135,9 @@ struct bench_state {
   copy_ceiling copy;
   bool failed = false;
 
-  // Poisons set 0's output, runs f(0), compares four rows with ref, then
-  // times f over all sets (not in the self-test). `inputs` full-size tensors
-  // are read.
+  // Poisons set 0's output, runs f(0) and compares four rows with ref.
   template <class T, class Space, class F>
-  void measure(layer_data<T, Space>& d, const char* op, int inputs, row_ref ref, F&& f) {
-    const std::string shape = std::to_string(d.rows) + "x" + std::to_string(d.cols);
-    record r{"gpu_layers", op, shape, dtype_name<T>(), "loom"};
-    r.bytes = (inputs + 1.0) * d.rows * d.cols * sizeof(T) + 2.0 * d.cols * sizeof(T);
-    r.copy_gbps = copy.memcpy_gbps;
+  static std::string check(layer_data<T, Space>& d, row_ref ref, F& f) {
     poison(d.y[0]);
     f(0);
     const double tol = std::is_same_v<T, float> ? 1e-4 : 2e-2;
@@ -161,7 +155,18 @@ struct bench_state {
     error_meter m{tol * scale, tol};
     for (const auto& [ref_row, got_row] : rows_checked)
       for (std::size_t j = 0; j < ref_row.size(); ++j) m.add(got_row[j], ref_row[j]);
-    r.check = m.verdict();
+    return m.verdict();
+  }
+
+  // Checks f (check above), then times f over all sets (not in the
+  // self-test). `inputs` full-size tensors are read.
+  template <class T, class Space, class F>
+  void measure(layer_data<T, Space>& d, const char* op, int inputs, row_ref ref, F&& f) {
+    const std::string shape = std::to_string(d.rows) + "x" + std::to_string(d.cols);
+    record r{"gpu_layers", op, shape, dtype_name<T>(), "loom"};
+    r.bytes = (inputs + 1.0) * d.rows * d.cols * sizeof(T) + 2.0 * d.cols * sizeof(T);
+    r.copy_gbps = copy.memcpy_gbps;
+    r.check = check(d, ref, f);
     if (r.check != "ok") failed = true;
     const int cached = loom::last_eval().cached_rows;
     if constexpr (std::is_same_v<Space, loom::device>) r.ms = time_rotated_ms(d.sets, timing, f);
@@ -169,15 +174,21 @@ struct bench_state {
     emit_json(opt.json_path, r);
     if constexpr (std::is_same_v<Space, loom::device>) {
       // The same kernel with the row cache off (every pass reads the rows in
-      // place): what the cache is worth at this shape.
+      // place): what the cache is worth at this shape; its results checked
+      // as well.
       if (cached > 0) {
-        auto& budget = loom::detail::row_cache_budget();
-        const std::size_t saved = budget;
-        budget = 0;
+        struct restore {
+          std::size_t& budget;
+          std::size_t saved;
+          ~restore() { budget = saved; }
+        } keep{loom::detail::row_cache_budget(), loom::detail::row_cache_budget()};
+        keep.budget = 0;
         record off = r;
         off.impl = "loom, row cache off";
+        off.check = check(d, ref, f);
+        if (off.check == "ok" && loom::last_eval().cached_rows != 0) off.check = "FAIL (the row cache stayed on)";
+        if (off.check != "ok") failed = true;
         off.ms = time_rotated_ms(d.sets, timing, f);
-        budget = saved;
         print_row(off);
         emit_json(opt.json_path, off);
       }
