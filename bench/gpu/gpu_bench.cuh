@@ -54,6 +54,9 @@ double time_rotated_ms(int sets, const gpu_timing& t, F&& f) {
 //! of the free device memory.
 inline int rotation_sets(double set_bytes) {
   const double l2 = static_cast<double>(loom::gpu::properties().l2_cache_bytes);
+  // The memory loom's pool keeps for reuse counts as used: give it back first.
+  loom::gpu::device_synchronize();
+  loom::release_pool_memory();
   std::size_t free_b = 0, total_b = 0;
   LOOM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const int want = static_cast<int>(std::ceil(2.0 * l2 / set_bytes));

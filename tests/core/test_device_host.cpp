@@ -39,12 +39,24 @@ TEST_CASE("device operations throw device_unavailable saying why when there is n
   loom::host_tensor<float, 1> h({5});
   REQUIRE_THROWS_AS(loom::to_device(h), loom::device_unavailable);
   REQUIRE_THROWS_AS((loom::host_tensor<float, 1>({4}, loom::host_memory::pinned)), loom::device_unavailable);
+  REQUIRE_THROWS_WITH(loom::release_pool_memory(0), Contains("release_pool_memory() needs a GPU") && Contains(reason));
+  REQUIRE_THROWS_AS(loom::release_pool_memory(), loom::device_unavailable);
   // Errors derive from loom::error, so one handler catches them all.
   REQUIRE_THROWS_AS(loom::gpu::require_device(), loom::error);
   // Memory statistics of device 0 exist (all zero) without a GPU.
   const auto st = loom::device_memory_stats(0);
   CHECK(st.in_use == 0);
   CHECK(st.allocations == 0);
+}
+
+TEST_CASE("LOOM_KEEP_POOL_MEMORY is 0 or 1 and nothing else", "[core][device]") {
+  using loom::detail::parse_keep_pool_memory;
+  CHECK(parse_keep_pool_memory(nullptr));
+  CHECK(parse_keep_pool_memory(""));
+  CHECK(parse_keep_pool_memory("1"));
+  CHECK_FALSE(parse_keep_pool_memory("0"));
+  REQUIRE_THROWS_AS(parse_keep_pool_memory("yes"), loom::value_error);
+  REQUIRE_THROWS_WITH(parse_keep_pool_memory("00"), Contains("LOOM_KEEP_POOL_MEMORY must be 0 or 1, got '00'"));
 }
 
 TEST_CASE("empty device tensors need no GPU", "[core][device]") {

@@ -195,6 +195,7 @@ TEST_CASE("running out of memory inside a multi-step copy frees its scratch and 
   constexpr index_t n = 64 << 20;  // 256 MiB of floats
   auto x = loom::zeros<float, 2, loom::device>({2, n / 2});
   loom::current_stream().synchronize();
+  loom::release_pool_memory();  // what the pool keeps for reuse would count as used
   std::size_t free_b = 0, total_b = 0;
   LOOM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const index_t hog_bytes = static_cast<index_t>(free_b) - (128 << 20);
@@ -211,6 +212,36 @@ TEST_CASE("running out of memory inside a multi-step copy frees its scratch and 
   hog = loom::device_tensor<std::uint8_t, 1>();
   loom::copy(x.t(), dst);  // with the memory back, the same copy works
   CHECK(dst(n / 2 - 1, 1) == 0.0f);
+  // The pool would keep the hog's memory for this program's later tests.
+  loom::current_stream().synchronize();
+  loom::release_pool_memory();
+}
+
+TEST_CASE("the device's pool keeps freed memory through a synchronization until release_pool_memory",
+          "[errors][cuda]") {
+  const int dev = loom::gpu::current_device();
+  cudaMemPool_t pool = nullptr;
+  LOOM_CUDA_CHECK(cudaDeviceGetMemPool(&pool, dev));
+  auto attr = [&](cudaMemPoolAttr a) {
+    std::uint64_t v = 0;
+    LOOM_CUDA_CHECK(cudaMemPoolGetAttribute(pool, a, &v));
+    return v;
+  };
+  constexpr std::uint64_t bytes = std::uint64_t{64} << 20;
+  {
+    loom::device_tensor<float, 1> t({static_cast<index_t>(bytes / sizeof(float))});
+    loom::fill(t, 1.0f);
+  }
+  loom::current_stream().synchronize();  // with CUDA's threshold of 0 the pool would give the 64 MiB back here
+  CHECK(attr(cudaMemPoolAttrReleaseThreshold) == std::numeric_limits<std::uint64_t>::max());
+  const std::uint64_t reserved = attr(cudaMemPoolAttrReservedMemCurrent), used = attr(cudaMemPoolAttrUsedMemCurrent);
+  INFO("reserved " << reserved << ", used " << used);
+  CHECK(reserved >= used + bytes);
+  loom::release_pool_memory();
+  const std::uint64_t after = attr(cudaMemPoolAttrReservedMemCurrent);
+  INFO("reserved after release_pool_memory " << after);
+  CHECK(after + bytes <= reserved);
+  REQUIRE_THROWS_WITH(loom::release_pool_memory(loom::gpu::device_count()), Contains("does not exist"));
 }
 
 TEST_CASE("unaligned device views never take the vector paths", "[errors][cuda]") {

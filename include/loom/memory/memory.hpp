@@ -7,7 +7,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
+#include <limits>
+#include <mutex>
 #include <new>
 #include <string>
 
@@ -81,16 +84,88 @@ inline void note_free(int device, std::size_t bytes) noexcept {
   c.allocations.fetch_sub(1);
 }
 
-//! Allocates `bytes` of device memory from CUDA's stream-ordered pool on `s`.
-//! Throws out_of_memory (with requested/free/total) or device_unavailable.
+// Per device: whether loom has set up the release threshold of the
+// device's current memory pool.
+struct pool_setup {
+  std::atomic<bool> done{false};
+  std::mutex m;
+};
+inline std::array<pool_setup, max_devices>& pool_setups() {
+  static std::array<pool_setup, max_devices> p;
+  return p;
+}
+
+// CUDA's memory pools start with a release threshold of 0: at every
+// synchronization (an event or a stream waited on, `item()`, `to_host`) a
+// pool gives the memory of freed allocations back to the driver, and the
+// next allocation has it mapped again, in host time, before its kernel can
+// be queued: on every reduction's result and temporary storage. Before its
+// first allocation on a device, loom raises the threshold of that device's
+// current pool from 0 to the maximum, so the pool keeps what it reserved
+// for the next allocations (as a caching allocator does). A threshold that
+// is not 0 (the program set one) is left as it is, and the environment
+// variable LOOM_KEEP_POOL_MEMORY=0 (read once) leaves every threshold as it
+// is. release_pool_memory() gives the unused memory back.
+inline bool parse_keep_pool_memory(const char* e) {
+  if (e == nullptr || *e == '\0' || std::string(e) == "1") return true;
+  if (std::string(e) == "0") return false;
+  throw value_error(std::string("loom: LOOM_KEEP_POOL_MEMORY must be 0 or 1, got '") + e + "'");
+}
+inline void keep_pool_memory(int device) {
+  (void)counters_for(device);  // the range check, with its message
+  auto& p = pool_setups()[static_cast<std::size_t>(device)];
+  if (p.done.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(p.m);
+  if (p.done.load(std::memory_order_relaxed)) return;
+  static const bool keep = parse_keep_pool_memory(std::getenv("LOOM_KEEP_POOL_MEMORY"));
+  if (!keep) {
+    p.done.store(true, std::memory_order_release);
+    return;
+  }
+  cudaMemPool_t pool = nullptr;
+  LOOM_CUDA_CHECK(cudaDeviceGetMemPool(&pool, device));
+  std::uint64_t threshold = 0;
+  LOOM_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  if (threshold == 0) {
+    threshold = std::numeric_limits<std::uint64_t>::max();
+    LOOM_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  }
+  p.done.store(true, std::memory_order_release);
+}
+
+// After a failed cudaMallocAsync on `s` (the error already cleared): gives
+// the memory that the pool keeps unused (frees the host has seen complete)
+// back to the driver and tries once more. It waits for nothing: loom hides
+// no synchronization. Not while `s` is being captured into a graph.
+inline cudaError_t retry_after_trim(void** p, std::size_t bytes, stream_ref s) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaMemPool_t pool = nullptr;
+  if (cudaStreamIsCapturing(s.get(), &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone ||
+      cudaDeviceGetMemPool(&pool, s.device()) != cudaSuccess || cudaMemPoolTrimTo(pool, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cudaErrorMemoryAllocation;
+  }
+  return cudaMallocAsync(p, bytes, s.get());
+}
+
+//! Allocates `bytes` of device memory from CUDA's stream-ordered pool on `s`
+//! (the pool keeps freed memory for reuse: keep_pool_memory). When the
+//! device is full, the memory the pool keeps unused is given back and the
+//! allocation tried once more. Throws out_of_memory (with
+//! requested/free/total) or device_unavailable.
 inline void* device_allocate(std::size_t bytes, stream_ref s) {
   if (bytes == 0) return nullptr;
   gpu::require_device("allocating device memory");
+  keep_pool_memory(s.device());
   int prev = 0;
   LOOM_CUDA_CHECK(cudaGetDevice(&prev));
   if (prev != s.device()) LOOM_CUDA_CHECK(cudaSetDevice(s.device()));
   void* p = nullptr;
-  const cudaError_t e = cudaMallocAsync(&p, bytes, s.get());
+  cudaError_t e = cudaMallocAsync(&p, bytes, s.get());
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    e = retry_after_trim(&p, bytes, s);
+  }
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     std::size_t free_b = 0, total_b = 0;
@@ -166,5 +241,23 @@ inline void reset_peak_memory(int device = -1) {
   if (device < 0) device = gpu::current_device();
   auto& c = detail::counters_for(device);
   c.peak.store(c.in_use.load());
+}
+
+//! Gives the device memory that the current pool of `device` (default: the
+//! current device) keeps unused back to the driver, for other allocators and
+//! processes. loom's pools keep the memory of freed tensors and temporaries
+//! for reuse (docs/01_tensors.md, "Memory"). A free whose stream the host
+//! has not yet seen reach it (by a synchronization) may still be kept, so
+//! synchronize first to give back all of it.
+//! Example: `loom::gpu::device_synchronize(); loom::release_pool_memory();`
+inline void release_pool_memory(int device = -1) {
+  if (device < 0) device = gpu::current_device();
+  gpu::require_device("release_pool_memory()");
+  if (device >= gpu::device_count())
+    throw index_error("loom: device " + std::to_string(device) + " does not exist (" +
+                      std::to_string(gpu::device_count()) + " device(s))");
+  cudaMemPool_t pool = nullptr;
+  LOOM_CUDA_CHECK(cudaDeviceGetMemPool(&pool, device));
+  LOOM_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
 }
 }  // namespace loom
