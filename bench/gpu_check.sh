@@ -65,6 +65,11 @@ run_logged() {
   local name="$1" limit log="$3"
   limit="$(capped "$2")"
   shift 3
+  if ((start + deadline_s - SECONDS <= 0)); then
+    echo "SKIPPED: $name (the ${deadline_s} s deadline has passed)" | tee "$log"
+    failures+=("$name (skipped: deadline)")
+    return 125
+  fi
   timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   if ((rc == 124 || rc == 137)); then

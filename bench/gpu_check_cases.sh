@@ -7,22 +7,25 @@
 
 # Writes to `file` every `step`-th test case name of `prog`, at most `most`
 # of them, and every name that starts with one of the `also` prefixes
-# (optional; comma-separated, "_" stands for a space). Each name is written
+# (optional; comma-separated; a name's spaces read as "_" when it is
+# compared with a prefix). Each name is written
 # as a Catch input-file (-f) entry: the characters Catch's filter syntax
 # reads (, [ ] * ~ " \) are escaped. A bare comma would split a name into
 # two filters that match nothing, and Catch reports "Invalid Filter" and
 # still exits 0. Fails when nothing was picked.
 pick_cases() {
   local prog="$1" step="$2" most="$3" file="$4" also="${5:-}"
-  local names
+  local names prefix
+  local -a prefixes=()
   names="$("$prog" --list-test-names-only 2>/dev/null | sed '/^$/d')"
+  # No names: an empty file would make Catch run every test case.
+  [[ -n "$names" ]] || return 1
   {
     awk -v s="$step" -v m="$most" '(NR - 1) % s == 0 && n < m { print; n++ }' <<<"$names"
     if [[ -n "$also" ]]; then
-      local prefix
       IFS=',' read -r -a prefixes <<<"$also"
       for prefix in "${prefixes[@]}"; do
-        awk -v p="${prefix//_/ }" 'index($0, p) == 1' <<<"$names"
+        awk -v p="$prefix" '{ n = $0; gsub(/ /, "_", n); if (index(n, p) == 1) print }' <<<"$names"
       done
     fi
   } | awk '!seen[$0]++' | sed 's/[][\\,*~"]/\\&/g' >"$file"
@@ -49,6 +52,9 @@ sanitize() {
   local rc=0
   timeout --kill-after=10 "${LOOM_GPU_CHECK_SANITIZER_TIMEOUT:-120}" compute-sanitizer --tool "$tool" \
     --error-exitcode 86 "$prog" -f "$cases" >"$log" 2>&1 || rc=$?
+  if ((rc == 124 || rc == 137)); then
+    echo "$name: timed out after ${LOOM_GPU_CHECK_SANITIZER_TIMEOUT:-120} s" >>"$log"
+  fi
   ((rc == 0)) || return "$rc"
   if grep -qE 'Invalid Filter|No tests ran|No test cases matched' "$log"; then
     echo "$name: Catch did not match every listed test case (see above)" >>"$log"

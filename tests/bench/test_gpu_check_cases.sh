@@ -61,5 +61,12 @@ fi
 if LOOM_STUB_MANGLE=drop sanitize memcheck "$prog" 1 3; then
   fail "sanitize passed although 1 of 3 listed cases ran"
 fi
+# A program that lists no names: nothing is picked (an empty -f file would
+# make Catch run every test case under the tool).
+printf '#!/bin/sh\nexit 0\n' >"$out/lists_nothing"
+chmod +x "$out/lists_nothing"
+if pick_cases "$out/lists_nothing" 1 5 "$out/nothing.cases"; then
+  fail "pick_cases picked something from a program that lists no test cases"
+fi
 ((fails == 0)) && echo "gpu_check_cases: all checks passed ($total names, $with_comma with commas)"
 exit $((fails > 0))
