@@ -235,23 +235,35 @@ TEMPLATE_TEST_CASE("scans of many rows longer than a tile (4096) match double re
                    float, double, std::int32_t) {
   using T = TestType;
   std::mt19937_64 g(loom_test::seed_for("scan long rows"));
-  const auto h = eighths<T, 2>({7, 9001}, g);
-  const auto x = in_space(h);
-  // Every other column, reversed: rows of 4501 read through strides.
-  const auto v = x.view().slice(loom::whole, loom::range(loom::none, loom::none, -2));
-  const auto hv = loom::contiguous(h.view().slice(loom::whole, loom::range(loom::none, loom::none, -2)));
-  std::vector<double> want, widx;
-  for (bool ex : {false, true}) {
-    INFO((ex ? "exclusive" : "inclusive"));
-    const auto kind = ex ? loom::scan_kind::exclusive : loom::scan_kind::inclusive;
-    reference_scan(scan_op::sum, ex, flat(h), h.extents(), 1, want, widx);
-    check_values(flat(loom::cumsum(x, 1, kind)), want, 0);
-    reference_scan(scan_op::sum, ex, flat(hv), hv.extents(), 1, want, widx);
-    check_values(flat(loom::cumsum(v, -1, kind)), want, 0);
-    auto mx = loom::cummax(v, 1, kind);
-    reference_scan(scan_op::max, ex, flat(hv), hv.extents(), 1, want, widx, scan_none<T>(scan_op::max));
-    check_values(flat(mx.values), want, 0);
-    check_values(flat(mx.indices), widx, 0);
+  // On the device (an H200: 132 SMs) 7 rows of 9001 are too few to fill it
+  // and take the look-back along each row; 5 rows of 3000 (and their strided
+  // halves of 1500) take the block-per-row kernel, which carries its prefix
+  // from tile to tile: 1 tile of 4096 for float sums, 2 of 2048 for double
+  // and int64 sums, 3 of 1024 for cummax (2 for the halves).
+  for (const loom::shape<2> shape : {loom::shape<2>{7, 9001}, loom::shape<2>{5, 3000}}) {
+    INFO("shape " << shape[0] << " x " << shape[1]);
+    const auto h = eighths<T, 2>(shape, g);
+    const auto x = in_space(h);
+    // Every other column, reversed: rows of half the length read through strides.
+    const auto v = x.view().slice(loom::whole, loom::range(loom::none, loom::none, -2));
+    const auto hv = loom::contiguous(h.view().slice(loom::whole, loom::range(loom::none, loom::none, -2)));
+    std::vector<double> want, widx;
+    for (bool ex : {false, true}) {
+      INFO((ex ? "exclusive" : "inclusive"));
+      const auto kind = ex ? loom::scan_kind::exclusive : loom::scan_kind::inclusive;
+      reference_scan(scan_op::sum, ex, flat(h), h.extents(), 1, want, widx);
+      check_values(flat(loom::cumsum(x, 1, kind)), want, 0);
+      reference_scan(scan_op::sum, ex, flat(hv), hv.extents(), 1, want, widx);
+      check_values(flat(loom::cumsum(v, -1, kind)), want, 0);
+      auto mx = loom::cummax(v, 1, kind);
+      reference_scan(scan_op::max, ex, flat(hv), hv.extents(), 1, want, widx, scan_none<T>(scan_op::max));
+      check_values(flat(mx.values), want, 0);
+      check_values(flat(mx.indices), widx, 0);
+      auto mn = loom::cummin(x, 1, kind);
+      reference_scan(scan_op::min, ex, flat(h), h.extents(), 1, want, widx, scan_none<T>(scan_op::min));
+      check_values(flat(mn.values), want, 0);
+      check_values(flat(mn.indices), widx, 0);
+    }
   }
 }
 
