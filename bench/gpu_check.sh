@@ -26,8 +26,9 @@
 # the start, so the report is written within a 10-minute allowance; a stage
 # cut short counts as a timeout). Exits non-zero when a build,
 # test, sanitizer run or benchmark check fails.
-# LOOM_GPU_CHECK_PREBUILT=DIR: use the programs that bench/gpu_pack.sh built
-# and packed into DIR on another x86-64 machine (same CUDA toolkit) instead
+# LOOM_GPU_CHECK_PREBUILT=DIR or DIR.tar.xz: use the programs that
+# bench/gpu_pack.sh built and packed into DIR (and its archive, which is
+# what a GPU loan can carry) on another x86-64 machine (same CUDA toolkit) instead
 # of building here, so a short GPU loan is spent running, not compiling; the
 # [cuda] test programs then run directly (ctest's files name the paths of the
 # machine that built them), and examples/ in DIR run too.
@@ -38,11 +39,19 @@ user_arch="${LOOM_CUDA_ARCH:-}"
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
 LOOM_BUILD_DIR="${user_build_dir:-$LOOM_ROOT/build-gpu}"
+out="${1:-${LOOM_GPU_CHECK_OUT:-}}"
 if [[ -n "$prebuilt" ]]; then
-  [[ -d "$prebuilt" ]] || die "LOOM_GPU_CHECK_PREBUILT=$prebuilt is not a folder (bench/gpu_pack.sh makes it)"
+  if [[ -f "$prebuilt" && "$prebuilt" == *.tar.xz ]]; then
+    # The archive bench/gpu_pack.sh writes: unpacked into a fresh folder.
+    unpacked="$(mktemp -d "${TMPDIR:-/tmp}/loom-prebuilt.XXXXXX")"
+    tar -C "$unpacked" -xJf "$prebuilt" || die "LOOM_GPU_CHECK_PREBUILT=$prebuilt could not be unpacked"
+    prebuilt="$unpacked"
+  fi
+  [[ -d "$prebuilt" ]] ||
+    die "LOOM_GPU_CHECK_PREBUILT=$prebuilt is neither a folder nor a .tar.xz archive (bench/gpu_pack.sh makes both)"
   LOOM_BUILD_DIR="$(cd "$prebuilt" && pwd)"
 fi
-out="${1:-${LOOM_GPU_CHECK_OUT:-$LOOM_BUILD_DIR/gpu-check-results}}"
+out="${out:-$LOOM_BUILD_DIR/gpu-check-results}"
 mkdir -p "$out" && out="$(cd "$out" && pwd)"
 rm -f "$out"/gpu.jsonl "$out"/*.log "$out"/*.rc "$out"/sanitizer-*
 start=$SECONDS
