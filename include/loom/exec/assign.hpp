@@ -161,9 +161,9 @@ struct bound_leaf {
   }
   //! True when row_load can serve this leaf for the given row layout (the
   //! rows executor asks it of each leaf read along rows of V columns or
-  //! more, rows_vector_ok): last stride 0 (one element read and repeated, any alignment: a per-row
-  //! target [N, 1] broadcast along the row), or last stride 1 with every row
-  //! start 16-byte aligned.
+  //! more, rows_vector_ok): last stride 0 (one element read and repeated,
+  //! any alignment: a per-row target [N, 1] broadcast along the row), or
+  //! last stride 1 with every row start 16-byte aligned.
   bool row_vector_ok() const {
     if (st[R - 1] == 0) return true;
     if (st[R - 1] != 1) return false;
