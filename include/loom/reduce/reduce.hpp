@@ -117,7 +117,6 @@ LOOM_HD C highest_of() {
 
 template <class T>
 struct sum_op {
-  static constexpr const char* name = "sum";
   static constexpr bool has_identity = true;
   using acc = accumulate_t<T>;
   using result = sum_result_t<T>;
@@ -134,7 +133,6 @@ struct sum_op {
 
 template <class T>
 struct prod_op : sum_op<T> {
-  static constexpr const char* name = "prod";
   using acc = accumulate_t<T>;
   LOOM_HD acc identity() const { return acc(1); }
   LOOM_HD acc operator()(acc a, acc b) const { return fn::mul{}(a, b); }
@@ -142,7 +140,6 @@ struct prod_op : sum_op<T> {
 
 template <class T>
 struct mean_op {
-  static constexpr const char* name = "mean";
   static constexpr bool has_identity = true;
   using result = float_result_t<T>;
   using acc = compute_t<result>;
@@ -169,7 +166,6 @@ LOOM_HD C nan_extreme(C a, C b) {
 
 template <class T, bool Max>
 struct extreme_op {
-  static constexpr const char* name = Max ? "max" : "min";
   static constexpr bool has_identity = false;
   using acc = compute_t<T>;
   using result = T;
@@ -208,7 +204,6 @@ LOOM_HD value_index<C> arg_combine(const value_index<C>& a, const value_index<C>
 
 template <class T, bool Max>
 struct arg_op {
-  static constexpr const char* name = Max ? "argmax" : "argmin";
   static constexpr bool has_identity = false;
   static constexpr bool positional = true;  // lift uses the element's position
   using acc = value_index<compute_t<T>>;
@@ -230,7 +225,6 @@ using argmin_op = arg_op<T, false>;
 
 template <class T>
 struct any_op {
-  static constexpr const char* name = "any";
   static constexpr bool has_identity = true;
   using acc = bool;
   using result = bool;
@@ -244,13 +238,11 @@ struct any_op {
 };
 template <class T>
 struct all_op : any_op<T> {
-  static constexpr const char* name = "all";
   LOOM_HD bool identity() const { return true; }
   LOOM_HD bool operator()(bool a, bool b) const { return a && b; }
 };
 template <class T>
 struct count_nonzero_op {
-  static constexpr const char* name = "count_nonzero";
   static constexpr bool has_identity = true;
   using acc = std::int64_t;
   using result = std::int64_t;
@@ -267,7 +259,6 @@ struct count_nonzero_op {
 // NaN-propagating max of |x| (Linf; 0 when empty).
 template <class T, int P>
 struct norm_op {
-  static constexpr const char* name = P == 1 ? "l1_norm" : (P == 2 ? "l2_norm" : "linf_norm");
   static constexpr bool has_identity = true;
   using result = float_result_t<T>;
   using acc = compute_t<result>;
@@ -304,7 +295,6 @@ struct moments {
 // stable where the two-pass sum of squares minus square of sums cancels.
 template <class T, bool Std>
 struct var_op {
-  static constexpr const char* name = Std ? "stddev" : "var";
   static constexpr bool has_identity = true;
   using result = float_result_t<T>;
   using F = compute_t<result>;
@@ -352,7 +342,6 @@ struct max_sumexp {
 // nothing overflows; exp(x - max) <= 1 always.
 template <class T>
 struct logsumexp_op {
-  static constexpr const char* name = "logsumexp";
   static constexpr bool has_identity = true;
   using result = float_result_t<T>;
   using F = compute_t<result>;
@@ -932,7 +921,7 @@ reduce_layout<R> layout_of(const shape<R>& ext, const std::array<bool, R>& red) 
 // axis_reduce_kernel, twice (linear and by coordinates), and one combining
 // kernel per reduction type (compile time grows with every CUB instantiation).
 template <class Op, bool Keep, bool Whole, std::size_t OR, class Node, std::size_t R>
-auto reduce_run(const Node& n, const std::array<bool, R>& red, const Op& op) {
+auto reduce_run(const Node& n, const std::array<bool, R>& red, const Op& op, const char* api) {
   using S = typename Node::space;
   using result = typename Op::result;
   require_cuda_compiler_for<S>();
@@ -949,7 +938,7 @@ auto reduce_run(const Node& n, const std::array<bool, R>& red, const Op& op) {
   if (outputs == 0) return out;
   if (k == 0) {
     if constexpr (!Op::has_identity) {
-      throw value_error(std::string("loom: ") + Op::name + "() over an empty range (shape " + shape_string(ext) +
+      throw value_error(std::string("loom: ") + api + "() over an empty range (shape " + shape_string(ext) +
                         ") has no identity; expected at least 1 element to reduce, got 0");
     } else {
       fill(out, op.finalize(op.identity(), 0));
@@ -1017,24 +1006,24 @@ auto reduce_run(const Node& n, const std::array<bool, R>& red, const Op& op) {
 }
 
 template <template <class> class OpT, class E, class... A>
-auto reduce_all(const E& e, A... args) {
+auto reduce_all(const char* api, const E& e, A... args) {
   using node = node_t<E>;
   check_reducible<node>();
   using Op = OpT<typename node::value_type>;
   std::array<bool, node::rank> red{};
   red.fill(true);
-  return reduce_run<Op, false, true, 0>(as_node(e), red, Op{args...});
+  return reduce_run<Op, false, true, 0>(as_node(e), red, Op{args...}, api);
 }
 
 template <template <class> class OpT, bool Keep, class E, std::size_t K, class... A>
-auto reduce_axes(const E& e, const std::array<int, K>& axes, A... args) {
+auto reduce_axes(const char* api, const E& e, const std::array<int, K>& axes, A... args) {
   using node = node_t<E>;
   check_reducible<node>();
   constexpr std::size_t R = node::rank;
   static_assert(K <= R, "loom: a reduction names more axes than the expression has");
   using Op = OpT<typename node::value_type>;
-  const auto red = reduced_axes<R>(axes, Op::name);
-  return reduce_run<Op, Keep, K == R, (Keep ? R : R - K)>(as_node(e), red, Op{args...});
+  const auto red = reduced_axes<R>(axes, api);
+  return reduce_run<Op, Keep, K == R, (Keep ? R : R - K)>(as_node(e), red, Op{args...}, api);
 }
 
 template <std::size_t K>
@@ -1050,24 +1039,24 @@ std::array<int, K> to_axes(const int (&a)[K]) {
 #define LOOM_REDUCTION_AXES(name, op)                                                     \
   template <expression E>                                                                 \
   [[nodiscard]] auto name(const E& e, int axis) {                                         \
-    return detail::reduce_axes<op, false>(e, std::array<int, 1>{axis});                   \
+    return detail::reduce_axes<op, false>(#name, e, std::array<int, 1>{axis});                   \
   }                                                                                       \
   template <expression E>                                                                 \
   [[nodiscard]] auto name(const E& e, int axis, keepdims_t) {                             \
-    return detail::reduce_axes<op, true>(e, std::array<int, 1>{axis});                    \
+    return detail::reduce_axes<op, true>(#name, e, std::array<int, 1>{axis});                    \
   }                                                                                       \
   template <expression E, std::size_t K>                                                  \
   [[nodiscard]] auto name(const E& e, const int (&axes)[K]) {                             \
-    return detail::reduce_axes<op, false>(e, detail::to_axes(axes));                      \
+    return detail::reduce_axes<op, false>(#name, e, detail::to_axes(axes));                      \
   }                                                                                       \
   template <expression E, std::size_t K>                                                  \
   [[nodiscard]] auto name(const E& e, const int (&axes)[K], keepdims_t) {                 \
-    return detail::reduce_axes<op, true>(e, detail::to_axes(axes));                       \
+    return detail::reduce_axes<op, true>(#name, e, detail::to_axes(axes));                       \
   }
 #define LOOM_REDUCTION(name, op)                                                          \
   template <expression E>                                                                 \
   [[nodiscard]] auto name(const E& e) {                                                   \
-    return detail::reduce_all<op>(e);                                                     \
+    return detail::reduce_all<op>(#name, e);                                                     \
   }                                                                                       \
   LOOM_REDUCTION_AXES(name, op)
 
@@ -1120,11 +1109,11 @@ LOOM_REDUCTION(logsumexp, detail::logsumexp_op)
 //! Example: `float hi = loom::item(loom::max(x));`
 template <expression E>
 [[nodiscard]] auto max(const E& e) {
-  return detail::reduce_all<detail::max_op>(e);
+  return detail::reduce_all<detail::max_op>("max", e);
 }
 template <expression E>
 [[nodiscard]] auto min(const E& e) {
-  return detail::reduce_all<detail::min_op>(e);
+  return detail::reduce_all<detail::min_op>("min", e);
 }
 
 //! Position of the largest / smallest element (int64): over the whole
@@ -1135,50 +1124,50 @@ template <expression E>
 //! Example: `auto cls = loom::argmax(logits, -1);`
 template <expression E>
 [[nodiscard]] auto argmax(const E& e) {
-  return detail::reduce_all<detail::argmax_op>(e);
+  return detail::reduce_all<detail::argmax_op>("argmax", e);
 }
 template <expression E>
 [[nodiscard]] auto argmax(const E& e, int axis) {
-  return detail::reduce_axes<detail::argmax_op, false>(e, std::array<int, 1>{axis});
+  return detail::reduce_axes<detail::argmax_op, false>("argmax", e, std::array<int, 1>{axis});
 }
 template <expression E>
 [[nodiscard]] auto argmax(const E& e, int axis, keepdims_t) {
-  return detail::reduce_axes<detail::argmax_op, true>(e, std::array<int, 1>{axis});
+  return detail::reduce_axes<detail::argmax_op, true>("argmax", e, std::array<int, 1>{axis});
 }
 template <expression E>
 [[nodiscard]] auto argmin(const E& e) {
-  return detail::reduce_all<detail::argmin_op>(e);
+  return detail::reduce_all<detail::argmin_op>("argmin", e);
 }
 template <expression E>
 [[nodiscard]] auto argmin(const E& e, int axis) {
-  return detail::reduce_axes<detail::argmin_op, false>(e, std::array<int, 1>{axis});
+  return detail::reduce_axes<detail::argmin_op, false>("argmin", e, std::array<int, 1>{axis});
 }
 template <expression E>
 [[nodiscard]] auto argmin(const E& e, int axis, keepdims_t) {
-  return detail::reduce_axes<detail::argmin_op, true>(e, std::array<int, 1>{axis});
+  return detail::reduce_axes<detail::argmin_op, true>("argmin", e, std::array<int, 1>{axis});
 }
 
 // var and stddev take an optional trailing correction.
 #define LOOM_MOMENT_REDUCTION(name, op)                                                           \
   template <expression E>                                                                         \
   [[nodiscard]] auto name(const E& e, correction c = {}) {                                        \
-    return detail::reduce_all<op>(e, detail::moment_arg<op, E>(c));                        \
+    return detail::reduce_all<op>(#name, e, detail::moment_arg<op, E>(c));                        \
   }                                                                                               \
   template <expression E>                                                                         \
   [[nodiscard]] auto name(const E& e, int axis, correction c = {}) {                              \
-    return detail::reduce_axes<op, false>(e, std::array<int, 1>{axis}, detail::moment_arg<op, E>(c)); \
+    return detail::reduce_axes<op, false>(#name, e, std::array<int, 1>{axis}, detail::moment_arg<op, E>(c)); \
   }                                                                                               \
   template <expression E>                                                                         \
   [[nodiscard]] auto name(const E& e, int axis, keepdims_t, correction c = {}) {                  \
-    return detail::reduce_axes<op, true>(e, std::array<int, 1>{axis}, detail::moment_arg<op, E>(c)); \
+    return detail::reduce_axes<op, true>(#name, e, std::array<int, 1>{axis}, detail::moment_arg<op, E>(c)); \
   }                                                                                               \
   template <expression E, std::size_t K>                                                          \
   [[nodiscard]] auto name(const E& e, const int (&axes)[K], correction c = {}) {                  \
-    return detail::reduce_axes<op, false>(e, detail::to_axes(axes), detail::moment_arg<op, E>(c)); \
+    return detail::reduce_axes<op, false>(#name, e, detail::to_axes(axes), detail::moment_arg<op, E>(c)); \
   }                                                                                               \
   template <expression E, std::size_t K>                                                          \
   [[nodiscard]] auto name(const E& e, const int (&axes)[K], keepdims_t, correction c = {}) {      \
-    return detail::reduce_axes<op, true>(e, detail::to_axes(axes), detail::moment_arg<op, E>(c)); \
+    return detail::reduce_axes<op, true>(#name, e, detail::to_axes(axes), detail::moment_arg<op, E>(c)); \
   }
 
 namespace detail {
