@@ -122,6 +122,18 @@ double scan_none(scan_op op) {
 
 bool same_value(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
+// A NaN with its sign bit set, made from bits: converting -NaN from float
+// to half or bf16 gives the positive NaN 0x7fff.
+template <class T>
+T negative_nan() {
+  if constexpr (std::is_same_v<T, loom::half>)
+    return loom::detail::from_bits<T>(0xfe00);
+  else if constexpr (std::is_same_v<T, loom::bf16>)
+    return loom::detail::from_bits<T>(0xffc0);
+  else
+    return -std::numeric_limits<T>::quiet_NaN();
+}
+
 // The reference order of sort: the stable order of `key`, ascending or
 // descending, with NaN (of either sign) the largest value.
 std::vector<index_t> stable_order(const std::vector<double>& key, bool desc) {
@@ -180,6 +192,56 @@ TEMPLATE_TEST_CASE("cumsum, cumprod, cummax and cummin of one long row match dou
           check_values(flat(r.values), want, 0);
           check_values(flat(r.indices), widx, 0);
         }
+    }
+  }
+}
+
+// The default poison (0xFF bytes) of an int64 index is -1, exactly what an
+// exclusive cummax/cummin writes at each line's start, so an index left
+// unwritten there would pass. These outputs are poisoned with 0x5A bytes.
+TEST_CASE("exclusive cummax and cummin write index -1 at every line's start, over a poison that is not -1",
+          "[reduce][scan]" LOOM_TEST_TAG) {
+  struct fill_guard {
+    bool was_on = loom::fill_uninitialized();
+    unsigned char was_byte = loom::fill_byte();
+    fill_guard() { loom::set_fill_uninitialized(true, 0x5A); }
+    ~fill_guard() { loom::set_fill_uninitialized(was_on, was_byte); }
+  } guard;
+  std::mt19937_64 g(loom_test::seed_for("scan exclusive poison"));
+  // One row of each length (the device: warp, block and single-row paths),
+  // then 3-D shapes scanned along each axis: many short lines, rows longer
+  // than a tile, a few long rows (the look-back), lines across rows, and a
+  // few long lines across rows (their look-back).
+  for (index_t n : {index_t{1}, index_t{33}, index_t{1000}, (index_t{1} << 20) + 3}) {
+    const auto h = eighths<float, 1>({n}, g);
+    const auto x = in_space(h);
+    std::vector<double> want, widx;
+    INFO("one row of " << n);
+    for (auto op : {scan_op::max, scan_op::min}) {
+      auto r = op == scan_op::max ? loom::cummax(x, 0, loom::scan_kind::exclusive)
+                                  : loom::cummin(x, 0, loom::scan_kind::exclusive);
+      reference_scan(op, true, flat(h), h.extents(), 0, want, widx, scan_none<float>(op));
+      check_values(flat(r.values), want, 0);
+      check_values(flat(r.indices), widx, 0);
+    }
+  }
+  for (auto s : {loom::shape<3>{6, 35, 300}, loom::shape<3>{5, 1, 3000}, loom::shape<3>{1, 2, 9001},
+                 loom::shape<3>{3000, 1, 8}}) {
+    const auto h = eighths<float, 3>(s, g);
+    const auto x = in_space(h);
+    std::vector<double> want, widx;
+    for (std::size_t axis = 0; axis != 3; ++axis) {
+      if (s[axis] == 1) continue;
+      INFO(loom::shape_string(s) << " along axis " << axis);
+      const int ax = static_cast<int>(axis);
+      auto mx = loom::cummax(x.view(), ax, loom::scan_kind::exclusive);
+      reference_scan(scan_op::max, true, flat(h), h.extents(), axis, want, widx, scan_none<float>(scan_op::max));
+      check_values(flat(mx.values), want, 0);
+      check_values(flat(mx.indices), widx, 0);
+      auto mn = loom::cummin(x, ax, loom::scan_kind::exclusive);
+      reference_scan(scan_op::min, true, flat(h), h.extents(), axis, want, widx, scan_none<float>(scan_op::min));
+      check_values(flat(mn.values), want, 0);
+      check_values(flat(mn.indices), widx, 0);
     }
   }
 }
@@ -433,39 +495,59 @@ TEST_CASE("cummax takes the later index of ties and propagates NaN", "[reduce][s
 }
 
 TEMPLATE_TEST_CASE("sort is stable, ascending or descending, with indices, NaN last ascending, -0 == +0",
-                   "[reduce][sort]" LOOM_TEST_TAG, float, double, loom::half, std::int32_t) {
+                   "[reduce][sort]" LOOM_TEST_TAG, float, double, loom::half, loom::bf16, std::int32_t, std::int64_t,
+                   bool) {
   using T = TestType;
   std::mt19937_64 g(loom_test::seed_for("sort"));
   for (auto s : {loom::shape<2>{1, 1}, loom::shape<2>{3, 31}, loom::shape<2>{5, 33}, loom::shape<2>{2, 1000},
                  loom::shape<2>{1, 70001}, loom::shape<2>{0, 4}}) {
     auto h = eighths<T, 2>(s, g, 4);  // few distinct values: many ties
-    // NaNs of both signs (both sort as the largest value) and -0.0 beside the
-    // +0.0 of eighths (equal: a tie that keeps input order).
+    // NaNs of both signs (both sort as the largest value), -0.0 beside the
+    // +0.0 of eighths (equal: a tie that keeps input order) and, for float
+    // and double, the smallest subnormals (ordered apart from zero, also on
+    // a device build that flushes subnormals).
     if constexpr (loom::is_floating_v<T>) {
       if (h.size() > 3) h.data()[2] = T(std::numeric_limits<float>::quiet_NaN());
-      if (h.size() > 6) h.data()[5] = T(-std::numeric_limits<float>::quiet_NaN());
+      if (h.size() > 6) h.data()[5] = negative_nan<T>();
       for (index_t i = 7; i < h.size(); i += 11) h.data()[i] = T(-0.0f);
+    }
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      for (index_t i = 4; i < h.size(); i += 23) h.data()[i] = std::numeric_limits<T>::denorm_min();
+      for (index_t i = 6; i < h.size(); i += 29) h.data()[i] = -std::numeric_limits<T>::denorm_min();
     }
     const auto x = in_space(h);
     for (auto order : {loom::sort_order::ascending, loom::sort_order::descending}) {
       INFO(loom::shape_string(s) << (order == loom::sort_order::ascending ? " ascending" : " descending"));
       const bool desc = order == loom::sort_order::descending;
       auto r = loom::sort(x, order);
-      const auto v = flat(r.values), ix = flat(r.indices);
+      // Values are compared by their bits: each is a copy of the element its
+      // index names (the sign of a zero and a NaN's bits included).
+      const auto hv = loom::to_host(r.values);
+      const auto ix = flat(r.indices);
       for (index_t row = 0; row < s[0]; ++row) {
-        auto key = [&](index_t j) { return loom_test::as_double(h(row, j)); };
         std::vector<double> keys;
-        for (index_t j = 0; j < s[1]; ++j) keys.push_back(key(j));
+        for (index_t j = 0; j < s[1]; ++j) keys.push_back(loom_test::as_double(h(row, j)));
         const auto want = stable_order(keys, desc);
         for (index_t j = 0; j < s[1]; ++j) {
           const auto p = static_cast<std::size_t>(row * s[1] + j);
-          if (ix[p] != static_cast<double>(want[static_cast<std::size_t>(j)]) ||
-              !same_value(v[p], key(want[static_cast<std::size_t>(j)]))) {
-            INFO("row " << row << " position " << j << ": got index " << ix[p] << " value " << v[p]
-                        << ", want index " << want[static_cast<std::size_t>(j)]);
+          const index_t w = want[static_cast<std::size_t>(j)];
+          if (ix[p] != static_cast<double>(w) || !loom_test::same_bits(hv(row, j), h(row, w))) {
+            INFO("row " << row << " position " << j << ": got index " << ix[p] << " value "
+                        << loom_test::as_double(hv(row, j)) << ", want index " << w);
             CHECK(false);
           }
         }
+      }
+      // topk's first k columns are the sort's, bit for bit.
+      if (s[1] > 3) {
+        auto t = loom::topk(x, 3, order);
+        const auto tv = loom::to_host(t.values);
+        const auto ti = loom::to_host(t.indices);
+        const auto si = loom::to_host(r.indices);
+        index_t bad = 0;
+        for (index_t row = 0; row < s[0]; ++row)
+          for (index_t j = 0; j < 3; ++j) bad += !loom_test::same_bits(tv(row, j), hv(row, j)) || ti(row, j) != si(row, j);
+        CHECK(bad == 0);
       }
     }
   }
@@ -615,7 +697,31 @@ TEST_CASE("sort and topk read strided views and broadcast expressions, rows of 0
     auto k0 = loom::topk(x * 2.0f + b, 0, order);
     CHECK(loom::to_host(k0.values).extents() == loom::shape<2>{45, 0});
   }
+  // Rows of the lengths of the reduction tests, the first k of each order.
+  for (index_t len : {index_t{1}, index_t{31}, index_t{33}, index_t{1000}}) {
+    const auto hr = eighths<float, 2>({3, len}, g, 6);
+    const auto xr = in_space(hr);
+    for (index_t k : {index_t{1}, std::min<index_t>(len, 9)})
+      for (bool desc : {false, true}) {
+        INFO("top " << k << " of rows of " << len << (desc ? " descending" : " ascending"));
+        auto t = loom::topk(xr, k, desc ? loom::sort_order::descending : loom::sort_order::ascending);
+        check_rows(flat(hr), 3, len, k, desc, flat(t.values), flat(t.indices));
+      }
+  }
+  // k is checked before anything runs: no launch, nothing allocated.
+  const auto before = loom::launches();
   CHECK_THROWS_AS(loom::topk(x, -1), loom::value_error);
+  CHECK_THROWS_WITH(loom::topk(x * 2.0f + b, 7), Catch::Matchers::Contains("expected 0 <= k <= 6"));
+  CHECK((on_device ? loom::launches().device - before.device : loom::launches().host - before.host) == 0);
+  if constexpr (on_device) {
+    // More rows than the device sort's 32-bit row numbers hold, as a
+    // broadcast view of one element: refused before the keys are evaluated.
+    const loom::host_tensor<float, 1> one({1}, {1.0f});
+    const auto o = in_space(one);
+    const auto tall = o.view().broadcast_to(loom::shape<2>{(index_t{1} << 32) + 1, 1});
+    CHECK_THROWS_WITH(loom::sort(tall), Catch::Matchers::Contains("at most 2^32 rows"));
+    CHECK(loom::launches().device == before.device);
+  }
 }
 
 #if LOOM_CUDA_COMPILER

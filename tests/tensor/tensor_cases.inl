@@ -164,6 +164,16 @@ TEST_CASE("new tensors start as 0xFF bytes (NaN, -1) while fill_uninitialized is
   for (index_t k = 0; k < fh.size(); ++k) REQUIRE((std::isnan(fh.data()[k]) && std::isnan(feh.data()[k])));
   for (index_t k = 0; k < bh.size(); ++k) REQUIRE(std::isnan(static_cast<float>(bh.data()[k])));
   for (index_t k = 0; k < ih.size(); ++k) REQUIRE(ih.data()[k] == -1);
+  // Another fill byte, for outputs whose correct value could be NaN or -1.
+  CHECK(loom::fill_byte() == 0xFF);
+  loom::set_fill_uninitialized(true, 0x5A);
+  CHECK(loom::fill_byte() == 0x5A);
+  loom::tensor<std::int64_t, 1, space_t> j({3});
+  loom::set_fill_uninitialized(false);
+  const auto jh = loom::to_host(j);
+  loom::set_fill_uninitialized(true);
+  CHECK(loom::fill_byte() == 0xFF);
+  for (index_t k = 0; k < jh.size(); ++k) CHECK(jh.data()[k] == std::int64_t{0x5A5A5A5A5A5A5A5A});
 }
 
 TEST_CASE("zeros full contiguous and empty_like build tensors with the right contents", "[tensor]" LOOM_TEST_TAG) {

@@ -77,6 +77,10 @@ template <class X>
 inline constexpr bool is_scalar_node = false;
 template <class C>
 inline constexpr bool is_scalar_node<scalar_node<C>> = true;
+template <class X>
+inline constexpr bool is_leaf_node = false;
+template <class T, std::size_t R, class S>
+inline constexpr bool is_leaf_node<leaf_node<T, R, S>> = true;
 
 //! Turns an operand into a node: views and tensors become leaves, scalars scalar nodes.
 template <class X>

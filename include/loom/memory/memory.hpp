@@ -28,6 +28,10 @@ struct memory_stats {
 };
 
 namespace detail {
+inline std::atomic<unsigned char>& fill_byte_value() {
+  static std::atomic<unsigned char> b{0xFF};
+  return b;
+}
 inline std::atomic<bool>& fill_uninitialized_flag() {
   static std::atomic<bool> on{[] {
     const char* e = std::getenv("LOOM_FILL_UNINITIALIZED");
@@ -40,7 +44,7 @@ inline std::atomic<bool>& fill_uninitialized_flag() {
 //! When on, every allocation loom makes (device memory, pageable and pinned
 //! host memory: new tensors made without values, `empty_like`, the results
 //! of reductions, scans, sort and top-k, and temporary storage) starts with
-//! every byte 0xFF: NaN in float, double, half and bf16, -1 in signed
+//! every byte 0xFF (or `byte`): NaN in float, double, half and bf16, -1 in signed
 //! integers, the maximum in unsigned ones. An element that a computation
 //! leaves unwritten then reads as NaN or -1 instead of whatever the memory
 //! held before, so a test of a function that allocates its own output still
@@ -48,13 +52,19 @@ inline std::atomic<bool>& fill_uninitialized_flag() {
 //! allocation (on the device `cudaMemsetAsync` on the allocation's stream,
 //! stream-ordered, no synchronization). The environment variable
 //! `LOOM_FILL_UNINITIALIZED=1` turns it on at start; loom's test programs
-//! turn it on. Example: `loom::set_fill_uninitialized(true);`
-inline void set_fill_uninitialized(bool on) noexcept {
+//! turn it on. `byte` sets another fill (each call sets it; 0x5A is neither
+//! NaN nor -1 in any type), for a test whose correct output could equal the
+//! default's NaN or -1 (an exclusive cummax writes index -1 first).
+//! Example: `loom::set_fill_uninitialized(true);`
+inline void set_fill_uninitialized(bool on, unsigned char byte = 0xFF) noexcept {
+  detail::fill_byte_value().store(byte, std::memory_order_relaxed);
   detail::fill_uninitialized_flag().store(on, std::memory_order_relaxed);
 }
 
-//! Whether new allocations are filled with 0xFF bytes (set_fill_uninitialized).
+//! Whether new allocations are filled (set_fill_uninitialized).
 inline bool fill_uninitialized() noexcept { return detail::fill_uninitialized_flag().load(std::memory_order_relaxed); }
+//! The byte new allocations are filled with while fill_uninitialized() is on (0xFF unless set).
+inline unsigned char fill_byte() noexcept { return detail::fill_byte_value().load(std::memory_order_relaxed); }
 
 namespace detail {
 inline constexpr int max_devices = 64;
@@ -175,7 +185,7 @@ inline void* device_allocate(std::size_t bytes, stream_ref s) {
     throw out_of_memory(bytes, free_b, total_b, s.device());
   }
   if (e == cudaSuccess && fill_uninitialized()) {
-    const cudaError_t f = cudaMemsetAsync(p, 0xFF, bytes, s.get());
+    const cudaError_t f = cudaMemsetAsync(p, fill_byte(), bytes, s.get());
     if (f != cudaSuccess) {
       (void)cudaFreeAsync(p, s.get());
       if (prev != s.device()) (void)cudaSetDevice(prev);
@@ -207,7 +217,7 @@ inline void* pinned_allocate(std::size_t bytes) {
     throw std::bad_alloc();
   }
   LOOM_CUDA_CHECK(e);
-  if (fill_uninitialized()) std::memset(p, 0xFF, bytes);
+  if (fill_uninitialized()) std::memset(p, fill_byte(), bytes);
   return p;
 }
 inline void pinned_free(void* p) noexcept {
@@ -222,7 +232,7 @@ inline void* host_allocate(std::size_t bytes) {
   const std::size_t rounded = (bytes + host_alignment - 1) / host_alignment * host_alignment;
   void* p = std::aligned_alloc(host_alignment, rounded);
   if (!p) throw std::bad_alloc();
-  if (fill_uninitialized()) std::memset(p, 0xFF, bytes);
+  if (fill_uninitialized()) std::memset(p, fill_byte(), bytes);
   return p;
 }
 inline void host_free(void* p) noexcept { std::free(p); }

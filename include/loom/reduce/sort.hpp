@@ -14,6 +14,7 @@
 #include "loom/detail/fast_divmod.hpp"
 #include "loom/exec/assign.hpp"
 #include "loom/reduce/scan.hpp"
+#include "loom/tensor/copy.hpp"
 
 #if LOOM_CUDA_COMPILER
 #include <cub/device/device_radix_sort.cuh>
@@ -43,8 +44,8 @@ bool sort_less(C a, C b) {
 //
 // Floating keys are sorted as unsigned integers whose order is the order
 // the host sort uses: every NaN (of any sign or payload) after +inf, -0.0
-// equal to +0.0 (a tie, kept in input order). CUB orders raw float bits,
-// which puts negative NaNs first and -0.0 before +0.0.
+// equal to +0.0 (a tie, kept in input order). CUB orders raw float bits
+// (with -0.0 and +0.0 equal), which puts negative NaNs first.
 template <class T>
 using radix_key_t = std::conditional_t<sizeof(T) == 2, std::uint16_t,
                                        std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>;
@@ -153,9 +154,6 @@ void sort_rows(tensor<T, R, S>& keys, values_indices<T, R, S>& out, sort_order o
     }
   } else {
 #if LOOM_CUDA_COMPILER
-    if (rows > index_t{1} << 32)
-      throw value_error("loom: sort() on the device of " + std::to_string(rows) + " rows (shape " +
-                        shape_string(keys.extents()) + "); it sorts at most 2^32 rows at once");
     const stream_ref s = current_stream();
     using K = sort_key_t<T>;
     const auto n = static_cast<std::size_t>(total);
@@ -206,6 +204,28 @@ void sort_rows(tensor<T, R, S>& keys, values_indices<T, R, S>& out, sort_order o
   }
 }
 
+// The stream a copy in space S runs on: the current one on the device,
+// none on the host (which has no GPU to ask).
+template <class S>
+stream_ref space_stream() {
+  if constexpr (std::is_same_v<S, device>)
+    return current_stream();
+  else
+    return stream_ref{};
+}
+
+// Checks that run before anything is evaluated or allocated.
+template <class S, std::size_t R>
+void check_sortable(const shape<R>& ext) {
+  if constexpr (std::is_same_v<S, device>) {
+    // The second radix sort orders 32-bit row numbers.
+    const index_t len = ext[R - 1], rows = len > 0 ? shape_size(ext) / len : 0;
+    if (rows > index_t{1} << 32)
+      throw value_error("loom: sort() on the device of " + std::to_string(rows) + " rows (shape " +
+                        shape_string(ext) + "); it sorts at most 2^32 rows at once");
+  }
+}
+
 template <class E>
 auto sort_impl(const E& e, sort_order order) {
   using node = node_t<E>;
@@ -216,9 +236,18 @@ auto sort_impl(const E& e, sort_order order) {
   using T = typename node::value_type;
   require_cuda_compiler_for<S>();
   const node n = as_node(e);
-  // Sorting needs its keys in memory: evaluate the expression once (one launch).
+  check_sortable<S>(n.extents());
+  // Sorting needs its keys in memory: evaluate the expression once (one
+  // launch). A plain tensor or view is copied as it is, so the values come
+  // back with their bits (assign reads half and bf16 in float, which would
+  // turn a negative NaN into the positive one).
   tensor<T, R, S> keys(n.extents());
-  assign(keys, n);
+  if constexpr (is_leaf_node<node>) {
+    if constexpr (std::is_same_v<S, device>) check_devices(n, keys.view());  // as assign checks
+    strided_copy(keys.view(), n.v, space_stream<S>());
+  } else {
+    assign(keys, n);
+  }
   values_indices<T, R, S> out{tensor<T, R, S>(n.extents()), tensor<std::int64_t, R, S>(n.extents())};
   sort_rows(keys, out, order);
   return out;
@@ -247,27 +276,34 @@ template <expression E>
 
 //! The k largest (default) or smallest values of each row (last axis),
 //! sorted, with their int64 positions; ties keep the earlier position first.
-//! k must be at most the row length (value_error otherwise). Cost: a full
-//! sort (see sort) plus one copy of the first k columns per output.
+//! 0 <= k <= row length (value_error otherwise, before anything is
+//! evaluated). Cost: a full sort (see sort) plus one copy of the first k
+//! columns per output when k is less than the row length.
 //! Example: `auto top = loom::topk(logits, 5); // top.values, top.indices`
 template <expression E>
 [[nodiscard]] auto topk(const E& e, index_t k, sort_order order = sort_order::descending) {
+  constexpr std::size_t R = detail::node_t<E>::rank;
+  static_assert(R > 0, "loom: topk needs an expression of rank 1 or more (it sorts along the last axis)");
+  {  // before the sort: nothing evaluated or allocated for a bad k
+    const auto in = detail::as_node(e).extents();
+    if (k < 0 || k > in[R - 1])
+      throw value_error("loom: topk() with k = " + std::to_string(k) + " on rows of length " +
+                        std::to_string(in[R - 1]) + " (shape " + shape_string(in) + "); expected 0 <= k <= " +
+                        std::to_string(in[R - 1]));
+  }
   auto all = detail::sort_impl(e, order);
   using V = decltype(all);
   using T = typename decltype(all.values)::value_type;
   using S = typename decltype(all.values)::space;
-  constexpr std::size_t R = decltype(all.values)::rank;
   auto ext = all.values.extents();
-  if (k < 0 || k > ext[R - 1])
-    throw value_error("loom: topk() with k = " + std::to_string(k) + " on rows of length " +
-                      std::to_string(ext[R - 1]) + " (shape " + shape_string(ext) + "); expected 0 <= k <= " +
-                      std::to_string(ext[R - 1]));
   if (k == ext[R - 1]) return all;
   const shape<R> st = contiguous_strides(ext);
   ext[R - 1] = k;
   V out{tensor<T, R, S>(ext), tensor<std::int64_t, R, S>(ext)};
-  assign(out.values, view<const T, R, S>(all.values.data(), ext, st));
-  assign(out.indices, view<const std::int64_t, R, S>(all.indices.data(), ext, st));
+  // Copies, not assignments: the values keep their bits (see sort_impl).
+  const stream_ref s = detail::space_stream<S>();
+  detail::strided_copy(out.values.view(), view<const T, R, S>(all.values.data(), ext, st), s);
+  detail::strided_copy(out.indices.view(), view<const std::int64_t, R, S>(all.indices.data(), ext, st), s);
   return out;
 }
 }  // namespace loom
