@@ -1039,24 +1039,24 @@ std::array<int, K> to_axes(const int (&a)[K]) {
 #define LOOM_REDUCTION_AXES(name, op)                                                     \
   template <expression E>                                                                 \
   [[nodiscard]] auto name(const E& e, int axis) {                                         \
-    return detail::reduce_axes<op, false>(#name, e, std::array<int, 1>{axis});                   \
+    return detail::reduce_axes<op, false>(#name, e, std::array<int, 1>{axis});            \
   }                                                                                       \
   template <expression E>                                                                 \
   [[nodiscard]] auto name(const E& e, int axis, keepdims_t) {                             \
-    return detail::reduce_axes<op, true>(#name, e, std::array<int, 1>{axis});                    \
+    return detail::reduce_axes<op, true>(#name, e, std::array<int, 1>{axis});             \
   }                                                                                       \
   template <expression E, std::size_t K>                                                  \
   [[nodiscard]] auto name(const E& e, const int (&axes)[K]) {                             \
-    return detail::reduce_axes<op, false>(#name, e, detail::to_axes(axes));                      \
+    return detail::reduce_axes<op, false>(#name, e, detail::to_axes(axes));               \
   }                                                                                       \
   template <expression E, std::size_t K>                                                  \
   [[nodiscard]] auto name(const E& e, const int (&axes)[K], keepdims_t) {                 \
-    return detail::reduce_axes<op, true>(#name, e, detail::to_axes(axes));                       \
+    return detail::reduce_axes<op, true>(#name, e, detail::to_axes(axes));                \
   }
 #define LOOM_REDUCTION(name, op)                                                          \
   template <expression E>                                                                 \
   [[nodiscard]] auto name(const E& e) {                                                   \
-    return detail::reduce_all<op>(#name, e);                                                     \
+    return detail::reduce_all<op>(#name, e);                                              \
   }                                                                                       \
   LOOM_REDUCTION_AXES(name, op)
 
