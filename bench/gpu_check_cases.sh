@@ -3,7 +3,8 @@
 # [cuda] test program run under a tool, and the check that they all ran.
 # Sourced by gpu_check.sh and by tests/bench/test_gpu_check_cases.sh (which
 # runs it on a host test program with a stand-in for compute-sanitizer).
-# Needs: $out (the output folder) and a compute-sanitizer on PATH.
+# Needs: $log_dir (the folder for logs; $out when unset) and a
+# compute-sanitizer on PATH.
 
 # Writes to `file` every `step`-th test case name of `prog`, at most `most`
 # of them, and every name that starts with one of the `also` prefixes
@@ -33,14 +34,14 @@ pick_cases() {
 }
 
 # Runs `tool` over the picked cases of `prog` (see pick_cases); the log is
-# $out/sanitizer-TOOL-PROG.log. Fails when the tool or a test fails, when
+# $log_dir/sanitizer-TOOL-PROG.log. Fails when the tool or a test fails, when
 # Catch rejected a name, or when fewer cases ran than were picked.
 sanitize() {
   local tool="$1" prog="$2" step="$3" most="$4" also="${5:-}"
   local name log cases
   name="$tool-$(basename "$prog")"
-  log="$out/sanitizer-$name.log"
-  cases="$out/sanitizer-$name.cases"
+  log="${log_dir:-$out}/sanitizer-$name.log"
+  cases="${log_dir:-$out}/sanitizer-$name.cases"
   if [[ ! -x "$prog" ]]; then
     echo "$name: $prog was not built" >"$log"
     return 1

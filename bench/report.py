@@ -9,9 +9,14 @@ last: op, shape, dtype, loom's GB/s, % of the copy bandwidth, and loom's
 speed against each baseline (baseline time / loom time: > 1 means loom is
 faster), then a verdict on each target the issues set (TARGETS: sum and
 max within 3% of CUB's time and at >= 90% of copy, the long cumsum within 3%
-of cub::DeviceScan's), for every shape whose report holds both sides.
+of cub::DeviceScan's), for every shape whose report holds both sides. A
+baseline may be measured in several ways ("cub::DeviceReduce::Sum" and
+"cub::DeviceReduce::Sum (int items)"): loom is judged against the fastest
+that passed its check. With --require-targets (bench/gpu_check.sh) a target
+with no measurement of both sides is printed as NOT MEASURED and the exit
+status is 1.
 
-Usage: report.py --jsonl FILE --out DIR [--title T] [--log NAME=PATH ...]
+Usage: report.py --jsonl FILE --out DIR [--title T] [--log NAME=PATH ...] [--require-targets]
 """
 import argparse
 import json
@@ -66,17 +71,31 @@ def summary_rows(recs):
     return rows
 
 
-def target_rows(recs):
+def baseline(impls, base):
+    """The fastest record of the baseline `base` (its name, or its name and a
+    space and more: another way of calling it) among those whose check passed;
+    the first one when none passed; None when there is none."""
+    found = [r for name, r in impls.items() if name == base or name.startswith(base + " ")]
+    ok = [r for r in found if r.get("check", "ok") == "ok"]
+    if ok:
+        return min(ok, key=lambda r: r["ms"])
+    return found[0] if found else None
+
+
+def target_rows(recs, require=False):
     """One verdict per measured target: met only when both sides were measured,
-    both checks passed, and every bound holds."""
+    both checks passed, and every bound holds. With `require`, a target with no
+    shape measured on both sides gets a NOT MEASURED row."""
     rows = []
     g = groups(recs)
     for op, base, most, least in TARGETS:
+        seen = False
         for (gop, shape, dtype), impls in g.items():
             loom = next((impls[i] for i in LOOM_IMPLS if i in impls), None)
-            if gop != op or loom is None or base not in impls:
+            b = baseline(impls, base) if gop == op else None
+            if loom is None or b is None:
                 continue
-            b = impls[base]
+            seen = True
             ratio = loom["ms"] / b["ms"] if b["ms"] > 0 else float("inf")
             pct = loom.get("pct_copy") if loom.get("copy_gbps") else None
             why = []
@@ -87,12 +106,21 @@ def target_rows(recs):
             if least is not None and (pct is None or pct < least):
                 why.append("no copy bandwidth measured" if pct is None else
                            f"{pct:.1f}% of copy, at least {least:.0f}% wanted")
-            text = f"{ratio:.3f}x {base}'s time (at most {most:.2f}x)"
+            text = f"{ratio:.3f}x {b['impl']}'s time (at most {most:.2f}x)"
             if least is not None:
                 text += f", {pct:.1f}% of copy (at least {least:.0f}%)" if pct is not None else ", copy not measured"
             rows.append({"op": op, "shape": shape, "dtype": dtype, "met": not why, "text": text,
                          "why": "; ".join(why)})
+        if require and not seen:
+            rows.append({"op": op, "shape": "-", "dtype": "-", "met": False, "measured": False,
+                         "text": f"no shape with both loom and {base} measured", "why": "not measured"})
     return rows
+
+
+def verdict(t):
+    if t.get("measured", True) is False:
+        return "NOT MEASURED"
+    return "met   " if t["met"] else "MISSED"
 
 
 def fmt_vs(vs):
@@ -103,7 +131,7 @@ def copies(recs):
     return [r for r in recs if r.get("op") == "copy"]
 
 
-def markdown(recs, title, logs):
+def markdown(recs, title, logs, require=False):
     out = [f"# {title}", ""]
     cps = copies(recs)
     if cps:
@@ -117,10 +145,11 @@ def markdown(recs, title, logs):
         out += [f"| `{r['op']}` | {r['shape']} | {r['dtype']} | {r['gbps']:.2f} | {r['pct']} | {fmt_vs(r['vs'])} | "
                 f"{r['check']} |" for r in rows]
         out.append("")
-    targets = target_rows(recs)
+    targets = target_rows(recs, require)
     if targets:
         out += ["## Targets", "", "| op | shape | dtype | verdict | measured |", "|---|---|---|---|---|"]
-        out += [f"| `{t['op']}` | {t['shape']} | {t['dtype']} | {'met' if t['met'] else 'MISSED: ' + t['why']} | "
+        out += [f"| `{t['op']}` | {t['shape']} | {t['dtype']} | "
+                f"{'met' if t['met'] else verdict(t) if t.get('measured', True) is False else 'MISSED: ' + t['why']} | "
                 f"{t['text']} |" for t in targets]
         out.append("")
     meas = [r for r in recs if r.get("bench") != "compile"]
@@ -188,6 +217,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--title", default="loom benchmarks")
     ap.add_argument("--log", action="append", default=[], help="NAME=PATH: a text log to include in results.md")
+    ap.add_argument("--require-targets", action="store_true",
+                    help="print NOT MEASURED for a target without both sides measured, and exit 1 if any")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     recs = load(args.jsonl)
@@ -195,7 +226,7 @@ def main():
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(recs, f, indent=1)
     with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(markdown(recs, args.title, logs))
+        f.write(markdown(recs, args.title, logs, args.require_targets))
     note = plot(recs, os.path.join(args.out, "plot.png"), args.title)
 
     print(f"\n=== {args.title}: summary ===")
@@ -205,13 +236,18 @@ def main():
     for r in summary_rows(recs):
         print(f"{r['op']:26s} {r['shape']:12s} {r['dtype']:5s} {r['gbps']:9.2f} {r['pct']:>6s}  {fmt_vs(r['vs'])}"
               + ("" if r["check"] == "ok" else f"  {r['check']}"))
-    for t in target_rows(recs):
-        print(f"target {'met   ' if t['met'] else 'MISSED'} {t['op']} {t['shape']} {t['dtype']}: {t['text']}"
+    targets = target_rows(recs, args.require_targets)
+    for t in targets:
+        print(f"target {verdict(t)} {t['op']} {t['shape']} {t['dtype']}: {t['text']}"
               + ("" if t["met"] else f" ({t['why']})"))
     for r in (r for r in recs if r.get("bench") == "compile" and "wall_s_per_extra" in r):
         print(f"compile: {r['compiler']} {r['exprs']} expressions {r['wall_s']:.1f} s wall; "
               f"{r['wall_s_per_extra']:.3f} s wall ({r['cpu_s_per_extra']:.3f} s CPU) per extra expression")
     print(f"written: {args.out}/results.json, results.md; {note}")
+    unmeasured = [t["op"] for t in targets if t.get("measured", True) is False]
+    if unmeasured:
+        print(f"report.py: targets NOT MEASURED: {', '.join(unmeasured)}")
+        return 1
     return 0
 
 

@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     return 0;
-  } catch (const loom::error& e) {
+  } catch (const std::exception& e) {  // loom::error, and thrust's and the standard library's
     std::fprintf(stderr, "bench_elementwise: %s\n", e.what());
     return 1;
   }

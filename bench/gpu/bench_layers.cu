@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     return 0;
-  } catch (const loom::error& e) {
+  } catch (const std::exception& e) {  // loom::error, and thrust's and the standard library's
     std::fprintf(stderr, "bench_layers: %s\n", e.what());
     return 1;
   }

@@ -24,12 +24,16 @@
 // Random never-zero data (the hash of gpu_bench.cuh); each result is checked
 // against a double reference computed on the host before it is timed. CUDA
 // events after warm-up, median of many samples; every buffer is larger than
-// the L2 cache; 8 calls back to back per sample. Usage: bench_reduce_gpu [--quick] [--json FILE]; exits 77
+// the L2 cache; 8 calls back to back per sample (the copy ceiling too);
+// loom and CUB's sum, max and long cumsum are sampled in turn, and CUB is
+// called with 64-bit and with int item counts. Usage: bench_reduce_gpu [--quick] [--json FILE]; exits 77
 // without a GPU.
 #include <cub/device/device_reduce.cuh>
 #include <cub/device/device_scan.cuh>
 
+#include <exception>
 #include <functional>
+#include <limits>
 
 #include <loom/reduce/reduce.hpp>
 #include <loom/reduce/scan.hpp>
@@ -85,6 +89,31 @@ struct bench_state {
     r.ms = time_rotated_ms(calls_per_sample, timing, [&](int) { f(); });
     print_row(r);
     emit_json(opt.json_path, r);
+  }
+
+  // One implementation of a measurement timed beside others (measure_together).
+  struct way {
+    std::string impl, check;
+    std::function<void()> f;
+  };
+  // Times the ways of the same op and shape side by side, sample by sample
+  // in turn (time_interleaved_ms), for the decisions of a few percent
+  // between loom and CUB; records each, and prints each one's quartiles.
+  void measure_together(const std::string& op, const std::string& shape, double bytes, const std::vector<way>& ways) {
+    const auto stats = time_interleaved_ms(static_cast<int>(ways.size()), calls_per_sample, timing,
+                                           [&](int k) { ways[static_cast<std::size_t>(k)].f(); });
+    for (std::size_t k = 0; k < ways.size(); ++k) {
+      record r{"gpu_reduce", op, shape, "f32", ways[k].impl};
+      r.bytes = bytes;
+      r.copy_gbps = copy.memcpy_gbps;
+      r.check = ways[k].check;
+      if (r.check != "ok") failed = true;
+      r.ms = stats[k].median;
+      print_row(r);
+      std::printf("%-26s   samples of %s: quartiles %.4f - %.4f ms\n", "", ways[k].impl.c_str(), stats[k].p25,
+                  stats[k].p75);
+      emit_json(opt.json_path, r);
+    }
   }
 };
 
@@ -166,31 +195,66 @@ void full_reductions(bench_state& st, index_t n) {
   const double bytes = static_cast<double>(n) * sizeof(float);
   auto item = [&] { return static_cast<double>(loom::item(out)); };
 
+  // CUB with the item count as index_t (64-bit offsets inside CUB) and, when
+  // it fits, as int (what a direct caller with fewer than 2^31 items would
+  // pass: 32-bit offsets); report.py judges loom against the faster.
+  const bool int_fits = n <= std::numeric_limits<int>::max();
+  const int n32 = int_fits ? static_cast<int>(n) : 0;
   cub_temp tmp;
-  std::size_t b = 0;
+  std::size_t b = 0, b32 = 0;
   LOOM_CUDA_CHECK(cub::DeviceReduce::Sum(nullptr, b, x.data(), out.data(), n, s));
-  tmp.ensure(b);
+  LOOM_CUDA_CHECK(cub::DeviceReduce::Sum(nullptr, b32, x.data(), out.data(), n32, s));
+  tmp.ensure(std::max(b, b32));
   auto cub_sum = [&] {
     std::size_t bytes_ = tmp.bytes;
     LOOM_CUDA_CHECK(cub::DeviceReduce::Sum(tmp.p, bytes_, x.data(), out.data(), n, s));
   };
-  cub_sum();
-  st.measure("sum(x)", shape, "cub::DeviceReduce::Sum", bytes, close_to(item(), sum, tol), cub_sum);
+  auto cub_sum32 = [&] {
+    std::size_t bytes_ = tmp.bytes;
+    LOOM_CUDA_CHECK(cub::DeviceReduce::Sum(tmp.p, bytes_, x.data(), out.data(), n32, s));
+  };
   auto loom_sum = [&] { out = loom::sum(x); };
-  first_run(loom_sum);
-  st.measure("sum(x)", shape, "loom", bytes, close_to(item(), sum, tol), loom_sum);
+  {
+    std::vector<bench_state::way> ways;
+    poison(out);
+    cub_sum();
+    ways.push_back({"cub::DeviceReduce::Sum", close_to(item(), sum, tol), cub_sum});
+    if (int_fits) {
+      poison(out);
+      cub_sum32();
+      ways.push_back({"cub::DeviceReduce::Sum (int items)", close_to(item(), sum, tol), cub_sum32});
+    }
+    first_run(loom_sum);
+    ways.push_back({"loom", close_to(item(), sum, tol), loom_sum});
+    st.measure_together("sum(x)", shape, bytes, ways);
+  }
 
   LOOM_CUDA_CHECK(cub::DeviceReduce::Max(nullptr, b, x.data(), out.data(), n, s));
-  tmp.ensure(b);
+  LOOM_CUDA_CHECK(cub::DeviceReduce::Max(nullptr, b32, x.data(), out.data(), n32, s));
+  tmp.ensure(std::max(b, b32));
   auto cub_max = [&] {
     std::size_t bytes_ = tmp.bytes;
     LOOM_CUDA_CHECK(cub::DeviceReduce::Max(tmp.p, bytes_, x.data(), out.data(), n, s));
   };
-  cub_max();
-  st.measure("max(x)", shape, "cub::DeviceReduce::Max", bytes, close_to(item(), mx, 0), cub_max);
+  auto cub_max32 = [&] {
+    std::size_t bytes_ = tmp.bytes;
+    LOOM_CUDA_CHECK(cub::DeviceReduce::Max(tmp.p, bytes_, x.data(), out.data(), n32, s));
+  };
   auto loom_max = [&] { out = loom::max(x); };
-  first_run(loom_max);
-  st.measure("max(x)", shape, "loom", bytes, close_to(item(), mx, 0), loom_max);
+  {
+    std::vector<bench_state::way> ways;
+    poison(out);
+    cub_max();
+    ways.push_back({"cub::DeviceReduce::Max", close_to(item(), mx, 0), cub_max});
+    if (int_fits) {
+      poison(out);
+      cub_max32();
+      ways.push_back({"cub::DeviceReduce::Max (int items)", close_to(item(), mx, 0), cub_max32});
+    }
+    first_run(loom_max);
+    ways.push_back({"loom", close_to(item(), mx, 0), loom_max});
+    st.measure_together("max(x)", shape, bytes, ways);
+  }
 
   auto fused = [&] { out = loom::sum(x * y); };
   first_run(fused);
@@ -268,21 +332,36 @@ void long_scan(bench_state& st, index_t n) {
     hash_fill(x, 24);
     const auto hx = host_values(24, n);
     const double bytes = 2.0 * static_cast<double>(n) * sizeof(float);
+    // As in full_reductions: CUB with 64-bit and, when it fits, int item counts.
+    const bool int_fits = n <= std::numeric_limits<int>::max();
+    const int n32 = int_fits ? static_cast<int>(n) : 0;
     cub_temp tmp;
-    std::size_t b = 0;
+    std::size_t b = 0, b32 = 0;
     LOOM_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, b, x.data(), y.data(), n, s));
-    tmp.ensure(b);
+    LOOM_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, b32, x.data(), y.data(), n32, s));
+    tmp.ensure(std::max(b, b32));
     auto cub_scan = [&] {
       std::size_t bytes_ = tmp.bytes;
       LOOM_CUDA_CHECK(cub::DeviceScan::InclusiveSum(tmp.p, bytes_, x.data(), y.data(), n, s));
     };
+    auto cub_scan32 = [&] {
+      std::size_t bytes_ = tmp.bytes;
+      LOOM_CUDA_CHECK(cub::DeviceScan::InclusiveSum(tmp.p, bytes_, x.data(), y.data(), n32, s));
+    };
+    auto loom_scan = [&] { y = loom::cumsum(x, 0); };
+    std::vector<bench_state::way> ways;
     poison(y);
     cub_scan();
-    st.measure("cumsum(x, 0)", shape, "cub::DeviceScan", bytes, check_scan(loom::to_host(y), hx, n, 1), cub_scan);
-    auto loom_scan = [&] { y = loom::cumsum(x, 0); };
+    ways.push_back({"cub::DeviceScan", check_scan(loom::to_host(y), hx, n, 1), cub_scan});
+    if (int_fits) {
+      poison(y);
+      cub_scan32();
+      ways.push_back({"cub::DeviceScan (int items)", check_scan(loom::to_host(y), hx, n, 1), cub_scan32});
+    }
     poison(y);
     first_run(loom_scan);
-    st.measure("cumsum(x, 0)", shape, "loom", bytes, check_scan(loom::to_host(y), hx, n, 1), loom_scan);
+    ways.push_back({"loom", check_scan(loom::to_host(y), hx, n, 1), loom_scan});
+    st.measure_together("cumsum(x, 0)", shape, bytes, ways);
 
     // The same look-back cut and paced otherwise. CUB's sm_90 tuning of
     // cub::DeviceScan for float sums (cub/device/dispatch/tuning/tuning_scan.cuh,
@@ -399,7 +478,7 @@ int main(int argc, char** argv) {
     std::printf("bench_reduce_gpu on %s (%d SMs, L2 %d MiB); median of %d samples after %d warm-up\n", p.name.c_str(),
                 p.sm_count, p.l2_cache_bytes >> 20, st.timing.runs, st.timing.warmup);
     print_header();
-    st.copy = measure_copy("gpu_reduce", st.opt, st.timing);
+    st.copy = measure_copy("gpu_reduce", st.opt, st.timing, calls_per_sample);
     full_reductions(st, st.opt.quick ? (index_t{1} << 20) + 3 : index_t{1} << 28);
     axis_sums(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192, 1);
     axis_sums(st, st.opt.quick ? 257 : 8192, st.opt.quick ? 1023 : 8192, 0);
@@ -421,7 +500,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     return 0;
-  } catch (const loom::error& e) {
+  } catch (const std::exception& e) {  // loom::error, and thrust's and the standard library's
     std::fprintf(stderr, "bench_reduce_gpu: %s\n", e.what());
     return 1;
   }

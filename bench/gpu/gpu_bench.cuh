@@ -49,6 +49,60 @@ double time_rotated_ms(int sets, const gpu_timing& t, F&& f) {
   return median(ms);
 }
 
+//! The median and quartiles of one implementation's samples, in ms per call.
+struct sample_stats {
+  double median = 0, p25 = 0, p75 = 0;
+};
+
+//! Times `ways` implementations of the same work side by side: f(k) runs
+//! implementation k once. After t.warmup samples of each, every round takes
+//! one sample of each (`calls` calls between two events), in an order that
+//! reverses every round (0..ways-1, then ways-1..0), so the clocks' ramp, the
+//! GPU's warmth and any drift fall on all of them alike; a decision of a few
+//! percent between them does not depend on which ran first.
+template <class F>
+std::vector<sample_stats> time_interleaved_ms(int ways, int calls, const gpu_timing& t, F&& f) {
+  for (int w = 0; w < t.warmup; ++w)
+    for (int k = 0; k < ways; ++k)
+      for (int c = 0; c < calls; ++c) f(k);
+  loom::event start, stop;
+  std::vector<std::vector<double>> ms(static_cast<std::size_t>(ways));
+  for (int r = 0; r < t.runs; ++r)
+    for (int j = 0; j < ways; ++j) {
+      const int k = r % 2 == 0 ? j : ways - 1 - j;
+      start.record();
+      for (int c = 0; c < calls; ++c) f(k);
+      stop.record();
+      stop.synchronize();
+      ms[static_cast<std::size_t>(k)].push_back(static_cast<double>(loom::elapsed_ms(start, stop)) / calls);
+    }
+  std::vector<sample_stats> out;
+  for (auto& v : ms) {
+    std::sort(v.begin(), v.end());
+    out.push_back({median(v), v[v.size() / 4], v[(3 * v.size()) / 4]});
+  }
+  return out;
+}
+
+//! Keeps the GPU busy with device-to-device copies of x into y for at least
+//! `ms` milliseconds (measured with events): an idle GPU's clocks are low
+//! (an H200 read 345 MHz idle) and ramp up under load, so the first
+//! measurement of a program would otherwise run slower than the rest.
+template <class Tensor>
+void warm_up_clocks(const Tensor& x, Tensor& y, double ms) {
+  const cudaStream_t s = loom::current_stream().get();
+  const auto bytes = static_cast<std::size_t>(x.size()) * sizeof(typename Tensor::value_type);
+  loom::event start, stop;
+  double spent = 0;
+  for (int round = 0; round < 1000 && spent < ms; ++round) {
+    start.record();
+    for (int c = 0; c < 8; ++c) LOOM_CUDA_CHECK(cudaMemcpyAsync(y.data(), x.data(), bytes, cudaMemcpyDeviceToDevice, s));
+    stop.record();
+    stop.synchronize();
+    spent += static_cast<double>(loom::elapsed_ms(start, stop));
+  }
+}
+
 //! How many buffer sets of `set_bytes` to rotate through so that together
 //! they exceed twice the L2 cache; at least 1, and at most what fits in half
 //! of the free device memory.
@@ -115,21 +169,26 @@ void poison(Tensor& t) {
 
 //! The device-to-device copy bandwidth (bytes read + bytes written per
 //! second, in GB/s) of cudaMemcpyAsync over 1 GiB, and of the same copy
-//! written as a loom assignment `y = x`. Printed and recorded.
+//! written as a loom assignment `y = x`. Printed and recorded. First the
+//! GPU's clocks are brought up (warm_up_clocks, 200 ms). `calls` copies per
+//! sample: a program that times its work with several calls back to back
+//! (bench_reduce_gpu) times its ceiling the same way, so the launch gaps
+//! count alike on both sides of "% of copy".
 struct copy_ceiling {
   double memcpy_gbps = 0, loom_gbps = 0;
 };
 
-inline copy_ceiling measure_copy(const std::string& bench, const options& opt, const gpu_timing& t) {
+inline copy_ceiling measure_copy(const std::string& bench, const options& opt, const gpu_timing& t, int calls = 1) {
   const loom::index_t n = opt.quick ? (loom::index_t{1} << 22) : (loom::index_t{1} << 28);  // floats
   loom::device_tensor<float, 1> x({n}), y({n});
   hash_fill(x, 1);
+  warm_up_clocks(x, y, opt.quick ? 20.0 : 200.0);
   const double bytes = 2.0 * static_cast<double>(n) * sizeof(float);
   const cudaStream_t s = loom::current_stream().get();
   copy_ceiling c;
   record r{bench, "copy", std::to_string(n), "f32", "cudaMemcpyAsync D2D"};
   r.bytes = bytes;
-  r.ms = time_rotated_ms(1, t, [&](int) {
+  r.ms = time_rotated_ms(calls, t, [&](int) {
     LOOM_CUDA_CHECK(cudaMemcpyAsync(y.data(), x.data(), static_cast<std::size_t>(n) * sizeof(float),
                                     cudaMemcpyDeviceToDevice, s));
   });
@@ -139,7 +198,7 @@ inline copy_ceiling measure_copy(const std::string& bench, const options& opt, c
   emit_json(opt.json_path, r);
   record l{bench, "copy", std::to_string(n), "f32", "loom y = x"};
   l.bytes = bytes;
-  l.ms = time_rotated_ms(1, t, [&](int) { loom::assign(y, x); });
+  l.ms = time_rotated_ms(calls, t, [&](int) { loom::assign(y, x); });
   c.loom_gbps = gbps(l);
   l.copy_gbps = c.memcpy_gbps;
   const auto yh = loom::to_host(y.view().slice(loom::range(0, 4096)));
