@@ -212,7 +212,9 @@ double tolerance(const std::string& op, const std::vector<double>& v, double wan
   const double ae = acc_eps<T>();
   if (op == "sum") return fl ? se * std::fabs(want) + ae * a : 0;
   if (op == "l1") return se * want + ae * a + (fl ? 0 : 1e-6 * a);
-  if (op == "mean") return se * std::fabs(want) + ae * a / n + 1e-7 * a / n;
+  // Integers are summed exactly (in double for 64-bit ones, exact below
+  // 2^53) and divided once: half an ulp of float, and the double division's.
+  if (op == "mean") return fl ? se * std::fabs(want) + ae * a / n + 1e-7 * a / n : 0x1.0001p-24 * std::fabs(want);
   if (op == "l2") return se * want + 4 * ae * want;
   if (op == "var" || op == "var0") return se * want + 8 * ae * q / n;
   if (op == "stddev") return se * want + 8 * ae * std::sqrt(q / n);
@@ -804,6 +806,22 @@ TEST_CASE("integer and bool sums accumulate in int64; half and bf16 in float", "
   CHECK(loom::item(si) == (std::int64_t{1} << 32));
   CHECK(loom::item(loom::sum(xi > 0)) == 4);
   CHECK(loom::item(loom::mean(xi)) == static_cast<float>(1 << 30));
+  // The mean of integers is the correctly rounded one: {2^24 + 1, 2^25 + 3,
+  // 2^25 + 3} has the exact mean 27962029, which rounds (a tie, to even) to
+  // 27962028; summed in float, in any order, it comes out 27962030. And the
+  // mean of 2^24 + 1 ones is 1.
+  {
+    loom::host_tensor<std::int32_t, 1> three({3}, {(1 << 24) + 1, (1 << 25) + 3, (1 << 25) + 3});
+    CHECK(loom::item(loom::mean(in_space(three))) == 27962028.0f);
+    loom::host_tensor<std::int32_t, 1> ones({(index_t{1} << 24) + 1});
+    std::fill(ones.data(), ones.data() + ones.size(), 1);
+    CHECK(loom::item(loom::mean(in_space(ones))) == 1.0f);
+    // int64 values near 1.7e18 (nanosecond timestamps): an int64 sum of six
+    // wraps; the double sum does not.
+    const std::int64_t t0 = 1700000000000000000;
+    loom::host_tensor<std::int64_t, 1> stamps({6}, {t0, t0 + 1000, t0 + 2000, t0 + 3000, t0 + 4000, t0 + 5000});
+    CHECK(loom::item(loom::mean(in_space(stamps))) == static_cast<float>(1.7e18 + 2500.0));
+  }
 
   // 4096 half ones: a half accumulator would stall at 2048.
   loom::host_tensor<loom::half, 1> hh({4096});

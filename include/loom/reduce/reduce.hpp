@@ -138,19 +138,35 @@ struct prod_op : sum_op<T> {
   LOOM_HD acc operator()(acc a, acc b) const { return fn::mul{}(a, b); }
 };
 
+// Integers of up to 32 bits and bool are summed exactly in int64 (no
+// overflow below 2^32 elements) and divided once in double, so the float
+// mean is the double quotient rounded once, exact to half a float ulp while
+// the sum's magnitude is below 2^53 (summed in float, the mean of {2^24 + 1,
+// 2^25 + 3, 2^25 + 3} came out 27962030 in any order, not 27962028). 64-bit
+// integers are summed in double: an int64 sum of values near 2^62 would
+// wrap. Floating types sum in compute_t.
+template <class T>
+using mean_acc_t = std::conditional_t<std::is_integral_v<T>,
+                                      std::conditional_t<(sizeof(T) <= 4), std::int64_t, double>,
+                                      compute_t<float_result_t<T>>>;
 template <class T>
 struct mean_op {
   static constexpr bool has_identity = true;
   using result = float_result_t<T>;
-  using acc = compute_t<result>;
+  using acc = mean_acc_t<T>;
   LOOM_HD acc identity() const { return acc(0); }
   template <class V>
   LOOM_HD acc lift(V v, index_t) const {
     return static_cast<acc>(v);
   }
-  LOOM_HD acc operator()(acc a, acc b) const { return a + b; }
+  LOOM_HD acc operator()(acc a, acc b) const { return fn::add{}(a, b); }
   // An empty mean is 0/0 = NaN, as in PyTorch.
-  LOOM_HD result finalize(acc a, index_t n) const { return convert<result>(a / static_cast<acc>(n)); }
+  LOOM_HD result finalize(acc a, index_t n) const {
+    if constexpr (std::is_integral_v<T>)
+      return convert<result>(static_cast<double>(a) / static_cast<double>(n));
+    else
+      return convert<result>(a / static_cast<acc>(n));
+  }
 };
 
 // NaN-propagating max/min: the first NaN met wins, as in PyTorch.
@@ -1075,7 +1091,9 @@ LOOM_REDUCTION(sum, detail::sum_op)
 //! Product of the elements; like sum (int64 for integers, 1 when empty).
 //! Example: `auto p = loom::prod(x, 0);`
 LOOM_REDUCTION(prod, detail::prod_op)
-//! Arithmetic mean; float_result_t<T> (float for integers); NaN when empty.
+//! Arithmetic mean; float_result_t<T> (float for integers: up to 32 bits
+//! summed exactly in int64, 64-bit ones in double, divided once in double);
+//! NaN when empty.
 //! Same kernels as sum (the division happens as CUB writes its result).
 //! Example: `auto m = loom::mean(x, 1, loom::keepdims);`
 LOOM_REDUCTION(mean, detail::mean_op)
