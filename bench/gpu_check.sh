@@ -34,6 +34,8 @@
 # counts as a timeout). Exits 1 when a build, test, sanitizer run or
 # benchmark check fails or a target was not measured, 2 when everything that
 # ran passed but a check could not run on this machine (compute-sanitizer).
+# A target MISSED is a verdict in the report, not a failure: read the
+# `target` lines.
 # LOOM_GPU_CHECK_PREBUILT=DIR or DIR.tar.xz: use the programs that
 # bench/gpu_pack.sh built and packed into DIR (and its archive, which is
 # what a GPU loan can carry) on another x86-64 machine (same CUDA toolkit) instead
@@ -52,7 +54,6 @@ if [[ -n "$prebuilt" ]]; then
   if [[ -f "$prebuilt" && "$prebuilt" == *.tar.xz ]]; then
     # The archive bench/gpu_pack.sh writes: unpacked into a fresh folder.
     unpacked="$(mktemp -d "${TMPDIR:-/tmp}/loom-prebuilt.XXXXXX")"
-    trap 'rm -rf "$unpacked"' EXIT
     # The default output folder must outlive the unpacked programs.
     out="${out:-$LOOM_BUILD_DIR/gpu-check-results}"
     tar -C "$unpacked" -xJf "$prebuilt" || die "LOOM_GPU_CHECK_PREBUILT=$prebuilt could not be unpacked"
@@ -94,8 +95,16 @@ run_logged() {
     failures+=("$name (skipped: deadline)")
     return 125
   fi
-  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$log"
-  local rc=${PIPESTATUS[0]}
+  # In the background, waited for: bash runs a TERM trap during `wait`, not
+  # while a foreground command runs (on_exit then stops it).
+  (
+    timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$log"
+    exit "${PIPESTATUS[0]}"
+  ) &
+  running=$!
+  local rc=0
+  wait "$running" || rc=$?
+  running=""
   if ((rc == 124 || rc == 137)); then
     echo "TIMEOUT: $name ran past $limit s"
     failures+=("$name (timeout after $limit s)")
@@ -104,17 +113,39 @@ run_logged() {
   fi
   return "$rc"
 }
+logs_where="every log in $out/logs.tar.gz"
 pack_logs() {
+  [[ -d "$log_dir" ]] || return 0
   if tar -C "$out" -czf "$out/logs.tar.gz" logs 2>/dev/null; then
     rm -rf "$log_dir"
   else
-    echo "could not pack the logs: they stay in $log_dir"
+    logs_where="the logs could not be packed: they are in $log_dir"
+    echo "$logs_where"
   fi
 }
+# However the script ends (a stage's failure, the loan's time limit sending
+# TERM), the logs are packed and the unpacked programs removed; killed
+# before its report, it writes one from what was measured.
+reported=0
+running=""
+# shellcheck disable=SC2317  # invoked by the EXIT trap
+on_exit() {
+  if ((!reported)) && [[ -s "$out/gpu.jsonl" ]]; then
+    echo "bench/gpu_check.sh: stopped before its report; the report of what was measured:"
+    timeout 60 python3 "$LOOM_ROOT/bench/report.py" --jsonl "$out/gpu.jsonl" --out "$out" --require-targets \
+      --title "loom GPU check (stopped early)" || true
+  fi
+  # timeout passes the TERM on to the program it runs.
+  [[ -n "${running:-}" ]] && pkill -TERM -P "$running" 2>/dev/null
+  pack_logs
+  [[ -n "${unpacked:-}" ]] && rm -rf "$unpacked"
+}
+trap on_exit EXIT
+trap 'echo "bench/gpu_check.sh: terminated"; exit 143' TERM INT
 finish() {
   echo
   pack_logs
-  echo "bench/gpu_check.sh: total $((SECONDS - start)) s; results in $out, every log in $out/logs.tar.gz"
+  echo "bench/gpu_check.sh: total $((SECONDS - start)) s; results in $out, $logs_where"
   if ((${#not_run[@]})); then
     echo "bench/gpu_check.sh: NOT RUN on this machine:"
     printf '  - %s\n' "${not_run[@]}"
@@ -156,7 +187,7 @@ arch="${user_arch:-${gpu_cc:-90}}"
 
 if [[ -n "$prebuilt" ]]; then
   stage "prebuilt programs in $LOOM_BUILD_DIR (no build here)"
-  cat "$LOOM_BUILD_DIR/PACKED" 2>/dev/null | tee -a "$log_dir/machine.log"
+  tee -a "$log_dir/machine.log" 2>/dev/null <"$LOOM_BUILD_DIR/PACKED"
   head_now="$(git -C "$LOOM_ROOT" rev-parse --short HEAD 2>/dev/null || true)"
   if [[ -n "$head_now" ]] && ! grep -q "loom $head_now" "$LOOM_BUILD_DIR/PACKED" 2>/dev/null; then
     echo "NOTE: the programs were packed from another commit than this tree's ($head_now); the results are theirs" |
@@ -314,8 +345,9 @@ if [[ -x "$sanitizer" ]]; then
     name="$tool-$(basename "$prog")"
     rc=0
     wait "${pids[$i]}" || rc=$?
-    if ((rc != 0)) && grep -qE 'Device not supported|device is not supported' "$log_dir/sanitizer-$name.log" 2>/dev/null; then
-      # The runtime (gVisor, for one) keeps the tool from the GPU: not a memory error.
+    if grep -qE 'Device not supported|device is not supported' "$log_dir/sanitizer-$name.log" 2>/dev/null; then
+      # The runtime (gVisor, for one) keeps the tool from the GPU: not a
+      # memory error, and not a check either, whatever the exit status.
       echo "NOT RUN $name: compute-sanitizer cannot reach the GPU on this machine: $(grep -m1 -E 'not supported' \
         "$log_dir/sanitizer-$name.log")" | tee -a "$log_dir/sanitizers.log"
       not_run+=("compute-sanitizer $name (the tool cannot reach the GPU here)")
@@ -357,6 +389,7 @@ python3 -c 'import matplotlib' 2>/dev/null ||
   timeout 30 python3 -m pip install --quiet --disable-pip-version-check --retries 0 --timeout 5 matplotlib >/dev/null 2>&1 ||
   echo "matplotlib is not installed and pip could not install it (no network?): no plot"
 logs=(--log "Machine=$log_dir/machine.log" --log "Sanitizers=$log_dir/sanitizers.log" "${logs[@]}")
+reported=1
 python3 "$LOOM_ROOT/bench/report.py" --jsonl "$out/gpu.jsonl" --out "$out" --require-targets \
   --title "loom GPU check: ${gpu_name:-GPU}, $(date -u +%Y-%m-%d)" "${logs[@]}" ||
   failures+=("report (or a target NOT MEASURED: see its last lines)")

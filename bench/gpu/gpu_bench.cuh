@@ -55,17 +55,26 @@ struct sample_stats {
 };
 
 //! Times `ways` implementations of the same work side by side: f(k) runs
-//! implementation k once. After t.warmup samples of each, every round takes
+//! implementation k once. After warm-up rounds (at least t.warmup, and
+//! 100 ms of them unless t.warmup is 1 or less: the GPU may have idled, its
+//! clocks down, while the host computed references), every round takes
 //! one sample of each (`calls` calls between two events), in an order that
 //! reverses every round (0..ways-1, then ways-1..0), so the clocks' ramp, the
 //! GPU's warmth and any drift fall on all of them alike; a decision of a few
 //! percent between them does not depend on which ran first.
 template <class F>
 std::vector<sample_stats> time_interleaved_ms(int ways, int calls, const gpu_timing& t, F&& f) {
-  for (int w = 0; w < t.warmup; ++w)
+  loom::event start, stop;
+  const double warm_ms = t.warmup > 1 ? 100.0 : 0.0;
+  double spent = 0;
+  for (int w = 0; w < 10000 && (w < t.warmup || spent < warm_ms); ++w) {
+    start.record();
     for (int k = 0; k < ways; ++k)
       for (int c = 0; c < calls; ++c) f(k);
-  loom::event start, stop;
+    stop.record();
+    stop.synchronize();
+    spent += static_cast<double>(loom::elapsed_ms(start, stop));
+  }
   std::vector<std::vector<double>> ms(static_cast<std::size_t>(ways));
   for (int r = 0; r < t.runs; ++r)
     for (int j = 0; j < ways; ++j) {

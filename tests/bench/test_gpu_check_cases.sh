@@ -68,5 +68,15 @@ chmod +x "$out/lists_nothing"
 if pick_cases "$out/lists_nothing" 1 5 "$out/nothing.cases"; then
   fail "pick_cases picked something from a program that lists no test cases"
 fi
+# With log_dir set (as gpu_check.sh sets it), the log and the cases go there.
+log_dir="$out/logs"
+mkdir -p "$log_dir"
+if sanitize memcheck "$prog" 7 2; then
+  [[ -s "$log_dir/sanitizer-memcheck-$(basename "$prog").log" && -s "$log_dir/sanitizer-memcheck-$(basename "$prog").cases" ]] ||
+    fail "with log_dir set, the sanitizer log and cases are not in $log_dir"
+else
+  fail "sanitize failed on a correct run with log_dir set"
+fi
+unset log_dir
 ((fails == 0)) && echo "gpu_check_cases: all checks passed ($total names, $with_comma with commas)"
 exit $((fails > 0))
