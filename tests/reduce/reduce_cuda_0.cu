@@ -3,7 +3,10 @@
 #define LOOM_TEST_SPACE loom::device
 #define LOOM_TEST_TAG "[cuda]"
 // Fewer types than the host test: each adds every reduction's CUB and block
-// kernels to the compile time. The host test covers all seven.
-#define LOOM_REDUCE_TYPES float, loom::half, std::int32_t, bool
+// kernels to the compile time. The host test covers all seven. double is
+// here for its own device paths: var/std of double has a 24-byte
+// accumulator, too wide for CUB's pointer kernel (lift_items instead), and
+// the 8-byte elements' vector widths.
+#define LOOM_REDUCE_TYPES float, double, loom::half, std::int32_t, bool
 #define LOOM_REDUCE_PART 0
 #include "reduce_cases.inl"
