@@ -36,15 +36,8 @@ constexpr int runs = 50;
 // ramp up under load), then the median of `runs` timed calls.
 template <class F>
 double median_ms(F&& f) {
+  loom_bench::warm_up_for(100.0, warmup, f);
   event start, stop;
-  double spent = 0;
-  for (int i = 0; i < 10000 && (i < warmup || spent < 100.0); ++i) {
-    start.record();
-    f();
-    stop.record();
-    stop.synchronize();
-    spent += static_cast<double>(elapsed_ms(start, stop));
-  }
   std::vector<float> t;
   for (int i = 0; i < runs; ++i) {
     start.record();

@@ -29,6 +29,23 @@ struct gpu_timing {
   int runs = 25;
 };
 
+//! Runs f() at least `at_least` times, and until `ms` milliseconds of it
+//! have run on the GPU (events around each call, at most 10000 calls): an
+//! idle GPU's clocks are low (an H200 read 345 MHz idle) and ramp up under
+//! load, so what is timed first would otherwise run slower than the rest.
+template <class F>
+void warm_up_for(double ms, int at_least, F&& f) {
+  loom::event start, stop;
+  double spent = 0;
+  for (int i = 0; i < 10000 && (i < at_least || spent < ms); ++i) {
+    start.record();
+    f();
+    stop.record();
+    stop.synchronize();
+    spent += static_cast<double>(loom::elapsed_ms(start, stop));
+  }
+}
+
 //! The median over `t.runs` samples of the time of one call, in ms. Each
 //! sample runs f(0), ..., f(sets - 1) between two events on the current
 //! stream, so consecutive calls touch different memory and launch overhead
@@ -64,17 +81,11 @@ struct sample_stats {
 //! percent between them does not depend on which ran first.
 template <class F>
 std::vector<sample_stats> time_interleaved_ms(int ways, int calls, const gpu_timing& t, F&& f) {
-  loom::event start, stop;
-  const double warm_ms = t.warmup > 1 ? 100.0 : 0.0;
-  double spent = 0;
-  for (int w = 0; w < 10000 && (w < t.warmup || spent < warm_ms); ++w) {
-    start.record();
+  warm_up_for(t.warmup > 1 ? 100.0 : 0.0, t.warmup, [&] {
     for (int k = 0; k < ways; ++k)
       for (int c = 0; c < calls; ++c) f(k);
-    stop.record();
-    stop.synchronize();
-    spent += static_cast<double>(loom::elapsed_ms(start, stop));
-  }
+  });
+  loom::event start, stop;
   std::vector<std::vector<double>> ms(static_cast<std::size_t>(ways));
   for (int r = 0; r < t.runs; ++r)
     for (int j = 0; j < ways; ++j) {
@@ -94,22 +105,14 @@ std::vector<sample_stats> time_interleaved_ms(int ways, int calls, const gpu_tim
 }
 
 //! Keeps the GPU busy with device-to-device copies of x into y for at least
-//! `ms` milliseconds (measured with events): an idle GPU's clocks are low
-//! (an H200 read 345 MHz idle) and ramp up under load, so the first
-//! measurement of a program would otherwise run slower than the rest.
+//! `ms` milliseconds (warm_up_for), before a program's first measurement.
 template <class Tensor>
 void warm_up_clocks(const Tensor& x, Tensor& y, double ms) {
   const cudaStream_t s = loom::current_stream().get();
   const auto bytes = static_cast<std::size_t>(x.size()) * sizeof(typename Tensor::value_type);
-  loom::event start, stop;
-  double spent = 0;
-  for (int round = 0; round < 1000 && spent < ms; ++round) {
-    start.record();
+  warm_up_for(ms, 1, [&] {
     for (int c = 0; c < 8; ++c) LOOM_CUDA_CHECK(cudaMemcpyAsync(y.data(), x.data(), bytes, cudaMemcpyDeviceToDevice, s));
-    stop.record();
-    stop.synchronize();
-    spent += static_cast<double>(loom::elapsed_ms(start, stop));
-  }
+  });
 }
 
 //! How many buffer sets of `set_bytes` to rotate through so that together
