@@ -24,6 +24,25 @@ TEST_CASE("LOOM_CUDA_CHECK names the call, the place and CUDA's error name", "[c
   CHECK_NOTHROW([] { LOOM_CUDA_CHECK(returns(cudaSuccess)); }());
 }
 
+TEST_CASE("a kernel fault's sticky error says that it may be an earlier kernel's", "[core][error]") {
+  for (const cudaError_t code : {cudaErrorIllegalAddress, cudaErrorLaunchFailure, cudaErrorMisalignedAddress}) {
+    try {
+      LOOM_CUDA_CHECK(returns(code));
+      FAIL("no exception");
+    } catch (const loom::cuda_error& e) {
+      CHECK_THAT(std::string(e.what()), Contains(cudaGetErrorName(code)));
+      CHECK_THAT(std::string(e.what()), Contains("a kernel faulted, this call's or one queued before it"));
+      CHECK(e.code() == code);
+    }
+  }
+  try {
+    LOOM_CUDA_CHECK(returns(cudaErrorInvalidValue));
+    FAIL("no exception");
+  } catch (const loom::cuda_error& e) {
+    CHECK_THAT(std::string(e.what()), !Contains("kernel faulted"));
+  }
+}
+
 TEST_CASE("LOOM_CUDA_CHECK reports a missing or old driver as device_unavailable", "[core][error]") {
   REQUIRE_THROWS_AS([] { LOOM_CUDA_CHECK(returns(cudaErrorInsufficientDriver)); }(), loom::device_unavailable);
   REQUIRE_THROWS_WITH([] { LOOM_CUDA_CHECK(returns(cudaErrorNoDevice)); }(), Contains("cudaErrorNoDevice"));
@@ -38,6 +57,45 @@ TEST_CASE("out_of_memory says what was asked and what the device has", "[core][e
   CHECK(e.requested() == (1ull << 40));
   CHECK(e.free() == 123456);
   CHECK(e.total() == 7890123);
+}
+
+TEST_CASE("LOOM_CUDA_RELEASE counts and keeps a failure instead of throwing", "[core][error]") {
+  const std::size_t before = loom::release_error_count();
+  LOOM_CUDA_RELEASE(returns(cudaSuccess));
+  LOOM_CUDA_RELEASE(returns(cudaErrorCudartUnloading));  // at exit, after the runtime's own teardown
+  CHECK(loom::release_error_count() == before);
+
+  const int line = __LINE__ + 1;
+  LOOM_CUDA_RELEASE(returns(cudaErrorInvalidResourceHandle));
+  CHECK(loom::release_error_count() == before + 1);
+  const std::string msg = loom::last_release_error();
+  CHECK_THAT(msg, StartsWith("loom: returns(cudaErrorInvalidResourceHandle) failed at "));
+  CHECK_THAT(msg, Contains("test_errors.cpp:" + std::to_string(line)));
+  CHECK_THAT(msg, Contains("cudaErrorInvalidResourceHandle"));
+  STATIC_REQUIRE(noexcept(loom::detail::check_release(cudaSuccess, "", "", 0)));
+}
+
+TEST_CASE("a device free that CUDA refuses is counted, not dropped", "[core][error]") {
+  if (loom::gpu::is_available()) {
+    WARN("skipped: this case frees a pointer CUDA never gave, which only a machine without a usable GPU refuses "
+         "before touching anything");
+    return;
+  }
+  // Without a driver cudaFreeAsync fails at once; device_free (noexcept, a
+  // tensor's destructor) must say so through the count, not swallow it.
+  int not_device_memory = 0;
+  loom::detail::note_alloc(0, sizeof not_device_memory);  // device_free returns these bytes to the counters
+  const std::size_t before = loom::release_error_count();
+  const auto in_use = loom::device_memory_stats(0).in_use;
+  loom::detail::device_free(&not_device_memory, sizeof not_device_memory, loom::stream_ref(nullptr, 0));
+  CHECK(loom::release_error_count() == before + 1);
+  CHECK_THAT(loom::last_release_error(), Contains("cudaFreeAsync"));
+  CHECK_THAT(loom::last_release_error(), Contains("memory.hpp"));
+  CHECK(loom::device_memory_stats(0).in_use == in_use - sizeof not_device_memory);
+
+  loom::detail::pinned_free(&not_device_memory);
+  CHECK(loom::release_error_count() == before + 2);
+  CHECK_THAT(loom::last_release_error(), Contains("cudaFreeHost"));
 }
 
 TEST_CASE("every loom exception derives from loom::error", "[core][error]") {

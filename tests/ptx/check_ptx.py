@@ -32,6 +32,12 @@ of a pass together; the look-back scans of floats
 (along a row, across rows) publish each tile's status and value as one
 64-bit word with a release store and read it with one acquire load (no
 32-bit status loads).
+loom's sum of a plain tensor compiles to the vectorized tile of a direct
+cub::DeviceReduce::Sum over the same pointer and count (case 13): the same
+instructions in the same order with the same data flow, register numbers
+and the operand order of commutative instructions aside (CUB reduces a
+thread's items as a tree only for its own functors, such as plus<>; for
+any other, one after the other, a chain of dependent adds).
 Prints one report line per kernel.
 Exit status 0 when every check holds.
 """
@@ -71,6 +77,13 @@ REDUCE_RUN = 8
 REDUCE_CASES = {8: ("float  y = sum(x), whole tensor", "pointer", 4),
                 11: ("float  y = max(x), whole tensor", "pointer", 4),
                 12: ("float  y = sum(a * b), whole tensor", "vector", REDUCE_RUN)}
+# case: most float comparisons per element in the pointer kernel's 16-byte
+# loop (the NaN-propagating max: one NaN test of the accumulator and one
+# unordered comparison; "b != b | b > a" took three and two predicate ops).
+REDUCE_COMPARES = {11: 2}
+FLOAT_SETP = re.compile(r"\bsetp\.[a-z.]+\.f32\b")
+# case: loom's sum(x) and a direct cub::DeviceReduce::Sum in one file.
+VERSUS_CUB_CASES = {13: "float  y = sum(x) vs direct CUB Sum"}
 # case: description of an axis reduction
 AXIS_CASES = {9: "float  y = sum(x, 1), along an axis"}
 AXIS_RUN = 4
@@ -152,6 +165,128 @@ def check_reduce(case, ents, stats, failures):
         if name in wide and run < want_run:
             failures.append(f"case {case} ({desc}): at most {run} 16-byte loads in a row without a branch, "
                             f"expected at least {want_run}")
+        if name in wide and case in REDUCE_COMPARES:
+            loads, compares = vector_loop_counts(ents[name])
+            per = compares / (4 * loads) if loads else float("inf")
+            print(f"{'':<42} {'compares':<12} {compares} float comparisons for {4 * loads} elements "
+                  f"({per:.2f} each)")
+            if per > REDUCE_COMPARES[case]:
+                failures.append(f"case {case} ({desc}): {compares} float comparisons for the {4 * loads} elements "
+                                f"of the 16-byte loop, more than {REDUCE_COMPARES[case]} per element")
+
+
+def vector_loop_counts(body):
+    """16-byte loads and float comparisons from the first 16-byte load to the
+    next branch: the straight-line body of the kernel's vectorized tile."""
+    lines = body.splitlines()
+    first = next((i for i, line in enumerate(lines) if LOAD16.search(line)), None)
+    if first is None:
+        return 0, 0
+    end = next((i for i in range(first, len(lines)) if re.search(r"\bbra\b", lines[i])), len(lines))
+    block = lines[first:end]
+    return (sum(1 for line in block if LOAD16.search(line)), sum(1 for line in block if FLOAT_SETP.search(line)))
+
+
+def vector_tiles(body):
+    """Every straight-line block (label to branch) with a 16-byte load: the
+    kernel's vectorized tiles (CUB's first tile, peeled, and the loop over
+    the others), as normalize_block's data flow."""
+    tiles, block = [], []
+    for line in body.splitlines() + ["$L__end:"]:
+        line = line.split("//")[0].strip()
+        if line.startswith("$L__"):
+            block = []
+            continue
+        block.append(line)
+        if re.search(r"\bbra\b", line) or line.startswith("$L__end"):
+            if any(LOAD16.search(x) for x in block):
+                tiles.append(normalize_block(block))
+            block = []
+    return tiles
+
+
+COMMUTATIVE = {"add", "mul", "min", "max", "and", "or", "xor"}
+REG = re.compile(r"%[a-z]+\d+")
+
+
+def normalize_block(block):
+    """A block's data flow, independent of register numbering and of the
+    operand order of commutative instructions: each instruction becomes its
+    opcode and the ids of its source values, a value being interned by the
+    instruction that made it and its sources (registers live into the block
+    are one value per register class). Moves between registers are dropped
+    (ptxas removes them; later uses read the source)."""
+    ids, val, out = {}, {}, []
+
+    def intern(key):
+        return ids.setdefault(key, len(ids))
+
+    def source(tok):
+        if REG.fullmatch(tok):
+            return val.get(tok, intern(("in", re.match(r"%[a-z]+", tok).group(0))))
+        return intern(("text", REG.sub("%", tok)))
+
+    for line in block:
+        line = re.sub(r"\$L__\w+", "$L", line).rstrip(";").strip()
+        if not line:
+            continue
+        guard = None
+        if line.startswith("@"):
+            guard, line = line.split(None, 1)
+        parts = line.split(None, 1)
+        op, args = parts[0], (parts[1] if len(parts) > 1 else "")
+        groups = [g.strip() for g in re.findall(r"\{[^}]*\}|\[[^\]]*\]|[^,]+", args) if g.strip()]
+        move = re.fullmatch(r"mov\.[bfu](?:32|64)", op) and len(groups) == 2 and all(REG.fullmatch(g) for g in groups)
+        if move:
+            val[groups[0]] = source(groups[1])
+            continue
+        has_dest = not (op.startswith(("st.", "bra", "ret", "bar", "red.", "prefetch")))
+        dests = (REG.findall(groups[0]) if groups[0].startswith("{") else [groups[0]]) if has_dest and groups else []
+        srcs = []
+        for g in groups[1:] if dests else groups:
+            regs = REG.findall(g)
+            if g.startswith(("{", "[")) or len(regs) != 1 or regs[0] != g:
+                srcs.append(intern(("mem" if g.startswith("[") else "group", REG.sub("%", g),
+                                    tuple(source(r) for r in regs))))
+            else:
+                srcs.append(source(g))
+        if guard:
+            srcs.append(source(guard.lstrip("@!")))
+        if op.split(".")[0] in COMMUTATIVE:
+            srcs = sorted(srcs)
+        sig = (op, tuple(srcs), len(dests))
+        out.append(sig)
+        made = intern(sig)
+        for k, d in enumerate(dests):
+            val[d] = intern(("value", made, k))
+    return out
+
+
+def check_versus_cub(case, desc, ents, stats, failures):
+    """loom's pointer kernel against CUB's own Sum kernel: the same
+    instructions in its vectorized tile, no spills."""
+    forms = find_forms(case, desc, ents, {
+        "loom": [n for n in ents if "DeviceReduceKernel" in n and "lift_value" in n],
+        "cub": [n for n in ents if "DeviceReduceKernel" in n and "plus" in n and "lift_value" not in n]}, failures)
+    if not forms:
+        return
+    tiles = {k: vector_tiles(ents[n]) for k, n in forms.items()}
+    for kind, name in forms.items():
+        body = ents[name]
+        stack, spill, regs = stats.get(name, (-1, -1, -1))
+        print(f"{desc:<42} {kind:<12} {len(LOAD16.findall(body)):>5} {0:>5} {'run ' + str(longest_run(body, LOAD16)):>5} "
+              f"{regs:>4} {spill:>5} {stack:>5}")
+        print(f"{'':<42} {'tiles':<12} {len(tiles[kind])} blocks with 16-byte loads, "
+              f"{sum(len(t) for t in tiles[kind])} instructions")
+        if name not in stats:
+            failures.append(f"case {case}: no ptxas report for {kind} kernel")
+        if spill != 0 or stack != 0:
+            failures.append(f"case {case} ({desc}): {kind} kernel spills {spill} bytes, stack {stack} bytes")
+    loom, cub = tiles["loom"], tiles["cub"]
+    if not cub or loom != cub:
+        which = next((i for i, (x, y) in enumerate(zip(loom, cub)) if x != y), min(len(loom), len(cub)))
+        failures.append(f"case {case} ({desc}): loom's vectorized tiles ({[len(t) for t in loom]} instructions) "
+                        f"are not CUB's own ({[len(t) for t in cub]}); block {which} differs")
 
 
 def find_forms(case, desc, ents, forms, failures):
@@ -231,6 +366,7 @@ def main():
     ap.add_argument("--include", required=True)
     ap.add_argument("--arch", default="90")
     ap.add_argument("--workdir", required=True)
+    ap.add_argument("--cases", help="comma-separated case numbers to check (default: all)")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
 
@@ -239,6 +375,16 @@ def main():
     cases.update({c: (d[0], 0, 0) for c, d in REDUCE_CASES.items()})
     cases.update({c: (d, 0, 0) for c, d in AXIS_CASES.items()})
     cases.update({c: (d, 0, 0) for c, d in SCAN_CASES.items()})
+    cases.update({c: (d, 0, 0) for c, d in VERSUS_CUB_CASES.items()})
+    if args.cases:
+        try:
+            wanted = {int(c) for c in args.cases.split(",") if c.strip()}
+        except ValueError:
+            sys.exit(f"check_ptx.py: --cases takes comma-separated numbers, got '{args.cases}'")
+        unknown = wanted - set(cases)
+        if unknown:
+            sys.exit(f"check_ptx.py: no case {sorted(unknown)}; the cases are {sorted(cases)}")
+        cases = {c: d for c, d in cases.items() if c in wanted}
     print(f"{'case':<42} {'kernel':<12} {'v4 ld':>5} {'v4 st':>5} {'copy':>5} {'regs':>4} {'spill':>5} {'stack':>5}")
     for case, (desc, want_loads, want_stores) in cases.items():
         ptx_path = f"{args.workdir}/case{case}.ptx"
@@ -260,6 +406,9 @@ def main():
             continue
         if case in SCAN_CASES:
             check_scan(case, desc, ents, stats, failures)
+            continue
+        if case in VERSUS_CUB_CASES:
+            check_versus_cub(case, desc, ents, stats, failures)
             continue
         if case in ROW_CASES:
             kinds = {"vector rows": [n for n in ents if "row_kernel" in n and "Lb1E" in n],

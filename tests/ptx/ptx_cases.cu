@@ -51,6 +51,11 @@ void run(device_tensor<float, 0>& y, const device_tensor<float, 2>& x) { y = max
 void run(device_tensor<float, 0>& y, const device_tensor<float, 2>& a, const device_tensor<float, 2>& b) {
   y = sum(a * b);
 }
+#elif LOOM_PTX_CASE == 13  // float sum of a tensor next to a direct cub::DeviceReduce::Sum: the same main loop
+void run(device_tensor<float, 0>& y, const device_tensor<float, 1>& x) { y = sum(x); }
+cudaError_t cub_sum(void* tmp, std::size_t& bytes, const float* x, float* out, long long n, cudaStream_t s) {
+  return cub::DeviceReduce::Sum(tmp, bytes, x, out, n, s);
+}
 #else
 #error "unknown LOOM_PTX_CASE"
 #endif

@@ -3,7 +3,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -59,12 +61,41 @@ class device_unavailable : public error {
   using error::error;
 };
 
-//! A failed CUDA runtime call, naming the call, the place and CUDA's error name.
+namespace detail {
+// The errors a faulting kernel leaves: sticky, CUDA returns them from every
+// later call of the process, whichever kernel (or call) caused them.
+inline bool sticky_kernel_error(cudaError_t code) noexcept {
+  switch (code) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorAssert:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorTensorMemoryLeak:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace detail
+
+//! A failed CUDA runtime call, naming the call, the place and CUDA's error
+//! name. For the sticky errors of a faulting kernel the message adds that
+//! the fault may be an earlier kernel's (CUDA reports it asynchronously, at
+//! whatever call comes next) and that the context cannot be used again.
 class cuda_error : public error {
  public:
   cuda_error(cudaError_t code, const char* call, const char* file, int line)
       : error(std::string("loom: ") + call + " failed at " + file + ":" + std::to_string(line) + ": " +
-              cudaGetErrorName(code) + " (" + cudaGetErrorString(code) + ")"),
+              cudaGetErrorName(code) + " (" + cudaGetErrorString(code) + ")" +
+              (detail::sticky_kernel_error(code)
+                   ? "; a kernel faulted, this call's or one queued before it (CUDA reports faults at a later "
+                     "call), and the device's context cannot be used again in this process"
+                   : "")),
         code_(code) {}
   //! CUDA's error code.
   [[nodiscard]] cudaError_t code() const noexcept { return code_; }
@@ -102,8 +133,75 @@ namespace detail {
                              cudaGetErrorString(code) + ")");
   throw cuda_error(code, call, file, line);
 }
+
+// What failed in a release path: a destructor or another noexcept clean-up
+// (freeing memory, destroying a stream, an event or a descriptor, restoring
+// the caller's device) cannot throw, so a failed call there is counted and
+// its message kept for release_error_count() / last_release_error().
+struct release_log {
+  std::atomic<std::size_t> count{0};
+  std::mutex m;
+  std::string last;
+};
+// Never destroyed: a tensor or stream freed by a static destructor at exit
+// may still need it after function-local statics made later are gone.
+inline release_log& release_errors() {
+  static release_log* const log = new release_log;
+  return *log;
+}
+inline void note_release_error(const char* call, const char* file, int line, const char* name,
+                               const char* text) noexcept {
+  auto& log = release_errors();
+  log.count.fetch_add(1, std::memory_order_relaxed);
+  try {
+    std::string msg = std::string("loom: ") + call + " failed at " + file + ":" + std::to_string(line) + ": " +
+                      name + " (" + text + ")";
+    const std::lock_guard<std::mutex> lock(log.m);
+    log.last = std::move(msg);
+  } catch (...) {  // no memory for the message: the count still says it happened
+  }
+}
+//! Checks a CUDA call of a release path: a failure is counted and kept (it
+//! cannot be thrown from there), and CUDA's last error is cleared, so that
+//! the next launch check does not report it as its own. Not counted:
+//! cudaErrorCudartUnloading, a release at exit after the CUDA runtime has
+//! shut down and reclaimed everything itself.
+inline void check_release(cudaError_t code, const char* call, const char* file, int line) noexcept {
+  if (code == cudaSuccess || code == cudaErrorCudartUnloading) return;
+  (void)cudaGetLastError();
+  note_release_error(call, file, line, cudaGetErrorName(code), cudaGetErrorString(code));
+}
 }  // namespace detail
+
+//! How many CUDA (or cuBLASLt) calls in loom's release paths have failed in
+//! this process: freeing device or pinned memory, destroying a stream, an
+//! event or a cuBLASLt descriptor, and switching back to the caller's
+//! device where loom switched it (a stream_guard ending; an allocation or a
+//! cuBLASLt handle made for another device than the current one). Those run
+//! in destructors or after the work succeeded, and do not throw; a failure
+//! there is counted instead (usually the trace of an earlier error: after a
+//! kernel faults, CUDA fails every later call with the same sticky error).
+//! A release at exit after the CUDA runtime has shut down
+//! (cudaErrorCudartUnloading) is not counted. loom's [cuda] test programs
+//! fail when the count is not 0 at their end.
+//! Example: `if (loom::release_error_count() != 0) std::cerr << loom::last_release_error() << "\n";`
+inline std::size_t release_error_count() noexcept {
+  return detail::release_errors().count.load(std::memory_order_relaxed);
+}
+
+//! The message of the latest failed release (call, file:line, CUDA's error
+//! name and text), or "" when none failed.
+inline std::string last_release_error() {
+  auto& log = detail::release_errors();
+  const std::lock_guard<std::mutex> lock(log.m);
+  return log.last;
+}
 }  // namespace loom
+
+//! Checks a CUDA call in a noexcept release path (a destructor): counts and
+//! keeps a failure (loom::release_error_count, loom::last_release_error)
+//! instead of throwing.
+#define LOOM_CUDA_RELEASE(call) ::loom::detail::check_release((call), #call, __FILE__, __LINE__)
 
 //! Checks a CUDA runtime call; throws loom::cuda_error (or device_unavailable)
 //! naming the call, file:line and CUDA's error name.

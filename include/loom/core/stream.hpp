@@ -61,7 +61,7 @@ class stream {
  private:
   void reset() noexcept {
     // Destroying a stream with queued work is allowed: CUDA finishes the work first.
-    if (stream_) (void)cudaStreamDestroy(stream_);
+    if (stream_) LOOM_CUDA_RELEASE(cudaStreamDestroy(stream_));
     stream_ = nullptr;
   }
   cudaStream_t stream_ = nullptr;
@@ -102,7 +102,7 @@ class stream_guard {
   stream_guard& operator=(const stream_guard&) = delete;
   ~stream_guard() {
     detail::current_stream_slot() = prev_;
-    (void)cudaSetDevice(prev_device_);
+    LOOM_CUDA_RELEASE(cudaSetDevice(prev_device_));
   }
 
  private:
@@ -124,13 +124,13 @@ class event {
   event(event&& o) noexcept : ev_(std::exchange(o.ev_, nullptr)) {}
   event& operator=(event&& o) noexcept {
     if (this != &o) {
-      if (ev_) (void)cudaEventDestroy(ev_);
+      if (ev_) LOOM_CUDA_RELEASE(cudaEventDestroy(ev_));
       ev_ = std::exchange(o.ev_, nullptr);
     }
     return *this;
   }
   ~event() {
-    if (ev_) (void)cudaEventDestroy(ev_);
+    if (ev_) LOOM_CUDA_RELEASE(cudaEventDestroy(ev_));
   }
   //! Records the event on `s` (default: the current stream).
   void record(stream_ref s = current_stream()) { LOOM_CUDA_CHECK(cudaEventRecord(ev_, s.get())); }

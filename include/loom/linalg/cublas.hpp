@@ -71,7 +71,7 @@ inline cublasLtHandle_t lt_handle(int device) {
     LOOM_CUDA_CHECK(cudaGetDevice(&prev));
     if (prev != device) LOOM_CUDA_CHECK(cudaSetDevice(device));
     const cublasStatus_t st = cublasLtCreate(&h);
-    if (prev != device) (void)cudaSetDevice(prev);
+    if (prev != device) LOOM_CUDA_RELEASE(cudaSetDevice(prev));
     if (st != CUBLAS_STATUS_SUCCESS) {
       h = nullptr;
       throw cublas_error(st, "cublasLtCreate(&handle)", __FILE__, __LINE__);
@@ -81,10 +81,21 @@ inline cublasLtHandle_t lt_handle(int device) {
 }
 
 // RAII owners of cuBLASLt descriptors: destroyed on every path, exceptions included.
+// A failed destroy is counted (release_error_count), not thrown.
+inline void check_lt_release(cublasStatus_t st, const char* call, const char* file, int line) noexcept {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    note_release_error(call, file, line, cublasLtGetStatusName(st), cublasLtGetStatusString(st));
+}
 struct lt_desc_deleter {
-  void operator()(cublasLtMatmulDescOpaque_t* d) const noexcept { (void)cublasLtMatmulDescDestroy(d); }
-  void operator()(cublasLtMatrixLayoutOpaque_t* l) const noexcept { (void)cublasLtMatrixLayoutDestroy(l); }
-  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const noexcept { (void)cublasLtMatmulPreferenceDestroy(p); }
+  void operator()(cublasLtMatmulDescOpaque_t* d) const noexcept {
+    check_lt_release(cublasLtMatmulDescDestroy(d), "cublasLtMatmulDescDestroy(d)", __FILE__, __LINE__);
+  }
+  void operator()(cublasLtMatrixLayoutOpaque_t* l) const noexcept {
+    check_lt_release(cublasLtMatrixLayoutDestroy(l), "cublasLtMatrixLayoutDestroy(l)", __FILE__, __LINE__);
+  }
+  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const noexcept {
+    check_lt_release(cublasLtMatmulPreferenceDestroy(p), "cublasLtMatmulPreferenceDestroy(p)", __FILE__, __LINE__);
+  }
 };
 using lt_op_ptr = std::unique_ptr<cublasLtMatmulDescOpaque_t, lt_desc_deleter>;
 using lt_layout_ptr = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, lt_desc_deleter>;

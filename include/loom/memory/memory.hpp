@@ -181,18 +181,18 @@ inline void* device_allocate(std::size_t bytes, stream_ref s) {
     std::size_t free_b = 0, total_b = 0;
     (void)cudaMemGetInfo(&free_b, &total_b);
     (void)cudaGetLastError();
-    if (prev != s.device()) (void)cudaSetDevice(prev);
+    if (prev != s.device()) LOOM_CUDA_RELEASE(cudaSetDevice(prev));
     throw out_of_memory(bytes, free_b, total_b, s.device());
   }
   if (e == cudaSuccess && fill_uninitialized()) {
     const cudaError_t f = cudaMemsetAsync(p, fill_byte(), bytes, s.get());
     if (f != cudaSuccess) {
-      (void)cudaFreeAsync(p, s.get());
-      if (prev != s.device()) (void)cudaSetDevice(prev);
+      LOOM_CUDA_RELEASE(cudaFreeAsync(p, s.get()));
+      if (prev != s.device()) LOOM_CUDA_RELEASE(cudaSetDevice(prev));
       throw_cuda(f, "cudaMemsetAsync", __FILE__, __LINE__);
     }
   }
-  if (prev != s.device()) (void)cudaSetDevice(prev);
+  if (prev != s.device()) LOOM_CUDA_RELEASE(cudaSetDevice(prev));
   if (e != cudaSuccess) throw_cuda(e, "cudaMallocAsync", __FILE__, __LINE__);
   note_alloc(s.device(), bytes);
   return p;
@@ -200,9 +200,10 @@ inline void* device_allocate(std::size_t bytes, stream_ref s) {
 
 //! Returns memory from device_allocate to the pool, ordered after the work
 //! already queued on `s`; so a kernel on `s` that still reads it is safe.
+//! A failed free is counted (release_error_count), not thrown.
 inline void device_free(void* p, std::size_t bytes, stream_ref s) noexcept {
   if (!p) return;
-  (void)cudaFreeAsync(p, s.get());
+  LOOM_CUDA_RELEASE(cudaFreeAsync(p, s.get()));
   note_free(s.device(), bytes);
 }
 
@@ -221,7 +222,7 @@ inline void* pinned_allocate(std::size_t bytes) {
   return p;
 }
 inline void pinned_free(void* p) noexcept {
-  if (p) (void)cudaFreeHost(p);
+  if (p) LOOM_CUDA_RELEASE(cudaFreeHost(p));
 }
 
 //! Alignment of pageable host allocations: enough for any vector load.

@@ -175,8 +175,11 @@ LOOM_HD C nan_extreme(C a, C b) {
   // One select, no branch (bitwise, not short-circuit, operators): with an
   // early return per NaN test, each 16-byte item of a vector load sat behind
   // branches, and the compiler issued a thread's loads one at a time.
+  // b wins when it is NaN or beyond a, which is !(a >= b) for max: one
+  // unordered comparison (setp.ltu) where "b != b | b > a" took two and an
+  // or (PTX check case 11). Equal values and -0/+0 keep a either way.
   const bool a_nan = a != a;
-  const bool b_wins = (b != b) | (Max ? b > a : b < a);
+  const bool b_wins = Max ? !(a >= b) : !(a <= b);
   return ((!a_nan) & b_wins) ? b : a;
 }
 
@@ -740,13 +743,34 @@ struct lift_value {
   LOOM_HD typename Op::acc operator()(T v) const { return op.lift(static_cast<compute_t<T>>(v), 0); }
 };
 
+// Sums and means of floating accumulators combine by a plain a + b, so CUB
+// is handed cuda::std::plus<> for them: CUB reduces a thread's 16 items of
+// a tile as a tree for plus<> (5 adds deep) and one after the other for
+// any other functor (17 dependent adds, about 70 cycles before the next
+// tile's loads can issue), so with plus<> the kernel is the one
+// cub::DeviceReduce::Sum runs, instruction for instruction (PTX check case
+// 13). Integer accumulators keep loom's wrapping add (CUB reduces 8-byte
+// items one after the other either way).
+template <class Op>
+inline constexpr bool adds_plainly = false;
+template <class T>
+inline constexpr bool adds_plainly<sum_op<T>> = std::is_floating_point_v<typename sum_op<T>::acc>;
+template <class T>
+inline constexpr bool adds_plainly<mean_op<T>> = std::is_floating_point_v<typename mean_op<T>::acc>;
+
 template <class Op, class T, std::size_t R>
 void device_reduce_pointer(const Op& op, const bound_leaf<T, R>& b, index_t n, typename Op::result* out,
                            stream_ref s) {
   auto out_it = thrust::make_transform_output_iterator(out, finalize_fn<Op, bound_leaf<T, R>>{op, b, n, n});
+  const auto combine = [&] {
+    if constexpr (adds_plainly<Op>)
+      return ::cuda::std::plus<>{};
+    else
+      return op;
+  }();
   run_cub(
       [&](void* tmp, std::size_t& bytes) {
-        return cub::DeviceReduce::TransformReduce(tmp, bytes, b.p, out_it, n, op, lift_value<Op, T>{op},
+        return cub::DeviceReduce::TransformReduce(tmp, bytes, b.p, out_it, n, combine, lift_value<Op, T>{op},
                                                   op.identity(), s.get());
       },
       s);
