@@ -12,7 +12,7 @@
 #include "loom/core/space.hpp"
 #include "loom/core/stream.hpp"
 #include "loom/exec/assign.hpp"
-#include "loom/exec/launch.hpp"
+#include "loom/core/launch.hpp"
 #include "loom/exec/rows.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/expr/promote.hpp"

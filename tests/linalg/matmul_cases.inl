@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <loom/exec/rows.hpp>
 #include <loom/linalg/matmul.hpp>
 
 #include "loom_test.hpp"
@@ -339,6 +340,21 @@ TEST_CASE("matmul inside other expressions takes the GEMM and one elementwise ke
     y = loom::matmul(a, b) + col;
     want = [&](double v, index_t i) { return v + hcol.data()[i / n]; };
   }
+  SECTION("a row reduction of the product") {
+    // The GEMM writes y, then the row kernel reduces each row of it (a row is
+    // reduced completely before it is written).
+    y = loom::row_sum(loom::matmul(a, b)) * 0.5f;
+    std::vector<double> row(static_cast<std::size_t>(m), 0.0);
+    for (index_t i = 0; i < m * n; ++i) row[static_cast<std::size_t>(i / n)] += r.value[static_cast<std::size_t>(i)];
+    // Each product element carries its own rounding (tol * scale); n of them add up.
+    double worst = 0;
+    for (std::size_t i = 0; i < r.scale.size(); ++i) worst = std::max(worst, r.scale[i]);
+    const double extra = 2.0 * static_cast<double>(n) * tol<float>() * worst;
+    want = [&](double, index_t i) { return 0.5 * row[static_cast<std::size_t>(i / n)]; };
+    CHECK(launches_now() - before == 2);
+    check<float>(y, r, want, extra);
+    return;
+  }
   CHECK(launches_now() - before == 2);
   CHECK(loom::last_matmul().path == loom::matmul_path::gemm_then_elementwise);
   CHECK(loom::last_matmul().launches == 2);
@@ -390,4 +406,35 @@ TEST_CASE("matmul errors name shapes and say what to do", "[linalg]" LOOM_TEST_T
   CHECK_THROWS_AS(sq = loom::matmul(sq, sq), loom::aliasing_error);
   auto y2 = poisoned<float, 2>({3, 4});
   CHECK_THROWS_AS(y2 = loom::tanh(loom::matmul(a, sq)) * y2, loom::aliasing_error);
+}
+
+TEST_CASE("matmul refuses an expression that reads its output under a row reduction", "[linalg]" LOOM_TEST_TAG) {
+  // The GEMM overwrites the output before the elementwise pass runs, so a
+  // read of the old output anywhere in the tree (here under a row
+  // reduction) would see the product instead.
+  std::mt19937_64 g(loom_test::seed_for("matmul reads output under rows"));
+  const index_t m = 5, k = 7, n = 33;
+  const auto a = in_space(random_host<float, 2>({m, k}, g));
+  const auto b = in_space(random_host<float, 2>({k, n}, g));
+  const auto hy = random_host<float, 2>({m, n}, g);
+  auto y = in_space(hy);
+  auto unchanged = [&] {
+    const auto h = loom::to_host(y);
+    for (index_t i = 0; i < h.size(); ++i)
+      if (!loom_test::same_bits(h.data()[i], hy.data()[i])) return false;
+    return true;
+  };
+  const auto before = launches_now();
+  SECTION("the output itself") {
+    CHECK_THROWS_WITH(y = loom::matmul(a, b) + loom::row_sum(y), Contains("reads the output") && Contains("[5, 33]"));
+  }
+  SECTION("a view of the output, nested in a map") {
+    auto yv = y.slice(loom::whole, loom::range(0, n));
+    CHECK_THROWS_AS(y = loom::relu(loom::matmul(a, b) * 2.0f - loom::row_max(yv * 3.0f)), loom::aliasing_error);
+  }
+  SECTION("under two nested row reductions") {
+    CHECK_THROWS_AS(y = loom::matmul(a, b) / loom::row_sum(loom::exp(y - loom::row_max(y))), loom::aliasing_error);
+  }
+  CHECK(launches_now() == before);
+  CHECK(unchanged());
 }

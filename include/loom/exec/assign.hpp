@@ -18,7 +18,7 @@
 #include "loom/core/stream.hpp"
 #include "loom/detail/fast_divmod.hpp"
 #include "loom/detail/tuple.hpp"
-#include "loom/exec/launch.hpp"
+#include "loom/core/launch.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/tensor/tensor.hpp"
 #include "loom/tensor/view.hpp"
@@ -104,6 +104,35 @@ LOOM_HD To convert(From v) {
 //! current row; elementwise kernels pass none.
 struct no_ctx {};
 
+// Predicates over node kinds for the traversal's folds; the row nodes and
+// the bound row reduction specialize them where they are defined.
+//! The element size of a leaf that reads memory (16 for every other node).
+template <class N>
+struct leaf_size : std::integral_constant<std::size_t, 16> {};
+template <class T, std::size_t R, class S>
+struct leaf_size<leaf_node<T, R, S>> : std::integral_constant<std::size_t, sizeof(T)> {};
+//! A row reduction of the user-facing tree.
+template <class N>
+struct is_row_reduction : std::false_type {};
+//! A row reduction of the bound tree (it owns one slot of the row context).
+template <class N>
+struct is_bound_row_reduce : std::false_type {};
+//! The slot of a bound row reduction (the largest size_t for other nodes).
+template <class N>
+struct slot_number : std::integral_constant<std::size_t, ~std::size_t{0}> {};
+//! A bound leaf that reads memory.
+template <class N>
+struct is_bound_leaf : std::false_type {};
+
+//! Number of row-reduction slots in bound tree B.
+template <class B>
+inline constexpr std::size_t slots_of = tree_sum_v<B, is_bound_row_reduce>;
+//! The first slot inside bound subtree B (meaningful when it has slots). Slots
+//! are numbered in post-order, so a subtree's slots are [first, first +
+//! slots_of): slot lookups descend into one child only.
+template <class B>
+inline constexpr std::size_t first_slot_of = tree_min_v<B, slot_number>;
+
 template <class T, std::size_t R>
 struct bound_leaf {
   using compute = compute_t<T>;
@@ -179,6 +208,16 @@ struct bound_leaf {
   //! Same data under the same index map (so the values are the same).
   bool same_as(const bound_leaf& o) const { return p == o.p && st == o.st; }
 };
+template <class T, std::size_t R>
+struct children_of<bound_leaf<T, R>> {
+  using types = type_list<>;
+  template <class...>
+  using rebind = bound_leaf<T, R>;
+};
+template <class T, std::size_t R>
+struct leaf_size<bound_leaf<T, R>> : std::integral_constant<std::size_t, sizeof(T)> {};
+template <class T, std::size_t R>
+struct is_bound_leaf<bound_leaf<T, R>> : std::true_type {};
 
 template <class C>
 struct bound_scalar {
@@ -206,13 +245,11 @@ struct bound_scalar {
   }
   bool same_as(const bound_scalar& o) const { return std::memcmp(&value, &o.value, sizeof(C)) == 0; }
 };
-
-// The first row-reduction slot inside a bound subtree (meaningful when the
-// subtree has slots). Slots are numbered in post-order, so a subtree's slots
-// are [first, first + slots): slot lookups descend into one child only.
-template <class B>
-struct first_slot_of {
-  static constexpr std::size_t value = 0;
+template <class C>
+struct children_of<bound_scalar<C>> {
+  using types = type_list<>;
+  template <class...>
+  using rebind = bound_scalar<C>;
 };
 
 template <class F, class Cin, class... B>
@@ -222,7 +259,7 @@ struct bound_map {
   struct regs {
     tuple<typename B::template regs<V>...> c;
   };
-  static constexpr std::size_t slots = (std::size_t{0} + ... + B::slots);
+  static constexpr std::size_t slots = (std::size_t{0} + ... + slots_of<B>);
   F f;
   tuple<B...> ch;
 
@@ -253,11 +290,6 @@ struct bound_map {
       if (std::memcmp(&f, &o.f, sizeof(F)) != 0) return false;
     return same_impl(o, std::index_sequence_for<B...>{});
   }
-  //! Calls g(node) on the row-reduction node of slot S inside this subtree.
-  template <std::size_t S, class G>
-  LOOM_HD void with_slot(G&& g) const {
-    with_slot_impl<S>(g, std::index_sequence_for<B...>{});
-  }
 
  private:
   template <bool P, std::size_t... I>
@@ -284,29 +316,38 @@ struct bound_map {
   LOOM_HD compute elem_impl(const regs<V>& r, int j, const Ctx& ctx, std::index_sequence<I...>) const {
     return f(static_cast<Cin>(detail::get<I>(ch).template elem<V>(detail::get<I>(r.c), j, ctx))...);
   }
-  template <std::size_t S, class G, std::size_t... I>
-  LOOM_HD void with_slot_impl(G& g, std::index_sequence<I...>) const {
-    (with_slot_child<S>(detail::get<I>(ch), g), ...);
+};
+template <class F, class Cin, class... B>
+struct children_of<bound_map<F, Cin, B...>> {
+  using types = type_list<B...>;
+  template <std::size_t I, class M>
+  LOOM_HD static auto& get(M& n) {
+    return detail::get<I>(n.ch);
   }
-  // Only the child whose slot range holds S is entered: one lookup
-  // instantiates a path through the tree, not every node that holds slots.
-  template <std::size_t S, class Child, class G>
-  LOOM_HD static void with_slot_child(const Child& c, G& g) {
-    if constexpr (Child::slots > 0 && first_slot_of<Child>::value <= S && S < first_slot_of<Child>::value + Child::slots)
-      c.template with_slot<S>(g);
-  }
+  template <class... C>
+  using rebind = bound_map<F, Cin, C...>;
 };
 
-template <class F, class Cin, class... B>
-struct first_slot_of<bound_map<F, Cin, B...>> {
-  static constexpr std::size_t value = [] {
-    const std::size_t slots[] = {B::slots..., 0};
-    const std::size_t first[] = {first_slot_of<B>::value..., 0};
-    for (std::size_t i = 0; i < sizeof...(B); ++i)
-      if (slots[i] > 0) return first[i];
-    return std::size_t{0};
-  }();
+template <std::size_t S, class B, class G>
+LOOM_HD void with_slot(const B& b, G&& g);
+template <std::size_t S, class G>
+struct with_slot_step {
+  G& g;
+  // Only the child whose slot range holds S is entered: one lookup
+  // instantiates a path through the tree, not every node that holds slots.
+  template <class C>
+  LOOM_HD void operator()(const C& c) const {
+    if constexpr (slots_of<C> > 0 && first_slot_of<C> <= S && S < first_slot_of<C> + slots_of<C>) with_slot<S>(c, g);
+  }
 };
+//! Calls g(node) on the row-reduction node of slot S inside bound tree b.
+template <std::size_t S, class B, class G>
+LOOM_HD void with_slot(const B& b, G&& g) {
+  if constexpr (slot_number<B>::value == S)
+    g(b);
+  else
+    for_each_child(b, with_slot_step<S, std::remove_reference_t<G>>{g});
+}
 
 //! What binding learned about the operands.
 struct bind_info {
@@ -371,23 +412,9 @@ struct read_only_target {
   const shape<R>& extents() const { return ext; }
 };
 
-// Number of row-reduction nodes in a node tree (0 for purely elementwise
-// trees): nodes that are not leaves, scalars, maps or broadcasts declare
-// their own `slot_count`.
-template <class N, class = void>
-struct node_slots {
-  static constexpr std::size_t value = 0;
-};
+//! Number of row-reduction nodes in a node tree (0 for purely elementwise trees).
 template <class N>
-struct node_slots<N, std::void_t<decltype(N::slot_count)>> {
-  static constexpr std::size_t value = N::slot_count;
-};
-template <class F, class... Ch>
-struct node_slots<map_node<F, Ch...>> {
-  static constexpr std::size_t value = (std::size_t{0} + ... + node_slots<Ch>::value);
-};
-template <class E, std::size_t R>
-struct node_slots<broadcast_node<E, R>> : node_slots<E> {};
+struct node_slots : std::integral_constant<std::size_t, tree_sum_v<N, is_row_reduction>> {};
 
 template <std::size_t I, class... Ch>
 constexpr std::size_t slots_before() {
@@ -514,31 +541,15 @@ __global__ void __launch_bounds__(256) general_kernel(general_out<O, R> out, B e
     eval_general_at(out, e, i);
 }
 
-inline unsigned grid_for(index_t work, int device) {
-  constexpr index_t block = 256;
-  const index_t want = (work + block - 1) / block;
-  const index_t cap = static_cast<index_t>(sm_count(device)) * 32;
-  return static_cast<unsigned>(want < cap ? (want > 0 ? want : 1) : cap);
-}
+// Blocks of 256 threads for `work` items, at most 32 resident per SM.
+inline unsigned grid_for(index_t work, int device) { return grid_size((work + 255) / 256, 32, device); }
 #endif
 
-// The smallest element size among a tree's leaves (16 when it has none): the
-// device's contiguous path moves 16 bytes of that type per thread, so each
-// expression compiles for one vector width.
+//! The smallest element size among a tree's leaves (16 when it has none): the
+//! device's contiguous path moves 16 bytes of that type per thread, so each
+//! expression compiles for one vector width.
 template <class N>
-struct min_leaf_size {
-  static constexpr std::size_t value = 16;
-};
-template <class T, std::size_t R, class S>
-struct min_leaf_size<leaf_node<T, R, S>> {
-  static constexpr std::size_t value = sizeof(T);
-};
-template <class E, std::size_t R>
-struct min_leaf_size<broadcast_node<E, R>> : min_leaf_size<E> {};
-template <class F, class... Ch>
-struct min_leaf_size<map_node<F, Ch...>> {
-  static constexpr std::size_t value = std::min({std::size_t{16}, min_leaf_size<Ch>::value...});
-};
+struct min_leaf_size : std::integral_constant<std::size_t, tree_min_v<N, leaf_size>> {};
 
 template <std::size_t RE, std::size_t RO>
 LOOM_COLD void throw_not_assignable(const shape<RE>& from, const shape<RO>& to) {
@@ -672,16 +683,14 @@ eval_info assign_impl(const view<O, RO, S>& out, const E& e_in) {
       info.path = eval_path::contiguous;
       info.vector_width = V;
       const index_t nv = n / V;
-      contiguous_kernel<V, O><<<grid_for(nv > 0 ? nv : 1, s.device()), 256, 0, s.get()>>>(out.data(), b, n);
-      LOOM_CUDA_CHECK(cudaGetLastError());
-      device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+      launch_kernel(contiguous_kernel<V, O, std::remove_const_t<decltype(b)>>, grid_for(nv, s.device()), 256, 0,
+                    s.get(), out.data(), b, n);
     } else {
       info.path = eval_path::general;
       general_out<O, RO> g{out.data(), out.strides(), {}};
       for (std::size_t d = 0; d != RO; ++d) g.div[d] = fast_divmod(static_cast<std::uint64_t>(out.extent(d)));
-      general_kernel<O, RO><<<grid_for(n, s.device()), 256, 0, s.get()>>>(g, b, n);
-      LOOM_CUDA_CHECK(cudaGetLastError());
-      device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+      launch_kernel(general_kernel<O, RO, std::remove_const_t<decltype(b)>>, grid_for(n, s.device()), 256, 0, s.get(),
+                    g, b, n);
     }
 #endif
   }

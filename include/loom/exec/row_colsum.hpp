@@ -16,7 +16,7 @@
 #include "loom/core/space.hpp"
 #include "loom/core/stream.hpp"
 #include "loom/exec/assign.hpp"
-#include "loom/exec/launch.hpp"
+#include "loom/core/launch.hpp"
 #include "loom/exec/rows.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/tensor/tensor.hpp"
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(256) row_colsum_kernel(Sink sink, B b, row_lay
     index_t lead[R > 1 ? R - 1 : 1];
     lay.lead_of(row, lead);
     B bc = b;
-    row_ctx<B::slots, A> ctx;
+    row_ctx<slots_of<B>, A> ctx;
     device_row_reductions<V, Vec>(bc, cplan, lead, cache, ctx, lane, G, smem, reuse);
     device_row_output<V, Vec, R>(
         lead, cols, lane, G, [&](index_t c0) { sink.template vec<V>(bc, lead, c0, ctx, acc, cols); },
@@ -197,14 +197,14 @@ __global__ void __launch_bounds__(256) row_colsum_kernel(Sink sink, B b, row_lay
 // partials [P, K, cols] (allocated here, P from the plan).
 template <class A, std::size_t K, class S, class O, std::size_t RO, class B>
 eval_info run_rows_colsum(const view<O, RO, S>& out, const B& b, tensor<A, 3, S>& partials, column_sums_info& ci) {
-  static_assert(std::is_same_v<A, std::conditional_t<uses_double<B>::value, double, float>>);
+  static_assert(std::is_same_v<A, std::conditional_t<uses_double<B>, double, float>>);
   const row_layout<RO> lay = layout_of(out);
   const colsum_sink<O, RO, K> sink{{out.data(), out.strides()}};
   eval_info info;
   info.path = eval_path::rows;
   info.on_device = std::is_same_v<S, device>;
-  const std::uint64_t reuse = reuse_mask(b, std::make_index_sequence<B::slots>{});
-  info.row_passes = static_cast<int>(B::slots) - std::popcount(reuse);
+  const std::uint64_t reuse = reuse_mask(b, std::make_index_sequence<slots_of<B>>{});
+  info.row_passes = static_cast<int>(slots_of<B>) - std::popcount(reuse);
   const index_t cols = lay.cols, width = static_cast<index_t>(K) * cols;
   if constexpr (std::is_same_v<S, host>) {
     const colsum_plan plan = plan_colsum(lay.rows, host_colsum_rows, host_colsum_max_blocks);
@@ -222,14 +222,14 @@ eval_info run_rows_colsum(const view<O, RO, S>& out, const B& b, tensor<A, 3, S>
       const index_t first = p * plan.rows_per_block, last = std::min(first + plan.rows_per_block, lay.rows);
       for (index_t row = first; row < last; ++row)
         host_row<A>(b, cplan, lay, row, reuse,
-                    [&](const B& bc, const index_t* idx, const index_t* lead, index_t c, const row_ctx<B::slots, A>& ctx) {
+                    [&](const B& bc, const index_t* idx, const index_t* lead, index_t c, const row_ctx<slots_of<B>, A>& ctx) {
                       sink.one(bc, idx, lead, c, ctx, acc, cols);
                     });
-    }, plan.rows_per_block * cols * static_cast<index_t>(B::slots + 1 + K));
+    }, plan.rows_per_block * cols * static_cast<index_t>(slots_of<B> + 1 + K));
   } else {
 #if LOOM_CUDA_COMPILER
     constexpr int V = row_vector_width<B, sizeof(O)>();
-    const index_t longest = longest_row(b, cols, std::make_index_sequence<B::slots>{});
+    const index_t longest = longest_row(b, cols, std::make_index_sequence<slots_of<B>>{});
     // As the row kernel: a warp per row for short rows, a block of 256 per row
     // for long ones. Short rows: as many warps per block (up to 8) as the
     // default 48 KiB of shared memory holds copies of the accumulators
@@ -252,7 +252,7 @@ eval_info run_rows_colsum(const view<O, RO, S>& out, const B& b, tensor<A, 3, S>
     const std::size_t smem = acc_bytes + (cplan.on ? static_cast<std::size_t>(groups) * cplan.group_bytes : 0);
     const int threads = G == 32 ? 32 * groups : 256;
     const bool vec = row_out_vector_ok(out) && rows_vector_ok<V>(b, cols);  // as run_rows: never by the cache
-    constexpr std::size_t L = leaf_count<B>::value;
+    constexpr std::size_t L = leaf_count<B>;
     auto kernel = vec ? row_colsum_kernel<V, true, A, RO, K, colsum_sink<O, RO, K>, B, L>
                       : row_colsum_kernel<V, false, A, RO, K, colsum_sink<O, RO, K>, B, L>;
     // About one wave: as many blocks as fit on the SMs at once, which the
@@ -335,7 +335,7 @@ column_sums_info assign_with_column_sums(Out&& out_in, const E& e, SumsAndExtras
   column_sums_info ci;
   bind_info bi;
   const auto b = binder::bind<0>(root, out, bi);
-  using A = std::conditional_t<uses_double<std::remove_const_t<decltype(b)>>::value, double, float>;
+  using A = std::conditional_t<uses_double<std::remove_const_t<decltype(b)>>, double, float>;
   tensor<A, 3, S> partials(shape<3>{0, static_cast<index_t>(K), cols});
   if (out.size() > 0) {
     ci.rows = run_rows_colsum<A, K>(out, b, partials, ci);

@@ -22,7 +22,7 @@
 #include "loom/core/stream.hpp"
 #include "loom/detail/fast_divmod.hpp"
 #include "loom/exec/assign.hpp"
-#include "loom/exec/launch.hpp"
+#include "loom/core/launch.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/ops/arithmetic.hpp"
 
@@ -103,7 +103,7 @@ struct bound_row_reduce {
   using op = Op;
   template <int V>
   struct regs {};
-  static constexpr std::size_t slots = B::slots + 1;
+  static constexpr std::size_t slots = slots_of<B> + 1;
   static constexpr std::size_t slot = Slot;
   B arg;
   index_t cols;  // length of the reduced rows
@@ -123,74 +123,43 @@ struct bound_row_reduce {
   bool same_as(const bound_row_reduce<Op, A, Other, B2>& o) const {
     return cols == o.cols && arg.same_as(o.arg);
   }
-  template <std::size_t S, class G>
-  LOOM_HD void with_slot(G&& g) const {
-    if constexpr (S == Slot)
-      g(*this);
-    else if constexpr (B::slots > 0)
-      arg.template with_slot<S>(g);
+};
+template <class Op, class A, std::size_t Slot, class B>
+struct children_of<bound_row_reduce<Op, A, Slot, B>> {
+  using types = type_list<B>;
+  template <std::size_t, class M>
+  LOOM_HD static auto& get(M& n) {
+    return n.arg;
   }
-};
-
-template <class Op, class A, std::size_t Slot, class B>
-struct first_slot_of<bound_row_reduce<Op, A, Slot, B>> {
-  static constexpr std::size_t value = Slot - B::slots;
-};
-
-// The smallest element size among a bound tree's leaves (16 without leaves).
-template <class B>
-struct min_bound_leaf_size {
-  static constexpr std::size_t value = 16;
-};
-template <class T, std::size_t R>
-struct min_bound_leaf_size<bound_leaf<T, R>> {
-  static constexpr std::size_t value = sizeof(T);
-};
-template <class F, class Cin, class... B>
-struct min_bound_leaf_size<bound_map<F, Cin, B...>> {
-  static constexpr std::size_t value = std::min({std::size_t{16}, min_bound_leaf_size<B>::value...});
+  template <class C>
+  using rebind = bound_row_reduce<Op, A, Slot, C>;
 };
 template <class Op, class A, std::size_t Slot, class B>
-struct min_bound_leaf_size<bound_row_reduce<Op, A, Slot, B>> : min_bound_leaf_size<B> {};
+struct is_bound_row_reduce<bound_row_reduce<Op, A, Slot, B>> : std::true_type {};
+template <class Op, class A, std::size_t Slot, class B>
+struct slot_number<bound_row_reduce<Op, A, Slot, B>> : std::integral_constant<std::size_t, Slot> {};
 
 // The type of the row-reduction node with slot S in a bound tree (void if none).
+template <std::size_t S>
+struct has_slot {
+  template <class N>
+  struct test : std::bool_constant<slot_number<N>::value == S> {};
+};
 template <class B, std::size_t S>
-struct slot_type {
-  using type = void;
-};
-template <class Op, class A, std::size_t Slot, class B, std::size_t S>
-struct slot_type<bound_row_reduce<Op, A, Slot, B>, S> {
-  using type = std::conditional_t<S == Slot, bound_row_reduce<Op, A, Slot, B>, typename slot_type<B, S>::type>;
-};
-template <class F, class Cin, class... B, std::size_t S>
-struct slot_type<bound_map<F, Cin, B...>, S> {
-  template <class X, class Y>
-  using first_non_void = std::conditional_t<std::is_void_v<X>, Y, X>;
-  template <class... T>
-  struct fold {
-    using type = void;
-  };
-  template <class T, class... Rest>
-  struct fold<T, Rest...> {
-    using type = first_non_void<T, typename fold<Rest...>::type>;
-  };
-  using type = typename fold<typename slot_type<B, S>::type...>::type;
-};
+using slot_type_t = tree_find_t<B, has_slot<S>::template test>;
 
 // A bound type with every slot number set to 0: two reductions whose erased
 // types agree compute the same function of their inputs.
 template <class X>
-struct erase_slots {
+struct zero_slot {
   using type = X;
 };
 template <class Op, class A, std::size_t Slot, class B>
-struct erase_slots<bound_row_reduce<Op, A, Slot, B>> {
-  using type = bound_row_reduce<Op, A, 0, typename erase_slots<B>::type>;
+struct zero_slot<bound_row_reduce<Op, A, Slot, B>> {
+  using type = bound_row_reduce<Op, A, 0, B>;
 };
-template <class F, class Cin, class... B>
-struct erase_slots<bound_map<F, Cin, B...>> {
-  using type = bound_map<F, Cin, typename erase_slots<B>::type...>;
-};
+template <class X>
+using erase_slots_t = typename tree_map<X, zero_slot>::type;
 
 // The first slot before S whose reduction has the same type as slot S (S if
 // none): a candidate to reuse instead of recomputing. Identical row
@@ -201,9 +170,9 @@ constexpr std::size_t first_same_slot() {
   if constexpr (T >= S) {
     return S;
   } else {
-    using st = typename slot_type<B, S>::type;
-    using tt = typename slot_type<B, T>::type;
-    if constexpr (std::is_same_v<typename erase_slots<st>::type, typename erase_slots<tt>::type>)
+    using st = slot_type_t<B, S>;
+    using tt = slot_type_t<B, T>;
+    if constexpr (std::is_same_v<erase_slots_t<st>, erase_slots_t<tt>>)
       return T;
     else
       return first_same_slot<B, S, T + 1>();
@@ -219,8 +188,8 @@ std::uint64_t reuse_mask(const B& b, std::index_sequence<S...>) {
     constexpr std::size_t s = decltype(s_const)::value;
     constexpr std::size_t t = first_same_slot<B, s>();
     if constexpr (t != s) {
-      b.template with_slot<s>([&](const auto& rs) {
-        b.template with_slot<t>([&](const auto& rt) {
+      with_slot<s>(b, [&](const auto& rs) {
+        with_slot<t>(b, [&](const auto& rt) {
           if (rs.same_as(rt)) mask |= std::uint64_t{1} << s;
         });
       });
@@ -233,24 +202,21 @@ std::uint64_t reuse_mask(const B& b, std::index_sequence<S...>) {
 // The longest reduced row among the slots of a bound tree.
 template <class B, std::size_t... S>
 index_t longest_row(const B& b, index_t at_least, std::index_sequence<S...>) {
-  (b.template with_slot<S>([&](const auto& red) { at_least = red.cols > at_least ? red.cols : at_least; }), ...);
+  (with_slot<S>(b, [&](const auto& red) { at_least = red.cols > at_least ? red.cols : at_least; }), ...);
   return at_least;
 }
 
 // Whether a bound tree reads double leaves or reduces a row in double (a
 // double accumulator: `row_sum(cast<double>(x))` of float x): its row
-// results, and a row kernel's reduction scratch, are then double, else
-// float. (Until 2026-12-02 only double leaves counted, so such a sum was
-// accumulated in double and then kept as a float.)
-template <class B>
-struct uses_double : std::false_type {};
+// results, and a row kernel's reduction scratch, are then double, else float.
+template <class N>
+struct double_valued : std::false_type {};
 template <std::size_t R>
-struct uses_double<bound_leaf<double, R>> : std::true_type {};
-template <class F, class Cin, class... B>
-struct uses_double<bound_map<F, Cin, B...>> : std::bool_constant<(uses_double<B>::value || ...)> {};
-template <class Op, class A, std::size_t Slot, class B>
-struct uses_double<bound_row_reduce<Op, A, Slot, B>>
-    : std::bool_constant<std::is_same_v<A, double> || uses_double<B>::value> {};
+struct double_valued<bound_leaf<double, R>> : std::true_type {};
+template <class Op, std::size_t Slot, class B>
+struct double_valued<bound_row_reduce<Op, double, Slot, B>> : std::true_type {};
+template <class B>
+inline constexpr bool uses_double = tree_any_v<B, double_valued>;
 }  // namespace detail
 
 //! A reduction along the last axis of `e` that keeps that axis with extent 1,
@@ -264,7 +230,6 @@ struct row_reduce_node : detail::node_tag {
                                         float, typename E::value_type>;
   using space = typename E::space;
   static constexpr std::size_t rank = E::rank > 0 ? E::rank : 1;
-  static constexpr std::size_t slot_count = detail::node_slots<E>::value + 1;
   E e;
 
   explicit row_reduce_node(const E& e_) : e(e_) {}
@@ -325,6 +290,20 @@ struct row_reduce_node : detail::node_tag {
     return detail::bound_row_reduce<Op, A, Base + detail::node_slots<E>::value, B>{arg, target[RO - 1]};
   }
 };
+
+namespace detail {
+template <class Op, class E>
+struct children_of<row_reduce_node<Op, E>> : one_child_e<E> {
+  template <class C>
+  using rebind = row_reduce_node<Op, C>;
+  template <class C>
+  static auto rebuild(const row_reduce_node<Op, E>&, const C& c) {
+    return row_reduce_node<Op, C>(c);
+  }
+};
+template <class Op, class E>
+struct is_row_reduction<row_reduce_node<Op, E>> : std::true_type {};
+}  // namespace detail
 }  // namespace loom
 
 namespace loom {
@@ -363,8 +342,10 @@ struct bound_column_index {
   bool same_as(const bound_column_index& o) const { return cols.d == o.cols.d; }
 };
 template <std::size_t R>
-struct min_bound_leaf_size<bound_column_index<R>> {
-  static constexpr std::size_t value = 16;
+struct children_of<bound_column_index<R>> {
+  using types = type_list<>;
+  template <class...>
+  using rebind = bound_column_index<R>;
 };
 }  // namespace detail
 
@@ -376,7 +357,6 @@ struct column_index_node : detail::node_tag {
   using value_type = std::int64_t;
   using space = S;
   static constexpr std::size_t rank = R;
-  static constexpr bool is_generator = true;
   shape<R> ext;
 
   explicit column_index_node(const shape<R>& s) : ext(s) {}
@@ -390,6 +370,15 @@ struct column_index_node : detail::node_tag {
     return detail::bound_column_index<RO>{detail::fast_divmod(static_cast<std::uint64_t>(cols > 0 ? cols : 1))};
   }
 };
+
+namespace detail {
+template <std::size_t R, class S>
+struct children_of<column_index_node<R, S>> {
+  using types = type_list<>;
+  template <class...>
+  using rebind = column_index_node<R, S>;
+};
+}  // namespace detail
 
 //! Column coordinates shaped like `e` (in e's memory space).
 //! Example: `auto causal = column_index(scores) <= row_index;`
@@ -545,7 +534,7 @@ void host_reduce_one(const B& b, const index_t* lead, Ctx& ctx, std::uint64_t re
       return;
     }
   }
-  b.template with_slot<S>([&](const auto& red) { host_reduce_slot<B, Ctx, R>(red, lead, ctx); });
+  with_slot<S>(b, [&](const auto& red) { host_reduce_slot<B, Ctx, R>(red, lead, ctx); });
 }
 
 template <class B, class Ctx, std::size_t R, std::size_t... S>
@@ -610,7 +599,7 @@ __device__ __forceinline__ void device_reduce_one(const B& b, const index_t* lea
       return;
     }
   }
-  b.template with_slot<S>([&](const auto& red) {
+  with_slot<S>(b, [&](const auto& red) {
     using RR = std::remove_cvref_t<decltype(red)>;
     device_reduce_slot<V, Vec, RR, Ctx, R>(red, lead, ctx, lane, G, reinterpret_cast<typename RR::acc*>(smem));
   });
@@ -635,43 +624,34 @@ __device__ __forceinline__ void device_reduce_all(const B& b, const index_t* lea
 
 // Number of leaf occurrences in a bound tree.
 template <class B>
-struct leaf_count;
-template <class C>
-struct leaf_count<bound_scalar<C>> : std::integral_constant<std::size_t, 0> {};
-template <std::size_t R>
-struct leaf_count<bound_column_index<R>> : std::integral_constant<std::size_t, 0> {};
-template <class T, std::size_t R>
-struct leaf_count<bound_leaf<T, R>> : std::integral_constant<std::size_t, 1> {};
-template <class F, class Cin, class... B>
-struct leaf_count<bound_map<F, Cin, B...>> : std::integral_constant<std::size_t, (std::size_t{0} + ... + leaf_count<B>::value)> {};
-template <class Op, class A, std::size_t S, class B>
-struct leaf_count<bound_row_reduce<Op, A, S, B>> : leaf_count<B> {};
+inline constexpr std::size_t leaf_count = tree_sum_v<B, is_bound_leaf>;
 
-// Visits every leaf of a bound tree in one fixed (depth-first) order as
+// Visits every leaf of a bound tree in one fixed (pre-order) order as
 // f(leaf, k, len, pass): k numbers the occurrences, len is the length of the
-// rows the leaf is read along (the output's at the top, a reduction's own
-// inside it) and pass the slot of the innermost enclosing reduction (-1: the
-// output pass). A bound node type without an overload here does not compile.
-template <class C, class F>
-LOOM_HD void visit_leaves(bound_scalar<C>&, F&, int&, index_t, int) {}
-template <std::size_t R, class F>
-LOOM_HD void visit_leaves(bound_column_index<R>&, F&, int&, index_t, int) {}
-template <class T, std::size_t R, class F>
-LOOM_HD void visit_leaves(bound_leaf<T, R>& l, F& f, int& k, index_t len, int pass) {
-  f(l, k, len, pass);
-  ++k;
-}
-template <class Op, class A, std::size_t S, class B, class F>
-LOOM_HD void visit_leaves(bound_row_reduce<Op, A, S, B>& r, F& f, int& k, index_t, int) {
-  visit_leaves(r.arg, f, k, r.cols, static_cast<int>(S));
-}
-template <class Fn, class Cin, class... B, class F, std::size_t... I>
-LOOM_HD void visit_children(bound_map<Fn, Cin, B...>& m, F& f, int& k, index_t len, int pass, std::index_sequence<I...>) {
-  (visit_leaves(detail::get<I>(m.ch), f, k, len, pass), ...);
-}
-template <class Fn, class Cin, class... B, class F>
-LOOM_HD void visit_leaves(bound_map<Fn, Cin, B...>& m, F& f, int& k, index_t len, int pass) {
-  visit_children(m, f, k, len, pass, std::index_sequence_for<B...>{});
+// rows the leaf is read along (`cols` at the top, a reduction's own inside
+// it) and pass the slot of the innermost enclosing reduction (-1: the output
+// pass).
+struct row_read {
+  index_t len;
+  int pass;
+};
+template <class F>
+struct row_leaf_step {
+  F& f;
+  int& k;
+  template <class N>
+  LOOM_HD row_read operator()(N& n, const row_read& at) const {
+    if constexpr (is_bound_leaf<std::remove_cv_t<N>>::value) f(n, k++, at.len, at.pass);
+    if constexpr (is_bound_row_reduce<std::remove_cv_t<N>>::value)
+      return row_read{n.cols, static_cast<int>(N::slot)};
+    else
+      return at;
+  }
+};
+template <class B, class F>
+LOOM_HD void visit_row_leaves(B& b, index_t cols, F&& f) {
+  int k = 0;
+  visit_down(b, row_read{cols, -1}, row_leaf_step<std::remove_reference_t<F>>{f, k});
 }
 
 // Whether the vector form (V columns per step) can serve a bound tree over
@@ -682,13 +662,10 @@ LOOM_HD void visit_leaves(bound_map<Fn, Cin, B...>& m, F& f, int& k, index_t len
 // own pass, whose alignment does not matter.
 template <int V, class B>
 bool rows_vector_ok(const B& b, index_t cols) {
-  B copy = b;
   bool ok = true;
-  int k = 0;
-  auto f = [&](auto& leaf, int, index_t len, int) {
+  visit_row_leaves(b, cols, [&](const auto& leaf, int, index_t len, int) {
     if (len >= V && !leaf.row_vector_ok()) ok = false;
-  };
-  visit_leaves(copy, f, k, cols, -1);
+  });
   return ok;
 }
 
@@ -739,9 +716,9 @@ inline std::size_t& row_cache_budget() {
 // row. The plan is off when nothing qualifies or `groups` rows exceed
 // `budget` bytes.
 template <std::size_t R, class B>
-row_cache_plan<leaf_count<B>::value, R> plan_row_cache(const B& b, index_t cols, index_t rows, std::uint64_t reuse,
+row_cache_plan<leaf_count<B>, R> plan_row_cache(const B& b, index_t cols, index_t rows, std::uint64_t reuse,
                                                        std::size_t groups, std::size_t budget) {
-  constexpr std::size_t L = leaf_count<B>::value;
+  constexpr std::size_t L = leaf_count<B>;
   row_cache_plan<L, R> plan;
   struct row_key {
     const void* type;
@@ -754,9 +731,7 @@ row_cache_plan<leaf_count<B>::value, R> plan_row_cache(const B& b, index_t cols,
   };
   std::vector<row_key> keys;
   int which[L > 0 ? L : 1];
-  B copy = b;
-  int k = 0;
-  auto f = [&](auto& leaf, int kk, index_t len, int pass) {
+  auto f = [&](const auto& leaf, int kk, index_t len, int pass) {
     using T = std::remove_cvref_t<decltype(*leaf.p)>;
     static_assert(std::tuple_size_v<std::remove_cvref_t<decltype(leaf.st)>> == R);
     which[kk] = -1;
@@ -776,7 +751,7 @@ row_cache_plan<leaf_count<B>::value, R> plan_row_cache(const B& b, index_t cols,
       keys[i].passes |= std::uint64_t{1} << pass;
     which[kk] = static_cast<int>(i);
   };
-  visit_leaves(copy, f, k, cols, -1);
+  visit_row_leaves(b, cols, f);
   std::vector<int> slot(keys.size(), -1);
   std::size_t total = 0;
   for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -807,7 +782,6 @@ row_cache_plan<leaf_count<B>::value, R> plan_row_cache(const B& b, index_t cols,
 // the leaf's offset of column 0 in this row lands on the cached row.
 template <class B, std::size_t L, std::size_t R>
 LOOM_HD void rebase_leaves(B& bc, const row_cache_plan<L, R>& plan, const index_t* lead, unsigned char* cache) {
-  int k = 0;
   auto f = [&](auto& leaf, int kk, index_t, int) {
     using T = std::remove_cvref_t<decltype(*leaf.p)>;
     if (!plan.cached[kk]) return;
@@ -816,7 +790,7 @@ LOOM_HD void rebase_leaves(B& bc, const row_cache_plan<L, R>& plan, const index_
     const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(cache + plan.off[kk]);
     leaf.p = reinterpret_cast<const T*>(at - static_cast<std::uintptr_t>(off) * sizeof(T));
   };
-  visit_leaves(bc, f, k, 0, -1);
+  visit_row_leaves(bc, 0, f);
 }
 
 // Host executor: copies the planned rows of `lead` into `cache`.
@@ -841,7 +815,7 @@ void host_row_reductions(B& bc, const row_cache_plan<L, R>& plan, const index_t*
     host_fill_cache(plan, lead, bytes);
     rebase_leaves(bc, plan, lead, bytes);
   }
-  host_reduce_all<B, Ctx, R>(bc, lead, ctx, reuse, std::make_index_sequence<B::slots>{});
+  host_reduce_all<B, Ctx, R>(bc, lead, ctx, reuse, std::make_index_sequence<slots_of<B>>{});
 }
 
 // Host executor, one whole row: its reductions, then one(bc, idx, lead, c,
@@ -852,7 +826,7 @@ void host_row(const B& b, const row_cache_plan<L, R>& plan, const row_layout<R>&
   index_t lead[R > 1 ? R - 1 : 1];
   lay.lead_of(row, lead);
   B bc = b;
-  row_ctx<B::slots, A> ctx;
+  row_ctx<slots_of<B>, A> ctx;
   host_row_reductions(bc, plan, lead, ctx, reuse);
   index_t idx[R];
   for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
@@ -926,7 +900,7 @@ __device__ __forceinline__ void device_row_reductions(B& bc, const row_cache_pla
     rebase_leaves(bc, plan, lead, cache);
     group_sync(G);
   }
-  device_reduce_all<V, Vec, A, B, Ctx, R>(bc, lead, ctx, lane, G, smem, reuse, std::make_index_sequence<B::slots>{});
+  device_reduce_all<V, Vec, A, B, Ctx, R>(bc, lead, ctx, lane, G, smem, reuse, std::make_index_sequence<slots_of<B>>{});
 }
 
 // The output pass of one row of `cols` columns: vec(c0) for V columns at a
@@ -971,7 +945,7 @@ __global__ void __launch_bounds__(256, 4)
     index_t lead[R > 1 ? R - 1 : 1];
     lay.lead_of(row, lead);
     B bc = b;
-    row_ctx<B::slots, A> ctx;
+    row_ctx<slots_of<B>, A> ctx;
     device_row_reductions<V, Vec>(bc, plan, lead, cache, ctx, lane, G, smem, reuse);
     device_row_output<V, Vec, R>(
         lead, lay.cols, lane, G, [&](index_t c0) { sink.template vec<V>(bc, lead, c0, ctx); },
@@ -1011,9 +985,7 @@ template <class... P, class... Args>
 void launch_row_kernel(void (*kernel)(P...), unsigned grid, unsigned block, std::size_t smem, cudaStream_t s,
                        const Args&... args) {
   if (row_smem_needs_raise(smem)) allow_row_smem(reinterpret_cast<const void*>(kernel));
-  kernel<<<grid, block, smem, s>>>(args...);
-  LOOM_CUDA_CHECK(cudaGetLastError());
-  device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+  launch_kernel(kernel, grid, block, smem, s, args...);
 }
 
 // What one block of a row kernel may ask for as dynamic shared memory on
@@ -1037,18 +1009,18 @@ inline std::size_t smem_per_block(int device) {
 // access covers whole 16-byte units of every type.
 template <class B, std::size_t OutSize>
 constexpr int row_vector_width() {
-  return 16 / static_cast<int>(std::min<std::size_t>(min_bound_leaf_size<B>::value, OutSize));
+  return 16 / static_cast<int>(std::min<std::size_t>(tree_min_v<B, leaf_size>, OutSize));
 }
 
 // Runs the rows path for a bound tree and a sink over the output layout.
 template <class S, class Sink, class B, std::size_t RO>
 eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool sink_vector_ok) {
-  using A = std::conditional_t<uses_double<B>::value, double, float>;
+  using A = std::conditional_t<uses_double<B>, double, float>;
   eval_info info;
   info.path = eval_path::rows;
   info.on_device = std::is_same_v<S, device>;
-  const std::uint64_t reuse = reuse_mask(b, std::make_index_sequence<B::slots>{});
-  info.row_passes = static_cast<int>(B::slots) - std::popcount(reuse);
+  const std::uint64_t reuse = reuse_mask(b, std::make_index_sequence<slots_of<B>>{});
+  info.row_passes = static_cast<int>(slots_of<B>) - std::popcount(reuse);
   if constexpr (std::is_same_v<S, host>) {
     (void)sink_vector_ok;
     info.threads_per_row = 1;
@@ -1056,12 +1028,12 @@ eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool
     info.cached_rows = plan.rows;
     host_for_each(lay.rows, [&](index_t row) {
       host_row<A>(b, plan, lay, row, reuse, [&](const B& bc, const index_t* idx, const index_t* lead, index_t c,
-                                                const row_ctx<B::slots, A>& ctx) { sink.one(bc, idx, lead, c, ctx); });
-    }, lay.cols * static_cast<index_t>(B::slots + 1));
+                                                const row_ctx<slots_of<B>, A>& ctx) { sink.one(bc, idx, lead, c, ctx); });
+    }, lay.cols * static_cast<index_t>(slots_of<B> + 1));
   } else {
 #if LOOM_CUDA_COMPILER
     constexpr int V = row_vector_width<B, Sink::smallest>();
-    const index_t longest = longest_row(b, lay.cols, std::make_index_sequence<B::slots>{});
+    const index_t longest = longest_row(b, lay.cols, std::make_index_sequence<slots_of<B>>{});
     // A warp per row for short rows, a block of 256 per row for long ones.
     const int G = longest <= 2048 ? 32 : 256;
     const stream_ref s = current_stream();
@@ -1073,14 +1045,13 @@ eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool
     // each lane's order of summation, hence the bits of the results).
     const bool vec = sink_vector_ok && rows_vector_ok<V>(b, lay.cols);
     const index_t want = (lay.rows + groups - 1) / groups;
-    const index_t cap = static_cast<index_t>(sm_count(s.device())) * (G == 32 ? 8 : 4);
-    const unsigned grid = static_cast<unsigned>(want < cap ? (want > 0 ? want : 1) : cap);
+    const unsigned grid = grid_size(want, G == 32 ? 8 : 4, s.device());
     info.threads_per_row = G;
     info.vector_width = vec ? V : 1;
     info.cached_rows = plan.rows;
     if (lay.rows > 0) {
-      auto kernel = vec ? row_kernel<V, true, A, RO, Sink, B, leaf_count<B>::value>
-                        : row_kernel<V, false, A, RO, Sink, B, leaf_count<B>::value>;
+      auto kernel = vec ? row_kernel<V, true, A, RO, Sink, B, leaf_count<B>>
+                        : row_kernel<V, false, A, RO, Sink, B, leaf_count<B>>;
       launch_row_kernel(kernel, grid, 256, smem, s.get(), sink, b, lay, G, reuse, plan);
     }
 #else

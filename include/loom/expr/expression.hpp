@@ -15,6 +15,7 @@
 #include "loom/core/space.hpp"
 #include "loom/detail/tuple.hpp"
 #include "loom/expr/promote.hpp"
+#include "loom/expr/traverse.hpp"
 #include "loom/tensor/tensor.hpp"
 #include "loom/tensor/view.hpp"
 
@@ -81,6 +82,19 @@ template <class X>
 inline constexpr bool is_leaf_node = false;
 template <class T, std::size_t R, class S>
 inline constexpr bool is_leaf_node<leaf_node<T, R, S>> = true;
+
+template <class T, std::size_t R, class S>
+struct children_of<leaf_node<T, R, S>> {
+  using types = type_list<>;
+  template <class...>
+  using rebind = leaf_node<T, R, S>;
+};
+template <class C>
+struct children_of<scalar_node<C>> {
+  using types = type_list<>;
+  template <class...>
+  using rebind = scalar_node<C>;
+};
 
 //! Turns an operand into a node: views and tensors become leaves, scalars scalar nodes.
 template <class X>
@@ -253,40 +267,37 @@ struct broadcast_node : detail::node_tag {
 };
 
 namespace detail {
-// Calls g(leaf) for every leaf_node of a tree.
-struct leaf_visitor {
-  template <class T, std::size_t R, class S, class G>
-  static void visit(const leaf_node<T, R, S>& l, G& g) {
-    g(l);
+template <class F, class... Ch>
+struct children_of<map_node<F, Ch...>> {
+  using types = type_list<Ch...>;
+  template <std::size_t I, class M>
+  LOOM_HD static auto& get(M& n) {
+    return detail::get<I>(n.children);
   }
-  template <class C, class G>
-  static void visit(const scalar_node<C>&, G&) {}
-  template <class E, std::size_t R, class G>
-  static void visit(const broadcast_node<E, R>& b, G& g) {
-    visit(b.e, g);
-  }
-  template <class F, class... Ch, class G>
-  static void visit(const map_node<F, Ch...>& m, G& g) {
-    visit_children(m, g, std::index_sequence_for<Ch...>{});
-  }
-  // Other nodes (row reductions) hold their argument as `e`; generators
-  // (column_index) read no memory.
-  template <class N, class G>
-    requires requires(const N& n) { n.e; }
-  static void visit(const N& n, G& g) {
-    visit(n.e, g);
-  }
-  template <class N, class G>
-    requires(N::is_generator)
-  static void visit(const N&, G&) {}
-  template <class F, class... Ch, class G, std::size_t... I>
-  static void visit_children(const map_node<F, Ch...>& m, G& g, std::index_sequence<I...>) {
-    (visit(detail::get<I>(m.children), g), ...);
+  template <class... C>
+  using rebind = map_node<F, C...>;
+  template <class... C>
+  static auto rebuild(const map_node<F, Ch...>& n, const C&... c) {
+    return map_node<F, C...>(n.f, c...);
   }
 };
+template <class E, std::size_t R>
+struct children_of<broadcast_node<E, R>> : one_child_e<E> {
+  template <class C>
+  using rebind = broadcast_node<C, R>;
+  template <class C>
+  static auto rebuild(const broadcast_node<E, R>& n, const C& c) {
+    return broadcast_node<C, R>(c, n.ext);
+  }
+};
+
+//! Calls g(leaf) for every leaf_node (a view of memory) of a tree, under
+//! every node kind, row reductions included.
 template <class N, class G>
 void for_each_leaf(const N& n, G&& g) {
-  leaf_visitor::visit(n, g);
+  visit(n, [&](const auto& m) {
+    if constexpr (is_leaf_node<std::remove_cvref_t<decltype(m)>>) g(m);
+  });
 }
 }  // namespace detail
 

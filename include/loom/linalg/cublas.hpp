@@ -21,7 +21,7 @@
 #include "loom/core/device.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/stream.hpp"
-#include "loom/exec/launch.hpp"
+#include "loom/core/launch.hpp"
 #include "loom/memory/memory.hpp"
 #include "loom/tensor/copy.hpp"
 
@@ -269,6 +269,6 @@ inline void lt_matmul(const lt_call& c) {
   const void* beta = dbl ? static_cast<const void*>(&c.beta) : static_cast<const void*>(&bf);
   LOOM_CUBLAS_CHECK(cublasLtMatmul(h, op.get(), alpha, c.a.p, la.get(), c.b.p, lb.get(), beta, c.c ? c.c : c.d,
                                    ld.get(), c.d, ld.get(), &algo.algo, ws.p, algo.workspace, c.stream));
-  device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+  count_device_launch();
 }
 }  // namespace loom::detail

@@ -13,7 +13,7 @@
 #include "loom/config.hpp"
 #include "loom/core/dtype.hpp"
 #include "loom/core/space.hpp"
-#include "loom/exec/launch.hpp"
+#include "loom/core/launch.hpp"
 #include "loom/ops/activations.hpp"
 #include "loom/tensor/view.hpp"
 
@@ -54,7 +54,7 @@ void host_gemm(const view<const T, R, host>& a, const view<const T, R, host>& b,
   const index_t tiles_m = (m + tm - 1) / tm, tiles_n = (n + tn - 1) / tn;
   const index_t total = batch * tiles_m * tiles_n;
   if (total <= 0) return;
-  host_launch_counter().fetch_add(1, std::memory_order_relaxed);
+  count_host_launch();
 
   const index_t sam = a.stride(R - 2), sak = a.stride(R - 1);
   const index_t sbk = b.stride(R - 2), sbn = b.stride(R - 1);

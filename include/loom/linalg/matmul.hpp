@@ -23,7 +23,7 @@
 #include "loom/core/space.hpp"
 #include "loom/core/stream.hpp"
 #include "loom/exec/assign.hpp"
-#include "loom/exec/launch.hpp"
+#include "loom/core/launch.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/linalg/cublas.hpp"
 #include "loom/linalg/host_gemm.hpp"
@@ -183,22 +183,32 @@ auto matmul(const A&, const B&, matmul_options = {}) {
 }
 
 namespace detail {
-// How many matmul nodes a tree holds, and whether one sits under a broadcast.
+// A matmul node has no expression children: its operands are views that
+// cuBLASLt (or the host GEMM) reads.
+template <class T, std::size_t RA, std::size_t RB, class S>
+struct children_of<matmul_node<T, RA, RB, S>> {
+  using types = type_list<>;
+  template <class...>
+  using rebind = matmul_node<T, RA, RB, S>;
+};
+template <class N>
+struct is_matmul : std::false_type {};
+template <class T, std::size_t RA, std::size_t RB, class S>
+struct is_matmul<matmul_node<T, RA, RB, S>> : std::true_type {};
+template <class N>
+struct broadcasts_matmul : std::false_type {};
+template <class E, std::size_t R>
+struct broadcasts_matmul<broadcast_node<E, R>> : std::bool_constant<tree_any_v<E, is_matmul>> {};
+
+// How many matmul nodes a tree holds (0 for an operand that is not a node:
+// a tensor or view), and whether one sits under a broadcast.
 template <class N>
 struct matmul_count : std::integral_constant<int, 0> {};
-template <class T, std::size_t RA, std::size_t RB, class S>
-struct matmul_count<matmul_node<T, RA, RB, S>> : std::integral_constant<int, 1> {};
-template <class F, class... Ch>
-struct matmul_count<map_node<F, Ch...>> : std::integral_constant<int, (0 + ... + matmul_count<Ch>::value)> {};
-template <class E, std::size_t R>
-struct matmul_count<broadcast_node<E, R>> : matmul_count<E> {};
-
 template <class N>
-inline constexpr bool matmul_broadcast = false;
-template <class F, class... Ch>
-inline constexpr bool matmul_broadcast<map_node<F, Ch...>> = (false || ... || matmul_broadcast<Ch>);
-template <class E, std::size_t R>
-inline constexpr bool matmul_broadcast<broadcast_node<E, R>> = matmul_count<E>::value > 0;
+  requires is_node<N>
+struct matmul_count<N> : std::integral_constant<int, static_cast<int>(tree_sum_v<N, is_matmul>)> {};
+template <class N>
+inline constexpr bool matmul_broadcast = tree_any_v<N, broadcasts_matmul>;
 }  // namespace detail
 
 //! Satisfied by expressions whose tree contains a matmul node.
@@ -206,68 +216,20 @@ template <class E>
 concept contains_matmul = detail::matmul_count<std::remove_cvref_t<E>>::value > 0;
 
 namespace detail {
-template <class T, std::size_t RA, std::size_t RB, class S>
-const matmul_node<T, RA, RB, S>& find_matmul(const matmul_node<T, RA, RB, S>& m) {
-  return m;
-}
-template <class F, class... Ch>
-const auto& find_matmul(const map_node<F, Ch...>& m);
-template <std::size_t I, class F, class... Ch>
-const auto& find_matmul_child(const map_node<F, Ch...>& m) {
-  using C = std::remove_cvref_t<decltype(get<I>(m.children))>;
-  if constexpr (matmul_count<C>::value > 0)
-    return find_matmul(get<I>(m.children));
-  else
-    return find_matmul_child<I + 1>(m);
-}
-template <class F, class... Ch>
-const auto& find_matmul(const map_node<F, Ch...>& m) {
-  return find_matmul_child<0>(m);
+template <class N>
+const auto& find_matmul(const N& n) {
+  return find_node<is_matmul>(n);
 }
 
 // The tree with its matmul node replaced by a leaf (the output, or a zero).
 template <class L, class N>
-auto replace_matmul(const N& n, const L&) {
-  return n;
-}
-template <class L, class T, std::size_t RA, std::size_t RB, class S>
-L replace_matmul(const matmul_node<T, RA, RB, S>&, const L& leaf) {
-  return leaf;
-}
-template <class L, class F, class... Ch>
-auto replace_matmul(const map_node<F, Ch...>& m, const L& leaf);
-template <class L, class F, class... Ch, std::size_t... I>
-auto replace_map(const map_node<F, Ch...>& m, const L& leaf, std::index_sequence<I...>) {
-  return map_node<F, decltype(replace_matmul(get<I>(m.children), leaf))...>(
-      m.f, replace_matmul(get<I>(m.children), leaf)...);
-}
-template <class L, class F, class... Ch>
-auto replace_matmul(const map_node<F, Ch...>& m, const L& leaf) {
-  return replace_map(m, leaf, std::index_sequence_for<Ch...>{});
-}
-
-// Calls f(view) for every leaf of the tree outside the matmul node.
-template <class N, class Fn>
-void for_each_leaf(const N&, Fn&) {}
-template <class T, std::size_t R, class S, class Fn>
-void for_each_leaf(const leaf_node<T, R, S>& l, Fn& f) {
-  f(l.v);
-}
-template <class E, std::size_t R, class Fn>
-void for_each_leaf(const broadcast_node<E, R>& b, Fn& f);
-template <class G, class... Ch, class Fn>
-void for_each_leaf(const map_node<G, Ch...>& m, Fn& f);
-template <class G, class... Ch, class Fn, std::size_t... I>
-void for_each_leaf_of(const map_node<G, Ch...>& m, Fn& f, std::index_sequence<I...>) {
-  (for_each_leaf(get<I>(m.children), f), ...);
-}
-template <class G, class... Ch, class Fn>
-void for_each_leaf(const map_node<G, Ch...>& m, Fn& f) {
-  for_each_leaf_of(m, f, std::index_sequence_for<Ch...>{});
-}
-template <class E, std::size_t R, class Fn>
-void for_each_leaf(const broadcast_node<E, R>& b, Fn& f) {
-  for_each_leaf(b.e, f);
+auto replace_matmul(const N& n, const L& leaf) {
+  return transform(n, [&](const auto& m) {
+    if constexpr (is_matmul<std::remove_cvref_t<decltype(m)>>::value)
+      return leaf;
+    else
+      return m;
+  });
 }
 
 template <class C>
@@ -415,23 +377,8 @@ matmul_plan<O, RO, S> plan_matmul(const view<O, RO, S>& out, const E& e) {
   const M& mm = find_matmul(e);
   constexpr std::size_t R = M::rank;
 
-  const auto ext = e.extents();  // shape errors of the product and of the elementwise part
-  shape<RO> acc{};
-  bool first = true;
-  broadcast_into(acc, out.extents(), first);
-  bool ok = true;
-  try {
-    broadcast_into(acc, ext, first);
-  } catch (const shape_error&) {
-    ok = false;
-  }
-  if (!ok || acc != out.extents())
-    throw shape_error("loom: cannot assign an expression of shape " + shape_string(ext) + " to an output of shape " +
-                      shape_string(out.extents()));
-  for (std::size_t d = 0; d != RO; ++d)
-    if (out.extent(d) > 1 && out.stride(d) == 0)
-      throw aliasing_error("loom: the output (shape " + shape_string(out.extents()) + ", strides " +
-                           shape_string(out.strides()) + ") repeats elements (a broadcast view); assign into a tensor");
+  // Shape errors of the product and of the elementwise part.
+  check_assignable_shapes(out.extents(), out.strides(), e.extents());
   const shape<R> me = mm.extents();
   for (std::size_t d = 0; d != RO; ++d)
     if ((d + R < RO ? 1 : me[d + R - RO]) != out.extent(d))
@@ -500,7 +447,7 @@ matmul_plan<O, RO, S> plan_matmul(const view<O, RO, S>& out, const E& e) {
                            shape_string(out.extents()) +
                            "), which the matrix product overwrites first; evaluate into a new tensor");
   };
-  for_each_leaf(e, check);
+  for_each_leaf(e, [&](const auto& leaf) { check(leaf.v); });
   p.info.path = matmul_path::gemm_then_elementwise;
   p.info.launches = 2;
   return p;

@@ -19,7 +19,7 @@
 #include "loom/detail/fast_divmod.hpp"
 #include "loom/core/math.hpp"
 #include "loom/exec/assign.hpp"
-#include "loom/exec/launch.hpp"
+#include "loom/core/launch.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/ops/arithmetic.hpp"
 #include "loom/tensor/copy.hpp"
@@ -470,7 +470,7 @@ typename Op::acc host_reduce_all(const Op& op, const Get& get, index_t n) {
   const index_t chunks = (n + host_chunk - 1) / host_chunk;
   // Not std::vector: vector<bool> packs bits, and threads write neighbours.
   const std::unique_ptr<acc[]> part(new acc[static_cast<std::size_t>(chunks)]);
-  host_launch_counter().fetch_add(1, std::memory_order_relaxed);
+  count_host_launch();
 #if LOOM_HAS_OPENMP
 #pragma omp parallel for schedule(static) if (chunks > 1)
 #endif
@@ -734,7 +734,7 @@ void run_cub(const Call& call, stream_ref s) {
   scratch<device> tmp(bytes > 0 ? bytes : 1, s);
   LOOM_CUDA_CHECK(call(tmp.p, bytes));
   LOOM_CUDA_CHECK(cudaGetLastError());
-  device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+  count_device_launch();
 }
 
 template <class Op, class T>
@@ -881,14 +881,12 @@ template <int V, bool Linear, class Op, class B, std::size_t R>
 void device_reduce_axes(const Op& op, const B& b, const axis_map<R>& m, index_t outputs, index_t k,
                         const axis_plan& plan, typename Op::result* out, stream_ref s) {
   using acc = typename Op::acc;
-  const index_t cap = static_cast<index_t>(sm_count(s.device())) * 16;
   const index_t per_block = plan.cross ? cross_outputs : axis_block / plan.row_threads;
   const index_t blocks = (outputs + per_block - 1) / per_block;
-  const dim3 grid(static_cast<unsigned>(blocks < cap ? blocks : cap), static_cast<unsigned>(plan.splits));
+  const dim3 grid(grid_size(blocks, 16, s.device()), static_cast<unsigned>(plan.splits));
   const auto launch = [&](acc* partial) {
-    axis_reduce_kernel<V, Linear><<<grid, axis_block, 0, s.get()>>>(out, partial, op, b, m, outputs, k, plan);
-    LOOM_CUDA_CHECK(cudaGetLastError());
-    device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+    launch_kernel(axis_reduce_kernel<V, Linear, Op, B, R>, grid, axis_block, 0, s.get(), out, partial, op, b, m, outputs,
+                  k, plan);
   };
   if (plan.splits == 1) {
     launch(nullptr);
@@ -896,11 +894,8 @@ void device_reduce_axes(const Op& op, const B& b, const axis_map<R>& m, index_t 
   }
   scratch<device> part(static_cast<std::size_t>(plan.splits * outputs) * sizeof(acc), s);
   launch(static_cast<acc*>(part.p));
-  const index_t want = (outputs + 255) / 256;
-  axis_combine_kernel<<<static_cast<unsigned>(want < cap ? want : cap), 256, 0, s.get()>>>(
-      out, static_cast<const acc*>(part.p), op, outputs, plan.splits, k);
-  LOOM_CUDA_CHECK(cudaGetLastError());
-  device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+  launch_kernel(axis_combine_kernel<Op>, grid_size((outputs + 255) / 256, 16, s.device()), 256, 0, s.get(), out,
+                static_cast<const acc*>(part.p), op, outputs, plan.splits, k);
 }
 #endif
 
@@ -999,7 +994,7 @@ auto reduce_run(const Node& n, const std::array<bool, R>& red, const Op& op, con
         po[0] = op.finalize(host_reduce_all(op, [&](index_t j) { return op.lift(read_at<L>(b, m, j), j); }, k), k);
         return;
       }
-      host_launch_counter().fetch_add(1, std::memory_order_relaxed);
+      count_host_launch();
 #if LOOM_HAS_OPENMP
 #pragma omp parallel for schedule(static) if (outputs * k > 32768)
 #endif

@@ -794,10 +794,8 @@ void lookback_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusi
   std::size_t zero_bytes = 0;
   const state_t st = state_t::at(state.p, tiles, zero, zero_bytes);
   LOOM_CUDA_CHECK(cudaMemsetAsync(zero, 0, zero_bytes, s.get()));
-  lookback_scan_kernel<Linear, Tiles><<<static_cast<unsigned>(tiles), geometry::block, 0, s.get()>>>(
-      w, op, b, m, len, tiles_per_row, st);
-  LOOM_CUDA_CHECK(cudaGetLastError());
-  device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+  launch_kernel(lookback_scan_kernel<Linear, Tiles, Op, B, W, R>, static_cast<unsigned>(tiles), geometry::block, 0,
+                s.get(), w, op, b, m, len, tiles_per_row, st);
 }
 
 // Scans across rows (see cross_scan_run): block x takes lines 32x .. 32x + 31.
@@ -917,25 +915,20 @@ void cross_lookback_scan(const Op& op, const B& b, const inclusive_sink<W, Op>& 
   std::size_t zero_bytes = 0;
   const state_t st = state_t::at(state.p, states, zero, zero_bytes);
   LOOM_CUDA_CHECK(cudaMemsetAsync(zero, 0, zero_bytes, s.get()));
-  cross_lookback_kernel<<<static_cast<unsigned>(tiles), cross_scan_warps * 32, 0, s.get()>>>(
-      w, op, b, lines, len, fast_divmod(static_cast<std::uint64_t>(inner)), groups, chunks, st);
-  LOOM_CUDA_CHECK(cudaGetLastError());
-  device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+  launch_kernel(cross_lookback_kernel<Op, B, W>, static_cast<unsigned>(tiles), cross_scan_warps * 32, 0, s.get(), w,
+                op, b, lines, len, fast_divmod(static_cast<std::uint64_t>(inner)), groups, chunks, st);
 }
 
 template <class Op, class B, class W>
 void device_cross_scan(const Op& op, const B& b, const inclusive_sink<W, Op>& w, index_t lines, index_t len,
                        index_t inner, stream_ref s) {
   const index_t tiles = (lines + 31) / 32;
-  const index_t cap = static_cast<index_t>(sm_count(s.device())) * 4;
-  if (tiles < cap && len > cross_chunk) {
+  if (tiles < static_cast<index_t>(sm_count(s.device())) * 4 && len > cross_chunk) {
     cross_lookback_scan(op, b, w, lines, len, inner, s);
     return;
   }
-  cross_scan_kernel<<<static_cast<unsigned>(tiles < cap ? tiles : cap), cross_scan_warps * 32, 0, s.get()>>>(
-      w, op, b, lines, len, fast_divmod(static_cast<std::uint64_t>(inner)));
-  LOOM_CUDA_CHECK(cudaGetLastError());
-  device_launch_counter().fetch_add(1, std::memory_order_relaxed);
+  launch_kernel(cross_scan_kernel<Op, B, W>, grid_size(tiles, 4, s.device()), cross_scan_warps * 32, 0, s.get(), w, op,
+                b, lines, len, fast_divmod(static_cast<std::uint64_t>(inner)));
 }
 
 template <bool Linear, class Op, class B, class W, std::size_t R>
@@ -943,9 +936,8 @@ void launch_warp_scan(const Op& op, const B& b, const axis_map<R>& m, const incl
                       index_t len, stream_ref s) {
   const index_t per = warp_scan_rows(len), tasks = (rows + per - 1) / per;
   const index_t want = (tasks + warp_scan_block / 32 - 1) / (warp_scan_block / 32);
-  const index_t cap = static_cast<index_t>(sm_count(s.device())) * (2048 / warp_scan_block);
-  warp_scan_kernel<Linear><<<static_cast<unsigned>(want < cap ? want : cap), warp_scan_block, 0, s.get()>>>(
-      w, op, b, m, rows, len, fast_divmod(static_cast<std::uint64_t>(len)));
+  launch_kernel(warp_scan_kernel<Linear, Op, B, W, R>, grid_size(want, 2048 / warp_scan_block, s.device()),
+                warp_scan_block, 0, s.get(), w, op, b, m, rows, len, fast_divmod(static_cast<std::uint64_t>(len)));
 }
 
 template <bool Linear, class Tiles, class Op, class B, class W, std::size_t R>
@@ -972,13 +964,11 @@ void device_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive
     lookback_scan<Linear, Tiles>(op, b, m, w, rows, len, s);
     return;
   }
-  const unsigned grid = static_cast<unsigned>(rows < cap ? rows : cap);
   if (len > 1024)
-    row_tile_scan_kernel<256, Linear><<<grid, 256, 0, s.get()>>>(w, op, b, m, rows, len);
+    launch_kernel(row_tile_scan_kernel<256, Linear, Op, B, W, R>, grid_size(rows, 32, s.device()), 256, 0, s.get(), w,
+                  op, b, m, rows, len);
   else
     launch_warp_scan<Linear>(op, b, m, w, rows, len, s);
-  LOOM_CUDA_CHECK(cudaGetLastError());
-  device_launch_counter().fetch_add(1, std::memory_order_relaxed);
 }
 #endif
 
@@ -1025,7 +1015,7 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
   if constexpr (std::is_same_v<S, host>) {
     auto run = [&](auto linear_tag) {
       constexpr bool L = decltype(linear_tag)::value;
-      host_launch_counter().fetch_add(1, std::memory_order_relaxed);
+      count_host_launch();
 #if LOOM_HAS_OPENMP
 #pragma omp parallel for schedule(static) if (total > 32768)
 #endif

@@ -135,7 +135,7 @@ void sort_rows(tensor<T, R, S>& keys, values_indices<T, R, S>& out, sort_order o
   const index_t rows = total / len;
   const bool desc = order == sort_order::descending;
   if constexpr (std::is_same_v<S, host>) {
-    host_launch_counter().fetch_add(1, std::memory_order_relaxed);
+    count_host_launch();
     const T* k = keys.data();
     T* v = out.values.data();
     std::int64_t* ix = out.indices.data();

@@ -11,7 +11,7 @@
 #include "loom/core/error.hpp"
 #include "loom/core/space.hpp"
 #include "loom/core/stream.hpp"
-#include "loom/exec/launch.hpp"
+#include "loom/core/launch.hpp"
 #include "loom/memory/memory.hpp"
 #include "loom/tensor/view.hpp"
 

@@ -14,7 +14,7 @@
 #include "loom/core/shape.hpp"
 #include "loom/core/space.hpp"
 #include "loom/core/stream.hpp"
-#include "loom/exec/launch.hpp"
+#include "loom/core/launch.hpp"
 #include "loom/memory/memory.hpp"
 #include "loom/tensor/copy.hpp"
 #include "loom/tensor/view.hpp"

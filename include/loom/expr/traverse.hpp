@@ -1,0 +1,228 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The one traversal of expression trees. Every node kind, of the user-facing
+// tree (map_node, row_reduce_node, ...) and of the kernel-side bound tree
+// (bound_map, bound_row_reduce, ...), states its children once by
+// specializing children_of; every walk of a tree (binding, slot counts, leaf
+// visits, alias and device checks, the matmul search, the row cache) is
+// written with the folds, visits and the transform below, so none can skip a
+// node kind.
+
+#include <algorithm>
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+#include "loom/config.hpp"
+
+namespace loom::detail {
+//! A list of types: the children of a node kind.
+template <class... T>
+struct type_list {
+  static constexpr std::size_t size = sizeof...(T);
+};
+
+//! What a node kind N says about its children. A specialization provides
+//!   using types = type_list<Child...>;                 // in order
+//!   template <std::size_t I, class M> static auto& get(M& n);  // M: N or const N
+//!   template <class... C> using rebind = ...;          // N with children C...
+//!   template <class... C> static auto rebuild(const N& n, const C&... c);
+//! A node kind without children (a leaf) gives `using types = type_list<>;`
+//! and `template <class...> using rebind = N;` only.
+template <class N, class = void>
+struct children_of {
+  static_assert(always_false<N>,
+                "loom: this expression node kind does not state its children: specialize "
+                "loom::detail::children_of<N> next to the node (docs/architecture.md, 'adding a node kind')");
+  using types = type_list<>;
+};
+
+//! The part of children_of shared by node kinds whose one child is their
+//! member `e` (broadcast, row reductions).
+template <class E>
+struct one_child_e {
+  using types = type_list<E>;
+  template <std::size_t, class M>
+  LOOM_HD static auto& get(M& n) {
+    return n.e;
+  }
+};
+
+//! The children's types of node kind N.
+template <class N>
+using child_types_t = typename children_of<std::remove_cvref_t<N>>::types;
+
+//! Number of children of node kind N.
+template <class N>
+inline constexpr std::size_t child_count_v = child_types_t<N>::size;
+
+//! Child I of node n (const or mutable as n is).
+template <std::size_t I, class N>
+LOOM_HD auto& child(N& n) {
+  return children_of<std::remove_cvref_t<N>>::template get<I>(n);
+}
+
+// ---------------------------------------------------------------------------
+// Type-level folds over every node of a tree (the node itself included).
+
+template <class L, template <class> class P>
+struct sum_over;
+template <class L, template <class> class P>
+struct any_over;
+template <class L, template <class> class P>
+struct min_over;
+
+//! Sum of P<M>::value over every node M of tree N.
+template <class N, template <class> class P>
+inline constexpr std::size_t tree_sum_v = std::size_t{P<N>::value} + sum_over<child_types_t<N>, P>::value;
+//! Whether P<M>::value holds for some node M of tree N.
+template <class N, template <class> class P>
+inline constexpr bool tree_any_v = bool{P<N>::value} || any_over<child_types_t<N>, P>::value;
+//! Minimum of P<M>::value over every node M of tree N.
+template <class N, template <class> class P>
+inline constexpr std::size_t tree_min_v = std::min(std::size_t{P<N>::value}, min_over<child_types_t<N>, P>::value);
+
+template <class... C, template <class> class P>
+struct sum_over<type_list<C...>, P> {
+  static constexpr std::size_t value = (std::size_t{0} + ... + tree_sum_v<C, P>);
+};
+template <class... C, template <class> class P>
+struct any_over<type_list<C...>, P> {
+  static constexpr bool value = (false || ... || tree_any_v<C, P>);
+};
+template <class... C, template <class> class P>
+struct min_over<type_list<C...>, P> {
+  static constexpr std::size_t value = std::min({~std::size_t{0}, tree_min_v<C, P>...});
+};
+
+//! The first node type M of tree N (pre-order) with P<M>::value, else void.
+template <class N, template <class> class P, class = void>
+struct tree_find;
+template <class L, template <class> class P>
+struct find_over {
+  using type = void;
+};
+template <class C, class... Rest, template <class> class P>
+struct find_over<type_list<C, Rest...>, P> {
+  using here = typename tree_find<C, P>::type;
+  using type = std::conditional_t<!std::is_void_v<here>, here, typename find_over<type_list<Rest...>, P>::type>;
+};
+template <class N, template <class> class P, class>
+struct tree_find {
+  using type = std::conditional_t<bool{P<N>::value}, N, typename find_over<child_types_t<N>, P>::type>;
+};
+template <class N, template <class> class P>
+using tree_find_t = typename tree_find<N, P>::type;
+
+//! Tree N with every node rebuilt bottom-up: each node's children become
+//! their images first, then F<node with new children>::type is taken.
+template <class N, template <class> class F>
+struct tree_map;
+template <class N, template <class> class F, class L>
+struct tree_map_impl;
+template <class N, template <class> class F, class... C>
+struct tree_map_impl<N, F, type_list<C...>> {
+  using rebuilt = typename children_of<N>::template rebind<typename tree_map<C, F>::type...>;
+  using type = typename F<rebuilt>::type;
+};
+template <class N, template <class> class F>
+struct tree_map {
+  using type = typename tree_map_impl<N, F, child_types_t<N>>::type;
+};
+
+// ---------------------------------------------------------------------------
+// Walks of values.
+
+template <class N, class F, std::size_t... I>
+LOOM_HD void for_each_child_impl(N& n, F& f, std::index_sequence<I...>) {
+  (f(child<I>(n)), ...);
+}
+//! Calls f(c) on each child c of n, in order.
+template <class N, class F>
+LOOM_HD void for_each_child(N& n, F&& f) {
+  for_each_child_impl(n, f, std::make_index_sequence<child_count_v<N>>{});
+}
+
+template <class N, class F>
+LOOM_HD void visit_impl(N& n, F& f);
+template <class F>
+struct visit_step {
+  F& f;
+  template <class C>
+  LOOM_HD void operator()(C& c) const {
+    visit_impl(c, f);
+  }
+};
+template <class N, class F>
+LOOM_HD void visit_impl(N& n, F& f) {
+  f(n);
+  for_each_child(n, visit_step<F>{f});
+}
+//! Calls f(m) on every node m of tree n, pre-order (a node before its children).
+template <class N, class F>
+LOOM_HD void visit(N& n, F&& f) {
+  visit_impl(n, f);
+}
+
+template <class N, class C, class F>
+LOOM_HD void visit_down_impl(N& n, const C& ctx, F& f);
+template <class C, class F>
+struct visit_down_step {
+  const C& ctx;
+  F& f;
+  template <class M>
+  LOOM_HD void operator()(M& m) const {
+    visit_down_impl(m, ctx, f);
+  }
+};
+template <class N, class C, class F>
+LOOM_HD void visit_down_impl(N& n, const C& ctx, F& f) {
+  const C inner = f(n, ctx);
+  for_each_child(n, visit_down_step<C, F>{inner, f});
+}
+//! Pre-order visit that hands a context down: `f(m, ctx)` is called on every
+//! node m with its parent's result (`ctx` at the root) and returns the
+//! context of m's children.
+template <class N, class C, class F>
+LOOM_HD void visit_down(N& n, const C& ctx, F&& f) {
+  visit_down_impl(n, ctx, f);
+}
+
+template <class N, class F, std::size_t... I>
+auto transform_impl(const N& n, const F& f, std::index_sequence<I...>);
+//! Rebuilds tree n bottom-up: each node with its children's images, then
+//! f(that node), whose result (any node) takes the node's place. Host only.
+template <class N, class F>
+auto transform(const N& n, const F& f) {
+  return transform_impl(n, f, std::make_index_sequence<child_count_v<N>>{});
+}
+template <class N, class F, std::size_t... I>
+auto transform_impl(const N& n, const F& f, std::index_sequence<I...>) {
+  if constexpr (sizeof...(I) == 0)
+    return f(n);
+  else
+    return f(children_of<N>::rebuild(n, transform(child<I>(n), f)...));
+}
+
+//! The first node of tree n (pre-order) with P<node>::value; the tree must
+//! hold one.
+template <template <class> class P, class N>
+const auto& find_node(const N& n);
+template <template <class> class P, std::size_t I, class N>
+const auto& find_node_in_children(const N& n) {
+  using C = std::remove_cvref_t<decltype(child<I>(n))>;
+  if constexpr (tree_any_v<C, P>)
+    return find_node<P>(child<I>(n));
+  else
+    return find_node_in_children<P, I + 1>(n);
+}
+template <template <class> class P, class N>
+const auto& find_node(const N& n) {
+  static_assert(tree_any_v<N, P>, "loom: internal error: find_node on a tree without such a node");
+  if constexpr (P<N>::value)
+    return n;
+  else
+    return find_node_in_children<P, 0>(n);
+}
+}  // namespace loom::detail
