@@ -181,7 +181,7 @@ struct bench_state {
           std::size_t& budget;
           std::size_t saved;
           ~restore() { budget = saved; }
-        } keep{loom::detail::row_cache_budget(), loom::detail::row_cache_budget()};
+        } keep{loom::detail::rows::row_cache_budget(), loom::detail::rows::row_cache_budget()};
         keep.budget = 0;
         record off = r;
         off.impl = "loom, row cache off";

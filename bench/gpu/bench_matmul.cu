@@ -64,7 +64,7 @@ struct direct_gemm {
   int m, n, k;
 
   direct_gemm(const T* a_, const T* b_, T* d_, int m_, int n_, int k_, bool tf32) : a(a_), b(b_), d(d_), m(m_), n(n_), k(k_) {
-    const cudaDataType_t type = detail::cuda_type<T>();
+    const cudaDataType_t type = detail::linalg::cuda_type<T>();
     LOOM_CUBLAS_CHECK(cublasLtCreate(&h));
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
     LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type, n, k, n));  // B^T, column-major

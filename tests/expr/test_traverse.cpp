@@ -78,8 +78,8 @@ TEST_CASE("children_of states each node kind's children", "[expr]") {
   using mm = decltype(loom::matmul(x, x.t()));
   static_assert(ld::child_count_v<mm> == 0);
   // The binder's kernel-side nodes state theirs too.
-  static_assert(ld::child_count_v<ld::bound_map<loom::fn::add, float, ld::bound_leaf<float, 2>, ld::bound_scalar<float>>> ==
-                2);
+  static_assert(
+      ld::child_count_v<ld::bound_map<loom::fn::add, float, ld::bound_leaf<float, 2>, ld::bound_scalar<float>>> == 2);
   static_assert(ld::child_count_v<ld::bound_row_reduce<loom::fn::row_sum_op, float, 0, ld::bound_leaf<float, 2>>> == 1);
   static_assert(ld::child_count_v<ld::bound_column_index<2>> == 0);
   const auto e = x + w;

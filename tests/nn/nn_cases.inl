@@ -741,7 +741,7 @@ TEMPLATE_TEST_CASE("weight and bias gradients of the norms are column sums in do
     CHECK(same_bits(rms.dweight, rms2.dweight));
     // The row cache changes only where the passes read: the same bits without it.
     {
-      auto& budget = loom::detail::row_cache_budget();
+      auto& budget = loom::detail::rows::row_cache_budget();
       const std::size_t saved = budget;
       budget = 0;
       auto ln0 = loom::layer_norm_backward(x, w, dy, 1e-5);
@@ -790,7 +790,7 @@ TEST_CASE("the norms' column sums split the rows the same way with the row cache
   auto x = in_space(random_host<float, 2>({n, cols}, g));
   auto dy = in_space(random_host<float, 2>({n, cols}, g));
   auto w = in_space(random_host<float, 1>({cols}, g, 0.5, 2));
-  auto& budget = loom::detail::row_cache_budget();
+  auto& budget = loom::detail::rows::row_cache_budget();
   const std::size_t saved = budget;
   budget = 0;
   const auto off = loom::layer_norm_backward(x, w, dy, 1e-5);

@@ -286,8 +286,8 @@ TEST_CASE("random row-reduction layers on strided views match double references"
 namespace {
 // Restores the row-cache budget when a test ends, also by an exception.
 struct budget_guard {
-  std::size_t saved = loom::detail::row_cache_budget();
-  ~budget_guard() { loom::detail::row_cache_budget() = saved; }
+  std::size_t saved = loom::detail::rows::row_cache_budget();
+  ~budget_guard() { loom::detail::rows::row_cache_budget() = saved; }
 };
 
 template <class T, std::size_t R>
@@ -317,11 +317,11 @@ int cached_vs_uncached(loom::tensor<T, R, space_t>& out, const Make& make) {
   budget_guard keep;
   auto off = loom::empty_like(out);
   loom::fill(off, loom_test::poison_value<T>());
-  loom::detail::row_cache_budget() = 0;
+  loom::detail::rows::row_cache_budget() = 0;
   loom::assign(off, make());
   const auto info_off = loom::last_eval();
   CHECK(info_off.cached_rows == 0);
-  loom::detail::row_cache_budget() = keep.saved;
+  loom::detail::rows::row_cache_budget() = keep.saved;
   loom::fill(out, loom_test::poison_value<T>());
   const auto info_on = loom::assign(out, make());
   const int cached = info_on.cached_rows;
@@ -403,14 +403,14 @@ TEST_CASE("rows read by several passes are cached on chip, with bit-identical re
   CHECK(cached_vs_uncached(yb, [&] { return loom::softmax(big); }) == 0);
   {
     budget_guard keep;
-    loom::detail::row_cache_budget() = std::size_t{1} << 20;
+    loom::detail::rows::row_cache_budget() = std::size_t{1} << 20;
     loom::fill(yb, loom_test::poison_value<float>());
     const int cached = loom::assign(yb, loom::softmax(big)).cached_rows;
 #if LOOM_CUDA_COMPILER
     // One block per row: cached when 120 KB fit the device's shared memory.
     int dev = 0;
     REQUIRE(cudaGetDevice(&dev) == cudaSuccess);
-    CHECK(cached == (loom::detail::smem_per_block(dev) >= 30001 * 4 ? 1 : 0));
+    CHECK(cached == (loom::detail::rows::smem_per_block(dev) >= 30001 * 4 ? 1 : 0));
 #else
     CHECK(cached == 1);
 #endif
@@ -418,7 +418,7 @@ TEST_CASE("rows read by several passes are cached on chip, with bit-identical re
 }
 
 TEST_CASE("LOOM_ROW_CACHE_BYTES is a number of bytes", "[rows][cache]" LOOM_TEST_TAG) {
-  using loom::detail::parse_row_cache_bytes;
+  using loom::detail::rows::parse_row_cache_bytes;
   CHECK(parse_row_cache_bytes(nullptr) == 96 * 1024);
   CHECK(parse_row_cache_bytes("") == 96 * 1024);
   CHECK(parse_row_cache_bytes("0") == 0);

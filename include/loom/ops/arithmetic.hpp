@@ -5,6 +5,7 @@
 
 #include "loom/config.hpp"
 #include "loom/core/math.hpp"
+#include "loom/exec/assign.hpp"  // so that `y = x + 1` needs no other header
 #include "loom/expr/expression.hpp"
 
 namespace loom {

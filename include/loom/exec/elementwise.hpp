@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The elementwise executor: one launch that evaluates a bound tree at every
+// output element, on the host (a parallel loop) or the device (one kernel).
+// Dense operands take the contiguous path (16-byte vector loads on the
+// device); broadcast, strided or unaligned ones the general path
+// (coordinates from precomputed fast integer division).
+
+#include <cstdint>
+#include <type_traits>
+
+#include "loom/config.hpp"
+#include "loom/core/launch.hpp"
+#include "loom/core/space.hpp"
+#include "loom/core/stream.hpp"
+#include "loom/detail/fast_divmod.hpp"
+#include "loom/exec/eval_info.hpp"
+#include "loom/expr/bound.hpp"
+#include "loom/tensor/view.hpp"
+
+namespace loom::detail {
+// One parameter block for the general path: output pointer and strides, and
+// the divisors that turn a linear index into coordinates.
+template <class O, std::size_t R>
+struct general_out {
+  O* p;
+  shape<R> st;
+  fast_divmod div[R > 0 ? R : 1];
+};
+
+template <class O, std::size_t R, class B>
+LOOM_HD void eval_general_at(const general_out<O, R>& out, const B& e, index_t i) {
+  index_t idx[R > 0 ? R : 1];
+  index_t off = 0;
+  std::uint64_t rest = static_cast<std::uint64_t>(i);
+  for (std::size_t d = R; d-- > 0;) {
+    std::uint64_t q, r;
+    out.div[d].divmod(rest, q, r);
+    idx[d] = static_cast<index_t>(r);
+    off += idx[d] * out.st[d];
+    rest = q;
+  }
+  out.p[off] = convert<O>(e.at(idx));
+}
+
+#if LOOM_CUDA_COMPILER
+template <int V, class O, class B>
+__global__ void __launch_bounds__(256) contiguous_kernel(O* out, B e, index_t n) {
+  const index_t nv = n / V;
+  const index_t tid = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const index_t step = static_cast<index_t>(gridDim.x) * blockDim.x;
+  // Not unrolled: one iteration already has a 16-byte load per input in flight,
+  // and the code stays one loop body per expression.
+#pragma unroll 1
+  for (index_t v = tid; v < nv; v += step) {
+    typename B::template regs<V> r;
+    e.template load<V, true>(v * V, r);
+    vec_regs<O, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = convert<O>(e.template elem<V>(r, j));
+    vec_store<O, V>(out + v * V, o);
+  }
+  const index_t t = nv * V + tid;
+  if (t < n) out[t] = convert<O>(e.template at_linear<true>(t));
+}
+
+template <class O, std::size_t R, class B>
+__global__ void __launch_bounds__(256) general_kernel(general_out<O, R> out, B e, index_t n) {
+  const index_t step = static_cast<index_t>(gridDim.x) * blockDim.x;
+#pragma unroll 1
+  for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step)
+    eval_general_at(out, e, i);
+}
+
+// Blocks of 256 threads for `work` items, at most 32 resident per SM.
+inline unsigned grid_for(index_t work, int device) { return grid_size((work + 255) / 256, 32, device); }
+#endif
+
+//! Runs an elementwise assignment of node tree `e` (no row reductions) into
+//! `out` (n > 0 elements): binds it, picks the path, launches once.
+template <class O, std::size_t RO, class S, class N>
+void run_elementwise(const view<O, RO, S>& out, const N& e, index_t n, eval_info& info) {
+  bind_info bi;
+  const auto b = binder::bind<0>(e, out, bi);
+  // Contiguous path: a dense output and operands that are dense or periodic
+  // (e.g. a bias row broadcast over the rows of a matrix).
+  const bool contiguous = bi.linear && out.is_contiguous();
+
+  if constexpr (std::is_same_v<S, host>) {
+    O* const p = out.data();
+    if (contiguous) {
+      info.path = eval_path::contiguous;
+      host_for_each(n, [&](index_t i) { p[i] = convert<O>(b.template at_linear<true>(i)); });
+    } else {
+      info.path = eval_path::general;
+      general_out<O, RO> g{p, out.strides(), {}};
+      for (std::size_t d = 0; d != RO; ++d) g.div[d] = fast_divmod(static_cast<std::uint64_t>(out.extent(d)));
+      host_for_each(n, [&](index_t i) { eval_general_at(g, b, i); });
+    }
+  } else {
+#if LOOM_CUDA_COMPILER
+    const stream_ref s = current_stream();
+    const bool aligned = bi.aligned && reinterpret_cast<std::uintptr_t>(out.data()) % 16 == 0;
+    constexpr std::size_t smallest = sizeof(O) < min_leaf_size<N>::value ? sizeof(O) : min_leaf_size<N>::value;
+    constexpr int V = static_cast<int>(16 / smallest);
+    // A vector of V elements must not straddle the end of a periodic block.
+    if (contiguous && aligned && bi.period_gcd % V == 0) {
+      info.path = eval_path::contiguous;
+      info.vector_width = V;
+      const index_t nv = n / V;
+      launch_kernel(contiguous_kernel<V, O, std::remove_const_t<decltype(b)>>, grid_for(nv, s.device()), 256, 0,
+                    s.get(), out.data(), b, n);
+    } else {
+      info.path = eval_path::general;
+      general_out<O, RO> g{out.data(), out.strides(), {}};
+      for (std::size_t d = 0; d != RO; ++d) g.div[d] = fast_divmod(static_cast<std::uint64_t>(out.extent(d)));
+      launch_kernel(general_kernel<O, RO, std::remove_const_t<decltype(b)>>, grid_for(n, s.device()), 256, 0, s.get(),
+                    g, b, n);
+    }
+#endif
+  }
+}
+}  // namespace loom::detail

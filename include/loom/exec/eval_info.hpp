@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// What an assignment reports about the path it took (loom::last_eval).
+
+#include <cstdint>
+
+namespace loom {
+//! Which compiled path an assignment took.
+enum class eval_path : std::uint8_t {
+  empty,       //!< nothing to do (zero elements); no launch
+  contiguous,  //!< every operand contiguous, same shape (and 16-byte aligned on the device): linear indexing, vector
+               //!< loads
+  general,     //!< broadcast, strided or unaligned operands: coordinates from fast integer division
+  rows         //!< the tree holds row reductions: one group of threads per row, reductions then the output
+};
+
+//! What an assignment did: its path, and on the device the elements each
+//! thread moves with 16-byte loads (1 on the host and on the general path).
+struct eval_info {
+  eval_path path = eval_path::empty;
+  int vector_width = 1;
+  bool on_device = false;
+  int threads_per_row = 0;  //!< on the rows path: threads that share one row (1 on the host)
+  int row_passes = 0;       //!< on the rows path: reduction passes over each row before the output pass
+  int cached_rows = 0;  //!< on the rows path: distinct input rows held on chip (shared memory; a per-thread buffer on
+                        //!< the host) and read from there by every pass; 0 when the rows do not fit the cache
+};
+
+namespace detail {
+inline eval_info& last_eval_slot() {
+  thread_local eval_info info;
+  return info;
+}
+}  // namespace detail
+}  // namespace loom

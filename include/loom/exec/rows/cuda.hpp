@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The rows executor on the device: one group of threads (a warp or a block)
+// per row, deterministic group reductions, the row cache in shared memory,
+// and the row kernel's launch.
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <type_traits>
+#include <utility>
+
+#include "loom/config.hpp"
+#include "loom/core/error.hpp"
+#include "loom/core/launch.hpp"
+#include "loom/exec/rows/plan.hpp"
+#include "loom/expr/row_nodes.hpp"
+
+#if LOOM_CUDA_COMPILER
+namespace loom::detail::rows {
+// Deterministic reduction of one value per thread over a group of threads_per_row threads
+// (a warp when threads_per_row == 32, else the whole block): a fixed shuffle tree per warp,
+// then warp results combined in order by every thread. All threads get the
+// same bits.
+template <class Op, class A>
+__device__ __forceinline__ A group_reduce(A v, int threads_per_row, A* smem) {
+  for (int o = 16; o > 0; o >>= 1) v = Op::combine(v, __shfl_down_sync(0xffffffffu, v, o));
+  if (threads_per_row == 32) return __shfl_sync(0xffffffffu, v, 0);
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int nw = static_cast<int>(blockDim.x) / 32;
+  __syncthreads();  // the previous reduction's readers are done with smem
+  if ((threadIdx.x & 31) == 0) smem[warp] = v;
+  __syncthreads();
+  A r = smem[0];
+  for (int w = 1; w < nw; ++w) r = Op::combine(r, smem[w]);
+  return r;
+}
+
+template <int vector_width, bool Vec, class Reduction, class Ctx, std::size_t R>
+__device__ __forceinline__ void device_reduce_slot(const Reduction& red, const index_t* lead, Ctx& ctx, int lane,
+                                                   int threads_per_row, typename Reduction::acc* smem) {
+  using A = typename Reduction::acc;
+  using Op = typename Reduction::op;
+  A acc = Op::template identity<A>();
+  index_t idx[R];
+  for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
+  index_t c = lane;
+  if constexpr (Vec) {
+    const index_t full = red.cols / vector_width * vector_width;
+#pragma unroll 1
+    for (index_t c0 = static_cast<index_t>(lane) * vector_width; c0 < full;
+         c0 += static_cast<index_t>(threads_per_row) * vector_width) {
+      typename decltype(red.arg)::template regs<vector_width> r;
+      red.arg.template row_load<vector_width>(lead, c0, r);
+#pragma unroll
+      for (int j = 0; j < vector_width; ++j)
+        acc = Op::combine(acc, static_cast<A>(red.arg.template elem<vector_width>(r, j, ctx)));
+    }
+    c = full + lane;
+  }
+#pragma unroll 1
+  for (; c < red.cols; c += threads_per_row) {
+    idx[R - 1] = c;
+    acc = Op::combine(acc, static_cast<A>(red.arg.at(idx, ctx)));
+  }
+  ctx.v[Reduction::slot] = static_cast<std::remove_cvref_t<decltype(ctx.v[0])>>(
+      Op::finalize(group_reduce<Op>(acc, threads_per_row, smem), red.cols));
+}
+
+template <int vector_width, bool Vec, class A, class B, class Ctx, std::size_t R, std::size_t S>
+__device__ __forceinline__ void device_reduce_one(const B& b, const index_t* lead, Ctx& ctx, int lane,
+                                                  int threads_per_row, A* smem, std::uint64_t reuse) {
+  constexpr std::size_t t = first_same_slot<B, S>();
+  if constexpr (t != S) {
+    if ((reuse >> S) & 1) {
+      ctx.v[S] = ctx.v[t];
+      return;
+    }
+  }
+  with_slot<S>(b, [&](const auto& red) {
+    using Reduction = std::remove_cvref_t<decltype(red)>;
+    device_reduce_slot<vector_width, Vec, Reduction, Ctx, R>(red, lead, ctx, lane, threads_per_row,
+                                                             reinterpret_cast<typename Reduction::acc*>(smem));
+  });
+}
+
+template <int vector_width, bool Vec, class A, class B, class Ctx, std::size_t R, std::size_t... S>
+__device__ __forceinline__ void device_reduce_all(const B& b, const index_t* lead, Ctx& ctx, int lane,
+                                                  int threads_per_row, A* smem, std::uint64_t reuse,
+                                                  std::index_sequence<S...>) {
+  (device_reduce_one<vector_width, Vec, A, B, Ctx, R, S>(b, lead, ctx, lane, threads_per_row, smem, reuse), ...);
+}
+
+// Copies `bytes` bytes with threads_per_row threads in units of U (four in flight per
+// thread), then the remaining bytes one by one.
+template <class U>
+__device__ __forceinline__ void device_copy_bytes(const unsigned char* src, unsigned char* dst, index_t bytes, int lane,
+                                                  int threads_per_row) {
+  const index_t units = bytes / static_cast<index_t>(sizeof(U));
+  const U* s = reinterpret_cast<const U*>(src);
+  U* d = reinterpret_cast<U*>(dst);
+  constexpr int N = 4;
+  index_t i = lane;
+#pragma unroll 1
+  for (; i + (N - 1) * threads_per_row < units; i += N * threads_per_row) {
+    U t[N];
+#pragma unroll
+    for (int u = 0; u < N; ++u) t[u] = s[i + u * threads_per_row];
+#pragma unroll
+    for (int u = 0; u < N; ++u) d[i + u * threads_per_row] = t[u];
+  }
+#pragma unroll 1
+  for (; i < units; i += threads_per_row) d[i] = s[i];
+#pragma unroll 1
+  for (index_t b = units * static_cast<index_t>(sizeof(U)) + lane; b < bytes; b += threads_per_row) dst[b] = src[b];
+}
+
+// Copies the planned rows of `lead` into the group's cache, threads_per_row threads at a
+// time, in the widest unit the row's alignment allows.
+template <std::size_t Leaves, std::size_t R>
+__device__ __forceinline__ void device_fill_cache(const row_cache_plan<Leaves, R>& plan, const index_t* lead,
+                                                  unsigned char* cache, int lane, int threads_per_row) {
+#pragma unroll 1
+  for (int j = 0; j < plan.rows; ++j) {
+    index_t off = 0;
+    for (std::size_t d = 0; d + 1 < R; ++d) off += lead[d] * plan.lead_bytes[j][d];
+    const unsigned char* src = plan.src[j] + off;
+    unsigned char* dst = cache + plan.to[j];
+    const auto a = reinterpret_cast<std::uintptr_t>(src);
+    if (a % 16 == 0)
+      device_copy_bytes<uint4>(src, dst, plan.bytes[j], lane, threads_per_row);
+    else if (a % 4 == 0)
+      device_copy_bytes<unsigned>(src, dst, plan.bytes[j], lane, threads_per_row);
+    else
+      device_copy_bytes<unsigned char>(src, dst, plan.bytes[j], lane, threads_per_row);
+  }
+}
+
+__device__ __forceinline__ void group_sync(int threads_per_row) {
+  if (threads_per_row == 32)
+    __syncwarp();
+  else
+    __syncthreads();
+}
+
+// One row, device: the planned rows of `lead` into the group's cache and
+// `bc` rebased onto them, then every reduction slot in order into ctx.
+template <int vector_width, bool Vec, class A, std::size_t R, class B, class Ctx, std::size_t Leaves>
+__device__ __forceinline__ void device_row_reductions(B& bc, const row_cache_plan<Leaves, R>& plan, const index_t* lead,
+                                                      unsigned char* cache, Ctx& ctx, int lane, int threads_per_row,
+                                                      A* smem, std::uint64_t reuse) {
+  if (plan.on) {
+    device_fill_cache(plan, lead, cache, lane, threads_per_row);
+    rebase_leaves(bc, plan, lead, cache);
+    group_sync(threads_per_row);
+  }
+  device_reduce_all<vector_width, Vec, A, B, Ctx, R>(bc, lead, ctx, lane, threads_per_row, smem, reuse,
+                                                     std::make_index_sequence<slots_of<B>>{});
+}
+
+// The output pass of one row of `cols` columns: vec(c0) for vector_width columns at a
+// time (the vector form), then one(idx, c) for the rest.
+template <int vector_width, bool Vec, std::size_t R, class Vector, class One>
+__device__ __forceinline__ void device_row_output(const index_t* lead, index_t cols, int lane, int threads_per_row,
+                                                  Vector&& vec, One&& one) {
+  index_t c = lane;
+  if constexpr (Vec) {
+    const index_t full = cols / vector_width * vector_width;
+#pragma unroll 1
+    for (index_t c0 = static_cast<index_t>(lane) * vector_width; c0 < full;
+         c0 += static_cast<index_t>(threads_per_row) * vector_width)
+      vec(c0);
+    c = full + lane;
+  }
+  index_t idx[R];
+  for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
+#pragma unroll 1
+  for (; c < cols; c += threads_per_row) {
+    idx[R - 1] = c;
+    one(idx, c);
+  }
+}
+
+// One group of threads_per_row threads per row (threads_per_row = 32: a warp per row; threads_per_row = blockDim: a
+// block per row): the planned rows into the group's part of the shared
+// cache, every reduction slot in order, then the output pass. Four blocks
+// per SM in the launch bounds: with the maximum thread count alone, ptxas
+// held the registers of the softmax kernel at 40-48 and spilled.
+template <int vector_width, bool Vec, class A, std::size_t R, class Sink, class B, std::size_t Leaves>
+__global__ void __launch_bounds__(256, 4)
+    row_kernel(Sink sink, B b, row_layout<R> lay, int threads_per_row, std::uint64_t reuse,
+               __grid_constant__ const row_cache_plan<Leaves, R> plan) {
+  __shared__ A smem[32];
+  extern __shared__ __align__(16) unsigned char row_cache_smem[];
+  unsigned char* cache = row_cache_smem + static_cast<std::size_t>(threadIdx.x / threads_per_row) * plan.group_bytes;
+  const int lane = static_cast<int>(threadIdx.x) % threads_per_row;
+  const index_t groups_per_block = blockDim.x / threads_per_row;
+  const index_t group = static_cast<index_t>(blockIdx.x) * groups_per_block + threadIdx.x / threads_per_row;
+  const index_t step = static_cast<index_t>(gridDim.x) * groups_per_block;
+#pragma unroll 1
+  for (index_t row = group; row < lay.rows; row += step) {
+    index_t lead[R > 1 ? R - 1 : 1];
+    lay.lead_of(row, lead);
+    B bc = b;
+    row_ctx<slots_of<B>, A> ctx;
+    device_row_reductions<vector_width, Vec>(bc, plan, lead, cache, ctx, lane, threads_per_row, smem, reuse);
+    device_row_output<vector_width, Vec, R>(
+        lead, lay.cols, lane, threads_per_row, [&](index_t c0) { sink.template vec<vector_width>(bc, lead, c0, ctx); },
+        [&](const index_t* idx, index_t c) { sink.one(bc, idx, lead, c, ctx); });
+    if (plan.on) group_sync(threads_per_row);  // the next row's copy overwrites the cache
+  }
+}
+
+// Raises `kernel`'s dynamic shared memory limit on the current device (where
+// cudaFuncSetAttribute sets it) to all a row kernel's block may ask for
+// there (smem_per_block), once per kernel and device. The limit belongs to
+// the kernel, not to a launch: raising it to each launch's own need would let
+// another host thread that launches the same kernel with a smaller need in
+// between lower it under this launch.
+inline std::size_t smem_per_block(int device);
+inline void allow_row_smem(const void* kernel) {
+  int device = 0;
+  LOOM_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex m;
+  static std::set<std::pair<const void*, int>> raised;
+  const std::lock_guard<std::mutex> lock(m);
+  if (raised.count({kernel, device}) != 0) return;
+  LOOM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem_per_block(device))));
+  raised.insert({kernel, device});
+}
+
+// Whether `smem` bytes of dynamic shared memory need a row kernel's limit
+// raised: without it, static and dynamic shared memory together must fit
+// 48 KiB, and the kernels keep up to 1 KiB static (see smem_per_block).
+inline bool row_smem_needs_raise(std::size_t smem) { return smem + 1024 > (std::size_t{48} << 10); }
+
+// Launches a row kernel with `smem` bytes of dynamic shared memory (raising
+// the kernel's limit first when row_smem_needs_raise: allow_row_smem),
+// checks the launch and counts it.
+template <class... P, class... Args>
+void launch_row_kernel(void (*kernel)(P...), unsigned grid, unsigned block, std::size_t smem, cudaStream_t s,
+                       const Args&... args) {
+  if (row_smem_needs_raise(smem)) allow_row_smem(reinterpret_cast<const void*>(kernel));
+  launch_kernel(kernel, grid, block, smem, s, args...);
+}
+
+// What one block of a row kernel may ask for as dynamic shared memory on
+// `device` (the opt-in limit less 1 KiB for the kernels' static shared
+// memory), cached per thread.
+inline std::size_t smem_per_block(int device) {
+  static thread_local int cached_device = -1;
+  static thread_local std::size_t cached = 0;
+  if (device != cached_device) {
+    int optin = 0;
+    LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cached = optin > 1024 ? static_cast<std::size_t>(optin) - 1024 : 0;
+    cached_device = device;
+  }
+  return cached;
+}
+}  // namespace loom::detail::rows
+#endif

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The rows executor on the host: one row at a time (rows in parallel), each
+// reduction in the order the device's warps use.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "loom/config.hpp"
+#include "loom/exec/rows/plan.hpp"
+#include "loom/expr/row_nodes.hpp"
+
+namespace loom::detail::rows {
+// Host executor: one row at a time (rows in parallel). Each reduction sums 32
+// interleaved partial results and then combines them pairwise, the order the
+// device's warps use, so long rows keep float accuracy.
+template <class B, class Ctx, std::size_t R, class Reduction>
+void host_reduce_slot(const Reduction& red, const index_t* lead, Ctx& ctx) {
+  using A = typename Reduction::acc;
+  using Op = typename Reduction::op;
+  constexpr int lanes = 32;
+  A part[lanes];
+  for (int l = 0; l < lanes; ++l) part[l] = Op::template identity<A>();
+  index_t idx[R];
+  for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
+  for (index_t c = 0; c < red.cols; ++c) {
+    idx[R - 1] = c;
+    part[c % lanes] = Op::combine(part[c % lanes], static_cast<A>(red.arg.at(idx, ctx)));
+  }
+  for (int w = lanes / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) part[l] = Op::combine(part[l], part[l + w]);
+  ctx.v[Reduction::slot] =
+      static_cast<typename std::remove_cvref_t<decltype(ctx.v[0])>>(Op::finalize(part[0], red.cols));
+}
+
+template <class B, class Ctx, std::size_t R, std::size_t S>
+void host_reduce_one(const B& b, const index_t* lead, Ctx& ctx, std::uint64_t reuse) {
+  constexpr std::size_t t = first_same_slot<B, S>();
+  if constexpr (t != S) {
+    if ((reuse >> S) & 1) {
+      ctx.v[S] = ctx.v[t];
+      return;
+    }
+  }
+  with_slot<S>(b, [&](const auto& red) { host_reduce_slot<B, Ctx, R>(red, lead, ctx); });
+}
+
+template <class B, class Ctx, std::size_t R, std::size_t... S>
+void host_reduce_all(const B& b, const index_t* lead, Ctx& ctx, std::uint64_t reuse, std::index_sequence<S...>) {
+  (host_reduce_one<B, Ctx, R, S>(b, lead, ctx, reuse), ...);
+}
+
+// Host executor: copies the planned rows of `lead` into `cache`.
+template <std::size_t Leaves, std::size_t R>
+void host_fill_cache(const row_cache_plan<Leaves, R>& plan, const index_t* lead, unsigned char* cache) {
+  for (int j = 0; j < plan.rows; ++j) {
+    index_t off = 0;
+    for (std::size_t d = 0; d + 1 < R; ++d) off += lead[d] * plan.lead_bytes[j][d];
+    std::memcpy(cache + plan.to[j], plan.src[j] + off, static_cast<std::size_t>(plan.bytes[j]));
+  }
+}
+
+// Host executor, one row: copies the planned rows of `lead` into this
+// thread's buffer and rebases `bc` onto them, then computes every reduction
+// slot in order into ctx.
+template <class B, class Ctx, std::size_t Leaves, std::size_t R>
+void host_row_reductions(B& bc, const row_cache_plan<Leaves, R>& plan, const index_t* lead, Ctx& ctx,
+                         std::uint64_t reuse) {
+  if (plan.on) {
+    thread_local std::vector<std::max_align_t> cache;
+    cache.resize((plan.group_bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t));
+    auto* bytes = reinterpret_cast<unsigned char*>(cache.data());
+    host_fill_cache(plan, lead, bytes);
+    rebase_leaves(bc, plan, lead, bytes);
+  }
+  host_reduce_all<B, Ctx, R>(bc, lead, ctx, reuse, std::make_index_sequence<slots_of<B>>{});
+}
+
+// Host executor, one whole row: its reductions, then one(bc, idx, lead, c,
+// ctx) for each column c, bc being the tree rebased onto the cached rows.
+template <class A, class B, std::size_t Leaves, std::size_t R, class One>
+void host_row(const B& b, const row_cache_plan<Leaves, R>& plan, const row_layout<R>& lay, index_t row,
+              std::uint64_t reuse, One&& one) {
+  index_t lead[R > 1 ? R - 1 : 1];
+  lay.lead_of(row, lead);
+  B bc = b;
+  row_ctx<slots_of<B>, A> ctx;
+  host_row_reductions(bc, plan, lead, ctx, reuse);
+  index_t idx[R];
+  for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
+  for (index_t c = 0; c < lay.cols; ++c) {
+    idx[R - 1] = c;
+    one(bc, idx, lead, c, ctx);
+  }
+}
+
+}  // namespace loom::detail::rows
