@@ -178,25 +178,35 @@ class tensor {
     assign(view(), e);
     return *this;
   }
-  //! In-place arithmetic, one launch each: `x += y * 2;`
+  //! In-place arithmetic, one launch each, with the aliasing rules of
+  //! loom::assign; see view::operator+=. Example: `x += y * 2;`
   template <class E>
   tensor& operator+=(const E& e) {
-    assign(view(), view() + e);
+    view() += e;
     return *this;
   }
+  //! `x -= e`; see operator+=.
   template <class E>
   tensor& operator-=(const E& e) {
-    assign(view(), view() - e);
+    view() -= e;
     return *this;
   }
+  //! `x *= e`; see operator+=.
   template <class E>
   tensor& operator*=(const E& e) {
-    assign(view(), view() * e);
+    view() *= e;
     return *this;
   }
+  //! `x /= e`; see operator+=.
   template <class E>
   tensor& operator/=(const E& e) {
-    assign(view(), view() / e);
+    view() /= e;
+    return *this;
+  }
+  //! `x %= e`; see operator+=.
+  template <class E>
+  tensor& operator%=(const E& e) {
+    view() %= e;
     return *this;
   }
 
