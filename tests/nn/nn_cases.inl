@@ -446,6 +446,70 @@ TEST_CASE("cross_entropy matches PyTorch's definition and its gradient", "[nn][l
   REQUIRE_THROWS_WITH(loom::cross_entropy(z, in_space(short_t)), Contains("[9, 33]") && Contains("[8]"));
 }
 
+namespace {
+// The cross-entropy of one row in long double (an independent reference for double logits).
+long double ref_ce_row_long(const loom::host_tensor<double, 2>& z, index_t r, std::int64_t t, long double s) {
+  const index_t c = z.extent(1);
+  long double m = -std::numeric_limits<long double>::infinity();
+  for (index_t k = 0; k < c; ++k) m = std::max(m, static_cast<long double>(z(r, k)));
+  long double sum = 0, mean = 0;
+  for (index_t k = 0; k < c; ++k) {
+    sum += std::exp(static_cast<long double>(z(r, k)) - m);
+    mean += z(r, k);
+  }
+  mean /= static_cast<long double>(c);
+  const long double lse = std::log(sum) + m;
+  return (1 - s) * (lse - z(r, static_cast<index_t>(t))) + s * (lse - mean);
+}
+}  // namespace
+
+TEST_CASE("cross_entropy of double logits computes and returns double losses", "[nn][loss]" LOOM_TEST_TAG) {
+  // The issue's example: float64 gives 1.1019428482, a float computation 1.1019428968.
+  const loom::host_tensor<double, 2> small_h({1, 3}, {0.1, 0.2, 0.3});
+  const loom::host_tensor<std::int64_t, 1> one({1}, {1});
+  const auto small_loss = loom::to_host(loom::cross_entropy(in_space(small_h), in_space(one)));
+  CHECK(std::is_same_v<decltype(small_loss)::value_type, double>);
+  const double small_want = static_cast<double>(ref_ce_row_long(small_h, 0, 1, 0));
+  CHECK(small_loss() == Approx(small_want).epsilon(1e-15));
+  CHECK(std::fabs(small_loss() - static_cast<double>(static_cast<float>(small_want))) > 1e-9);
+
+  std::mt19937_64 g(loom_test::seed_for("cross entropy double"));
+  const index_t n = 257, c = 33;
+  const auto zh = random_host<double, 2>({n, c}, g, -5, 5);
+  loom::host_tensor<std::int64_t, 1> th({n});
+  for (index_t r = 0; r < n; ++r) th(r) = static_cast<std::int64_t>(g() % c);
+  th(7) = -100;  // ignored
+  const auto z = in_space(zh);
+  const auto t = in_space(th);
+  for (double s : {0.0, 0.1}) {
+    INFO("label smoothing " << s);
+    loom::cross_entropy_options o;
+    o.label_smoothing = s;
+    const auto per = loom::to_host(loom::cross_entropy_per_row(z, t, o));
+    CHECK(std::is_same_v<decltype(per)::value_type, double>);
+    long double sum = 0;
+    for (index_t r = 0; r < n; ++r) {
+      const long double want = r == 7 ? 0.0L : ref_ce_row_long(zh, r, th(r), s);
+      sum += want;
+      if (r == 7) {
+        CHECK(per(r) == 0.0);
+      } else {
+        INFO("row " << r);
+        CHECK(per(r) == Approx(static_cast<double>(want)).epsilon(1e-13));
+      }
+    }
+    const auto mean = loom::to_host(loom::cross_entropy(z, t, o));
+    CHECK(mean() == Approx(static_cast<double>(sum / (n - 1))).epsilon(1e-13));
+    o.reduction = loom::loss_reduction::sum;
+    const auto total = loom::to_host(loom::cross_entropy(z, t, o));
+    CHECK(total() == Approx(static_cast<double>(sum)).epsilon(1e-13));
+  }
+  // Float logits keep float losses.
+  const auto zf = in_space(random_host<float, 2>({5, 7}, g));
+  const loom::host_tensor<std::int64_t, 1> tf({5}, {0, 6, 3, 2, 1});
+  CHECK(std::is_same_v<decltype(loom::cross_entropy(zf, in_space(tf)))::value_type, float>);
+}
+
 // An [N, 1] output never takes a vector store (a step is 16 bytes, 4 floats)
 // and a target broadcast along the row is one element read and repeated, so
 // neither needs 16-byte alignment: the passes over the rows keep their 16-byte
