@@ -24,9 +24,13 @@
 #     (every log; five files, as a GPU loan brings back at most 8) to the
 #     output folder, and prints a short table last, with a verdict on each
 #     target: met, MISSED, or NOT MEASURED (a failure of the check).
-# Without a GPU it builds, then says that none is present and exits 3.
-# Usage: bench/gpu_check.sh [OUT_DIR]   (or LOOM_GPU_CHECK_OUT; default:
-#        gpu-check-results/ in the build directory)
+# Without a GPU it says so at once, before building anything: it asks the
+# CUDA runtime (CUDA_VISIBLE_DEVICES applies), prints NO GPU IS PRESENT with
+# the runtime's reason and exits 3. `--build-only` asks for the build alone,
+# with or without a GPU: configure and build (stage 1), then stop, exit 0
+# when the build passed (1 when it failed), saying whether a GPU is present.
+# Usage: bench/gpu_check.sh [--build-only] [OUT_DIR]   (or LOOM_GPU_CHECK_OUT;
+#        default: gpu-check-results/ in the build directory)
 # Settings: LOOM_BUILD_DIR (default build-gpu/), LOOM_JOBS (default: all
 # cores), LOOM_CUDA_ARCH (default: detected), LOOM_GPU_CHECK_DEADLINE_S
 # (default 420: no stage's time limit reaches past this many seconds from
@@ -43,6 +47,16 @@
 # [cuda] test programs then run directly (ctest's files name the paths of the
 # machine that built them), and examples/ in DIR run too.
 set -uo pipefail
+build_only=0
+positional=()
+for arg in "$@"; do
+  case "$arg" in
+    --build-only) build_only=1 ;;
+    -*) echo "bench/gpu_check.sh: unknown option $arg (usage: bench/gpu_check.sh [--build-only] [OUT_DIR])" >&2; exit 1 ;;
+    *) positional+=("$arg") ;;
+  esac
+done
+set -- "${positional[@]+"${positional[@]}"}"
 user_build_dir="${LOOM_BUILD_DIR:-}"
 prebuilt="${LOOM_GPU_CHECK_PREBUILT:-}"
 user_arch="${LOOM_CUDA_ARCH:-}"
@@ -51,6 +65,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
 LOOM_BUILD_DIR="${user_build_dir:-$LOOM_ROOT/build-gpu}"
 out="${1:-${LOOM_GPU_CHECK_OUT:-}}"
 if [[ -n "$prebuilt" ]]; then
+  ((build_only)) && die "--build-only builds, LOOM_GPU_CHECK_PREBUILT=$prebuilt says not to: choose one"
   if [[ -f "$prebuilt" && "$prebuilt" == *.tar.xz ]]; then
     # The archive bench/gpu_pack.sh writes: unpacked into a fresh folder.
     unpacked="$(mktemp -d "${TMPDIR:-/tmp}/loom-prebuilt.XXXXXX")"
@@ -185,6 +200,52 @@ arch="${user_arch:-${gpu_cc:-90}}"
   echo "torch: $(timeout 60 python3 -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo 'not installed')"
 } | tee -a "$log_dir/machine.log"
 
+# Asks the toolkit's CUDA runtime, as loom's programs load it, how many GPUs
+# it can use (a second; nothing to build). Prints what it found; exit status
+# 0: a GPU is present, 1: none (the runtime's error says why), 2: the probe
+# itself could not run (no python3 or no libcudart).
+probe_gpu() {
+  timeout --kill-after=10 60 python3 - "$cuda_lib" <<'PY'
+import ctypes, glob, os, sys
+names = sorted(glob.glob(os.path.join(sys.argv[1], "libcudart.so*"))) + ["libcudart.so"]
+for name in names:
+    try:
+        rt = ctypes.CDLL(name)
+        break
+    except OSError:
+        rt = None
+if rt is None:
+    print("the CUDA runtime (libcudart) could not be loaded")
+    sys.exit(2)
+rt.cudaGetErrorName.restype = ctypes.c_char_p
+rt.cudaGetErrorString.restype = ctypes.c_char_p
+count = ctypes.c_int(0)
+code = rt.cudaGetDeviceCount(ctypes.byref(count))
+if code != 0:
+    why = "%s (%s)" % (rt.cudaGetErrorName(code).decode(), rt.cudaGetErrorString(code).decode())
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        why = "no CUDA driver is installed (libcuda.so.1 could not be loaded; the runtime says " + why + ")"
+    print("the CUDA runtime found none: " + why)
+    sys.exit(1)
+if count.value == 0:
+    print("the CUDA runtime found none: 0 devices")
+    sys.exit(1)
+print("the CUDA runtime found %d GPU(s)" % count.value)
+PY
+}
+gpu_probe_out="$(probe_gpu 2>&1)"
+gpu_probe_rc=$?
+echo "GPU probe: $gpu_probe_out" | tee -a "$log_dir/machine.log"
+if ((gpu_probe_rc == 1 && !build_only)); then
+  echo "bench/gpu_check.sh: NO GPU IS PRESENT: $gpu_probe_out"
+  echo "Nothing was built or run: everything this check does needs a GPU. Run it on a GPU machine, or"
+  echo "bench/gpu_check.sh --build-only to build alone here (bench/gpu_pack.sh builds and packs the programs for a GPU loan)."
+  pack_logs
+  exit 3
+fi
+
 if [[ -n "$prebuilt" ]]; then
   stage "prebuilt programs in $LOOM_BUILD_DIR (no build here)"
   tee -a "$log_dir/machine.log" 2>/dev/null <"$LOOM_BUILD_DIR/PACKED"
@@ -204,6 +265,12 @@ if ! run_logged build "${LOOM_GPU_CHECK_BUILD_TIMEOUT:-330}" "$log_dir/build.log
   finish
 fi
 tail -n 2 "$log_dir/build.log"
+if ((build_only)); then
+  pack_logs
+  echo "bench/gpu_check.sh: the build passed (sm_$arch, $((SECONDS - start)) s; --build-only: nothing run). GPU probe: $gpu_probe_out"
+  echo "bench/gpu_check.sh: $logs_where"
+  exit 0
+fi
 fi
 
 stage "is a GPU present?"

@@ -70,11 +70,17 @@ fi
 cmake -S "$LOOM_ROOT/examples/consumer" -B "$tmp/consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_CUDA_ARCHITECTURES="$LOOM_CUDA_ARCH" "${launcher[@]}"
 cmake --build "$tmp/consumer" -j "$LOOM_JOBS"
-"$tmp/consumer/app"
+"$tmp/consumer/app" | tee "$tmp/consumer.out"
+# The installed loom::loom brings OpenMP wherever loom's own build (its examples) has it.
+if "$LOOM_BUILD_DIR/examples/00_env_report" | grep -q "OpenMP on"; then
+  grep -q "OpenMP on" "$tmp/consumer.out" || die "the consumer of the installed package runs without OpenMP"
+fi
 
-section "build examples/subproject with add_subdirectory (host compiler only)"
-cmake -S "$LOOM_ROOT/examples/subproject" -B "$tmp/subproject" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}"
+section "build examples/subproject with add_subdirectory (host compiler only), OpenMP opted out (-DLOOM_OPENMP=OFF)"
+cmake -S "$LOOM_ROOT/examples/subproject" -B "$tmp/subproject" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_OPENMP=OFF \
+  "${launcher[@]}"
 cmake --build "$tmp/subproject" -j "$LOOM_JOBS"
-"$tmp/subproject/app"
+"$tmp/subproject/app" | tee "$tmp/subproject.out"
+grep -q "OpenMP off" "$tmp/subproject.out" || die "-DLOOM_OPENMP=OFF left OpenMP in loom::loom"
 
 section "all passed in $((SECONDS - start)) s"

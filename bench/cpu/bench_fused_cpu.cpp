@@ -22,23 +22,11 @@
 #include <string>
 #include <vector>
 
-#if LOOM_HAS_OPENMP
-#include <omp.h>
-#endif
-
 #include "../bench_util.hpp"
 
 namespace {
 using loom::index_t;
 using loom_bench::record;
-
-int host_threads() {
-#if LOOM_HAS_OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
 
 struct timing {
   int warmup, runs;
@@ -79,7 +67,7 @@ class runner {
     record r{"cpu", op, shape, "f32", impl};
     r.bytes = bytes;
     r.copy_gbps = copy_gbps_;
-    r.threads = host_threads();
+    r.threads = loom::host_threads();
     f();
     r.check = check();
     r.ms = median_ms(time_, f);
@@ -279,7 +267,7 @@ int main(int argc, char** argv) {
   const auto opt = loom_bench::options::parse(argc, argv);
   try {
     runner run(opt);
-    std::printf("bench_fused_cpu: host executor, %d threads%s; median of %s\n", host_threads(),
+    std::printf("bench_fused_cpu: host executor, %d threads%s; median of %s\n", loom::host_threads(),
                 LOOM_HAS_OPENMP ? " (OpenMP)" : " (no OpenMP)", opt.quick ? "1 run after 1 warm-up (--quick)" : "7 runs after 1 warm-up");
     loom_bench::print_header();
     copy(run);

@@ -5,6 +5,13 @@
 
 #include <loom/loom.hpp>
 
+#if CONSUMER_EXPECTS_OPENMP && !LOOM_HAS_OPENMP
+#error "loom::loom brings OpenMP here (LOOM_OPENMP_FOUND), but this file was compiled without it"
+#endif
+#if LOOM_HAS_OPENMP
+#include <omp.h>
+#endif
+
 int main() {
   std::cout << loom::env_report();
   loom::host_tensor<float, 2> x({2, 3}, {1, 2, 3, 4, 5, 6});
@@ -12,5 +19,11 @@ int main() {
   for (loom::index_t i = 0; i < x.extent(0); ++i)
     for (loom::index_t j = 0; j < x.extent(1); ++j) sum += x(i, j);
   std::printf("consumer: loom %s, sum of a [2, 3] host tensor = %g\n", loom::version, sum);
+  // With OpenMP the host executor runs its loops on OpenMP's threads.
+  const int threads = loom::host_threads();
+  std::printf("consumer: host executor on %d thread(s), OpenMP %s\n", threads, LOOM_HAS_OPENMP ? "on" : "off");
+#if LOOM_HAS_OPENMP
+  if (threads != omp_get_max_threads()) return 1;
+#endif
   return sum == 21 ? 0 : 1;
 }

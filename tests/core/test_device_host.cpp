@@ -4,6 +4,10 @@
 // are not applicable and the [cuda] programs cover the device.
 #include "loom_test.hpp"
 
+#if LOOM_HAS_OPENMP
+#include <omp.h>
+#endif
+
 using Catch::Matchers::Contains;
 
 TEST_CASE("device queries answer cleanly whatever the machine", "[core][device]") {
@@ -17,6 +21,16 @@ TEST_CASE("device queries answer cleanly whatever the machine", "[core][device]"
   CHECK_THAT(report, Contains("CCCL "));
   CHECK_THAT(report, Contains("cuBLAS "));
   CHECK_THAT(report, Contains("devices: "));
+}
+
+TEST_CASE("host_threads and env_report say how many threads the host executor runs on", "[core][device]") {
+#if LOOM_HAS_OPENMP
+  CHECK(loom::host_threads() == omp_get_max_threads());
+  CHECK_THAT(loom::env_report(), Contains("OpenMP on, " + std::to_string(omp_get_max_threads()) + " host threads"));
+#else
+  CHECK(loom::host_threads() == 1);
+  CHECK_THAT(loom::env_report(), Contains("OpenMP off"));
+#endif
 }
 
 TEST_CASE("device operations throw device_unavailable saying why when there is no GPU", "[core][device]") {

@@ -57,6 +57,21 @@ TEST_CASE("out_of_memory says what was asked and what the device has", "[core][e
   CHECK(e.requested() == (1ull << 40));
   CHECK(e.free() == 123456);
   CHECK(e.total() == 7890123);
+  CHECK(e.kind() == loom::memory_kind::device);
+  CHECK(e.device() == 2);
+}
+
+TEST_CASE("out_of_memory of host memory says how much of which memory was asked", "[core][error]") {
+  const loom::out_of_memory pageable(4611686018427387904ull, loom::memory_kind::pageable_host);
+  CHECK(std::string(pageable.what()) == "loom: out of pageable host memory: requested 4611686018427387904 bytes");
+  CHECK(pageable.kind() == loom::memory_kind::pageable_host);
+  CHECK(pageable.requested() == 4611686018427387904ull);
+  CHECK(pageable.free() == 0);
+  CHECK(pageable.total() == 0);
+  CHECK(pageable.device() == -1);
+  const loom::out_of_memory pinned(77, loom::memory_kind::pinned_host);
+  CHECK(std::string(pinned.what()) == "loom: out of pinned host memory: requested 77 bytes");
+  CHECK(pinned.kind() == loom::memory_kind::pinned_host);
 }
 
 TEST_CASE("LOOM_CUDA_RELEASE counts and keeps a failure instead of throwing", "[core][error]") {

@@ -188,6 +188,20 @@ TEST_CASE("a device allocation larger than the device throws out_of_memory and l
   CHECK(loom::to_host(y)(999) == 1998.0f);
 }
 
+TEST_CASE("a pinned host allocation that cannot be served throws out_of_memory naming the bytes", "[errors][cuda]") {
+  const std::size_t huge_bytes = std::size_t{1} << 62;
+  try {
+    loom::host_tensor<float, 1> t({index_t{1} << 60}, loom::host_memory::pinned);
+    FAIL("allocated " << huge_bytes << " bytes of pinned host memory");
+  } catch (const loom::out_of_memory& e) {
+    CHECK(e.requested() == huge_bytes);
+    CHECK(e.kind() == loom::memory_kind::pinned_host);
+    CHECK_THAT(std::string(e.what()), Contains("pinned host memory") && Contains("requested 4611686018427387904 bytes"));
+  }
+  loom::host_tensor<float, 1> small({7}, loom::host_memory::pinned);  // pinned memory still comes
+  CHECK(small.is_pinned());
+}
+
 TEST_CASE("running out of memory inside a multi-step copy frees its scratch and leaves the destination",
           "[errors][cuda]") {
   // A strided device -> host copy needs a device scratch buffer as large as the

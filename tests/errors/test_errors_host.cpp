@@ -8,7 +8,42 @@
 #include <fstream>
 #include <unistd.h>
 
-// Host-only bad input: no GPU or driver, 64-bit sizes, unreadable files.
+// Host-only bad input: no GPU or driver, 64-bit sizes, failed host
+// allocations, unreadable files.
+
+#if defined(__SANITIZE_ADDRESS__)
+// Under AddressSanitizer an allocation that cannot be served aborts the
+// program unless the allocator may return null, as malloc does without it;
+// loom's own answer to a failed allocation is what these tests check.
+extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
+#endif
+
+TEST_CASE("a host allocation that cannot be served throws out_of_memory naming the bytes and the memory",
+          "[errors][memory]") {
+  // 2^60 floats: 2^62 bytes, more than any machine's address space serves.
+  const std::size_t huge_bytes = std::size_t{1} << 62;
+  try {
+    loom::host_tensor<float, 1> t({index_t{1} << 60});
+    FAIL("allocated " << huge_bytes << " bytes of host memory");
+  } catch (const loom::out_of_memory& e) {
+    CHECK(e.requested() == huge_bytes);
+    CHECK(e.kind() == loom::memory_kind::pageable_host);
+    CHECK_THAT(std::string(e.what()), Contains("pageable host memory") && Contains("requested 4611686018427387904 bytes"));
+  }
+  // 2^62 - 1 floats: 2^64 - 4 bytes, which cannot even be rounded up to the alignment.
+  try {
+    loom::host_tensor<float, 1> t({(index_t{1} << 62) - 1}, loom::host_memory::pageable);
+    FAIL("allocated 2^64 - 4 bytes of host memory");
+  } catch (const loom::out_of_memory& e) {
+    CHECK(e.requested() == std::numeric_limits<std::size_t>::max() - 3);
+    CHECK(e.kind() == loom::memory_kind::pageable_host);
+  }
+  REQUIRE_THROWS_AS((loom::zeros<double, 1, loom::host>({index_t{1} << 59})), loom::out_of_memory);
+  // The heap still serves.
+  loom::host_tensor<float, 1> small({7});
+  small = 1.5f;
+  CHECK(small(6) == 1.5f);
+}
 
 TEST_CASE("without a GPU every device entry point throws device_unavailable saying why", "[errors][device]") {
   if (loom::gpu::is_available()) {

@@ -420,6 +420,59 @@ TEST_CASE("in-place updates work and other aliasing throws without writing", "[e
   }, 1e-6);
 }
 
+TEST_CASE("compound assignment on views updates the viewed elements in one launch each", "[expr]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("view compound assignment"));
+  const index_t rows = 33, cols = 257;
+  const auto z_h = random_host<float, 2>({rows, cols}, g);
+  const auto h_h = random_host<float, 2>({rows, cols}, g);
+  const auto b_h = random_host<float, 1>({rows}, g, 1, 4);
+  auto z = in_space(z_h);
+  auto h = in_space(h_h);
+  auto b = in_space(b_h);
+  std::vector<double> want(z_h.data(), z_h.data() + z_h.size());
+  auto at = [&](index_t r, index_t c) -> double& { return want[static_cast<std::size_t>(r * cols + c)]; };
+  auto one_launch = [](auto&& update) {
+    const auto before = loom::launches();
+    update();
+    const auto after = loom::launches();
+    CHECK(after.host + after.device == before.host + before.device + 1);
+  };
+
+  auto zt = z.t();  // a named, strided view
+  one_launch([&] { zt += h.t(); });
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t c = 0; c < cols; ++c) at(r, c) += h_h(r, c);
+  one_launch([&] { z.t() *= 2; });  // a temporary view
+  for (double& w : want) w *= 2;
+  // Every other row from row 1, minus a column broadcast of b over those rows.
+  one_launch([&] { z.slice(range(1, none, 2)) -= b.slice(range(1, none, 2)).unsqueeze(1) * 3; });
+  for (index_t r = 1; r < rows; r += 2)
+    for (index_t c = 0; c < cols; ++c) at(r, c) -= static_cast<double>(b_h(r)) * 3;
+  // Columns 250, 248, ..., 2 (a negative stride), divided by b broadcast along rows.
+  auto cols_back = z.slice(whole, range(250, 0, -2));
+  one_launch([&] { cols_back /= b.unsqueeze(1) + 0.5f; });
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t c = 250; c > 0; c -= 2) at(r, c) /= static_cast<double>(b_h(r) + 0.5f);
+  one_launch([&] { z.slice(7) %= 1.5f; });
+  for (index_t c = 0; c < cols; ++c) {
+    double& w = at(7, c);
+    w = std::fmod(w, 1.5);
+    if (w < 0) w += 1.5;
+  }
+  check_all(z, [&](index_t i) { return want[static_cast<std::size_t>(i)]; }, 1e-5, 1e-5);
+
+  // Reading the updated elements at other positions throws and writes nothing.
+  auto sq = in_space(random_host<float, 2>({7, 7}, g));
+  const auto snapshot = loom::to_host(sq);
+  REQUIRE_THROWS_AS(sq.t() += sq, loom::aliasing_error);
+  REQUIRE_THROWS_AS(sq.slice(range(1, 7)) -= sq.slice(range(0, 6)), loom::aliasing_error);
+  check_all(sq, [&](index_t i) { return snapshot.data()[i]; }, 0);
+  // Through a view of const elements the values are read, never written.
+  loom::view<const float, 2, space_t> read_only = sq;
+  sq.t() += read_only.t();
+  check_all(sq, [&](index_t i) { return 2.0 * snapshot.data()[i]; }, 1e-6);
+}
+
 TEST_CASE("shape mismatches name both shapes and leave the output untouched", "[expr]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("mismatch"));
   auto a = in_space(random_host<float, 2>({4, 5}, g));

@@ -307,6 +307,48 @@ TEST_CASE("softmax handles huge logits, masks, temperature and fully masked rows
   CHECK(lh(1, 1) == -INFINITY);
 }
 
+TEST_CASE("the layers' arguments mean what docs/04_layers.md says, defaults included", "[nn]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("layer arguments"));
+  const index_t n = 7, c = 33;
+  const auto xh = random_host<double, 2>({n, c}, g, -3, 3);
+  const auto bh = random_host<double, 1>({c}, g, -1, 1);
+  const auto x = in_space(xh);
+  const auto b = in_space(bh);
+  // softmax(x, bias, T) is softmax(x / T + bias), not softmax((x + bias) / T).
+  auto y = poisoned<double, 2>({n, c});
+  y = loom::softmax(x, b, 0.7);
+  auto scaled_first = rows_of(xh);
+  for (auto& row : scaled_first)
+    for (std::size_t k = 0; k < row.size(); ++k) row[k] = row[k] / 0.7 + bh(static_cast<index_t>(k));
+  check_rows(y, map_rows(scaled_first, ref_softmax), 1e-12, 1e-15);
+  y = loom::log_softmax(x, b, 0.7);
+  check_rows(y, map_rows(scaled_first, ref_log_softmax), 1e-12, 1e-12);
+  // The norms' default eps: 1e-5 for layer norm, 1e-6 for RMS norm. Rows of
+  // a small spread, so that eps changes the result.
+  const auto th = random_host<double, 2>({n, c}, g, -1e-3, 1e-3);
+  const auto t = in_space(th);
+  const auto w = in_space(random_host<double, 1>({c}, g, 0.5, 2));
+  auto d = poisoned<double, 2>({n, c});
+  auto e = poisoned<double, 2>({n, c});
+  auto same = [&](double eps) {
+    const auto dh = loom::to_host(d), eh = loom::to_host(e);
+    INFO("eps " << eps);
+    CHECK(std::memcmp(dh.data(), eh.data(), static_cast<std::size_t>(dh.size()) * sizeof(double)) == 0);
+  };
+  d = loom::layer_norm(t, w, b);
+  e = loom::layer_norm(t, w, b, 1e-5);
+  same(1e-5);
+  d = loom::rms_norm(t, w);
+  e = loom::rms_norm(t, w, 1e-6);
+  same(1e-6);
+  // cross_entropy_backward's grad (a double) scales the gradient of the mean loss.
+  const loom::host_tensor<std::int64_t, 1> targets({n}, {0, 5, 32, 7, 1, 30, 2});
+  const auto tt = in_space(targets);
+  const auto unit = loom::to_host(loom::cross_entropy_backward(x, tt));
+  const auto scaled = loom::to_host(loom::cross_entropy_backward(x, tt, 0.3));
+  for (index_t i = 0; i < unit.size(); ++i) CHECK(scaled.data()[i] == Approx(0.3 * unit.data()[i]).epsilon(1e-14));
+}
+
 TEMPLATE_TEST_CASE("layer_norm and rms_norm match double references", "[nn][norm]" LOOM_TEST_TAG, float, loom::half,
                    loom::bf16) {
   using T = TestType;
@@ -335,6 +377,67 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm match double references", "[nn][norm
   auto y = poisoned<float, 2>({1, 5});
   y = loom::layer_norm(c, 1.0f, 0.25f);
   check_rows(y, {{0.25, 0.25, 0.25, 0.25, 0.25}}, 0, 1e-6);
+}
+
+TEMPLATE_TEST_CASE("layer_norm of a constant row gives exactly the bias at any length", "[nn][norm]" LOOM_TEST_TAG,
+                   float, loom::half, loom::bf16, double) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("layer_norm constant rows"));
+  // The float mean of 0.7 over 4099 (or 4096) columns is 8 ulps off; centred
+  // values of that error, scaled by 1/sqrt(eps), put the output 1.5e-4 from the bias.
+  for (index_t cols : {1, 7, 257, 4096, 4099, 40000}) {
+    for (double value : {0.7, -3.3, 1000.5, 1e-3}) {
+      INFO("cols " << cols << ", value " << value);
+      loom::host_tensor<T, 2> xh({3, cols});
+      loom::fill(xh, T(value));
+      const auto x = in_space(xh);
+      const auto bh = random_host<T, 1>({cols}, g);
+      const auto b = in_space(bh);
+      auto y = poisoned<T, 2>({3, cols});
+      expect_one_launch([&] { y = loom::layer_norm(x, 1.0f, 0.25f, 1e-5); });
+      const auto yh = loom::to_host(y);
+      for (index_t i = 0; i < yh.size(); ++i) REQUIRE(loom_test::as_double(yh.data()[i]) == 0.25);
+      y = loom::layer_norm(x, loom::full<T, 1, space_t>({cols}, T(1.5)), b, 1e-5);
+      check_rows(y, std::vector<std::vector<double>>(3, rows_of(bh)[0]), 0, 0);
+      auto mean = poisoned<T, 2>({3, 1});
+      mean = loom::layer_norm_mean(x);
+      check_rows(mean, std::vector<std::vector<double>>(3, {loom_test::as_double(T(value))}), 0, 0);
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("layer_norm of rows far from 0 with a small spread is off by at most one ulp of the mean",
+                   "[nn][norm]" LOOM_TEST_TAG, float, double) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("layer_norm offset rows"));
+  for (index_t cols : {257, 4099, 40000}) {
+    INFO("cols " << cols);
+    // 1000 +- 0.01: an error of the row mean, even one ulp of 1000, is
+    // 1/100 (float) of the spread, and the output inherits it divided by
+    // the spread. The best a T mean can do is half an ulp.
+    const auto xh = random_host<T, 2>({5, cols}, g, 999.99, 1000.01);
+    const auto wh = random_host<T, 1>({cols}, g, 0.5, 2);
+    const auto bh = random_host<T, 1>({cols}, g);
+    auto y = poisoned<T, 2>({5, cols});
+    y = loom::layer_norm(in_space(xh), in_space(wh), in_space(bh), 1e-5);
+    const auto yh = loom::to_host(y);
+    const double ulp = static_cast<double>(std::nextafter(T(1000), T(2000)) - T(1000));
+    double worst = 0;  // the largest error as a fraction of what is allowed
+    for (index_t r = 0; r < 5; ++r) {  // the reference in long double: double rows need more than double
+      long double mean = 0, var = 0;
+      for (index_t k = 0; k < cols; ++k) mean += xh(r, k);
+      mean /= static_cast<long double>(cols);
+      for (index_t k = 0; k < cols; ++k) var += (xh(r, k) - mean) * (xh(r, k) - mean);
+      const long double rstd_long = 1 / std::sqrt(var / static_cast<long double>(cols) + 1e-5L);
+      const double rstd = static_cast<double>(rstd_long);
+      for (index_t k = 0; k < cols; ++k) {
+        const double want = static_cast<double>((xh(r, k) - mean) * rstd_long * wh(k) + bh(k));
+        const double allowed = wh(k) * ulp * rstd + 1e3 * ulp * std::fabs(want);
+        worst = std::max(worst, std::fabs(yh(r, k) - want) / allowed);
+      }
+    }
+    CHECK(worst <= 1.0);
+  }
 }
 
 TEST_CASE("backward passes match analytic and finite-difference gradients", "[nn][backward]" LOOM_TEST_TAG) {
@@ -444,6 +547,70 @@ TEST_CASE("cross_entropy matches PyTorch's definition and its gradient", "[nn][l
   }
   loom::host_tensor<std::int64_t, 1> short_t({n - 1});
   REQUIRE_THROWS_WITH(loom::cross_entropy(z, in_space(short_t)), Contains("[9, 33]") && Contains("[8]"));
+}
+
+namespace {
+// The cross-entropy of one row in long double (an independent reference for double logits).
+long double ref_ce_row_long(const loom::host_tensor<double, 2>& z, index_t r, std::int64_t t, long double s) {
+  const index_t c = z.extent(1);
+  long double m = -std::numeric_limits<long double>::infinity();
+  for (index_t k = 0; k < c; ++k) m = std::max(m, static_cast<long double>(z(r, k)));
+  long double sum = 0, mean = 0;
+  for (index_t k = 0; k < c; ++k) {
+    sum += std::exp(static_cast<long double>(z(r, k)) - m);
+    mean += z(r, k);
+  }
+  mean /= static_cast<long double>(c);
+  const long double lse = std::log(sum) + m;
+  return (1 - s) * (lse - z(r, static_cast<index_t>(t))) + s * (lse - mean);
+}
+}  // namespace
+
+TEST_CASE("cross_entropy of double logits computes and returns double losses", "[nn][loss]" LOOM_TEST_TAG) {
+  // The issue's example: float64 gives 1.1019428482, a float computation 1.1019428968.
+  const loom::host_tensor<double, 2> small_h({1, 3}, {0.1, 0.2, 0.3});
+  const loom::host_tensor<std::int64_t, 1> one({1}, {1});
+  const auto small_loss = loom::to_host(loom::cross_entropy(in_space(small_h), in_space(one)));
+  CHECK(std::is_same_v<decltype(small_loss)::value_type, double>);
+  const double small_want = static_cast<double>(ref_ce_row_long(small_h, 0, 1, 0));
+  CHECK(small_loss() == Approx(small_want).epsilon(1e-15));
+  CHECK(std::fabs(small_loss() - static_cast<double>(static_cast<float>(small_want))) > 1e-9);
+
+  std::mt19937_64 g(loom_test::seed_for("cross entropy double"));
+  const index_t n = 257, c = 33;
+  const auto zh = random_host<double, 2>({n, c}, g, -5, 5);
+  loom::host_tensor<std::int64_t, 1> th({n});
+  for (index_t r = 0; r < n; ++r) th(r) = static_cast<std::int64_t>(g() % c);
+  th(7) = -100;  // ignored
+  const auto z = in_space(zh);
+  const auto t = in_space(th);
+  for (double s : {0.0, 0.1}) {
+    INFO("label smoothing " << s);
+    loom::cross_entropy_options o;
+    o.label_smoothing = s;
+    const auto per = loom::to_host(loom::cross_entropy_per_row(z, t, o));
+    CHECK(std::is_same_v<decltype(per)::value_type, double>);
+    long double sum = 0;
+    for (index_t r = 0; r < n; ++r) {
+      const long double want = r == 7 ? 0.0L : ref_ce_row_long(zh, r, th(r), s);
+      sum += want;
+      if (r == 7) {
+        CHECK(per(r) == 0.0);
+      } else {
+        INFO("row " << r);
+        CHECK(per(r) == Approx(static_cast<double>(want)).epsilon(1e-13));
+      }
+    }
+    const auto mean = loom::to_host(loom::cross_entropy(z, t, o));
+    CHECK(mean() == Approx(static_cast<double>(sum / (n - 1))).epsilon(1e-13));
+    o.reduction = loom::loss_reduction::sum;
+    const auto total = loom::to_host(loom::cross_entropy(z, t, o));
+    CHECK(total() == Approx(static_cast<double>(sum)).epsilon(1e-13));
+  }
+  // Float logits keep float losses.
+  const auto zf = in_space(random_host<float, 2>({5, 7}, g));
+  const loom::host_tensor<std::int64_t, 1> tf({5}, {0, 6, 3, 2, 1});
+  CHECK(std::is_same_v<decltype(loom::cross_entropy(zf, in_space(tf)))::value_type, float>);
 }
 
 // An [N, 1] output never takes a vector store (a step is 16 bytes, 4 floats)
@@ -715,7 +882,7 @@ TEMPLATE_TEST_CASE("weight and bias gradients of the norms are column sums in do
     auto ln = loom::layer_norm_backward(x, w, dy, 1e-5);
     const auto after = loom::launches();
     CHECK((on_device ? after.device - before.device : after.host - before.host) == 2);
-    check_plan(loom::last_column_sums(), 4);
+    check_plan(loom::last_column_sums(), 5);
     const loom::column_sums_info ln_plan = loom::last_column_sums();
     check_rows(ln.dweight, {dw}, rel, rel);
     check_rows(ln.dbias, {db}, rel, rel);

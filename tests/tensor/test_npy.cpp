@@ -208,6 +208,37 @@ TEST_CASE("save_npy replaces an existing file", "[tensor][io]") {
   CHECK(back(0) == 9.f);
 }
 
+TEST_CASE("save_npy of a tensor that holds no data throws value_error at any rank; an empty tensor saves",
+          "[tensor][io]") {
+  scratch_dir d;
+  const std::string path = d.file("none.npy");
+  // Default-constructed or moved from: no storage, whatever the rank.
+  REQUIRE_THROWS_WITH(loom::save_npy(path, host_tensor<float, 0>()), Contains("holds no data") && Contains(path));
+  REQUIRE_THROWS_AS(loom::save_npy(path, host_tensor<float, 1>()), loom::value_error);
+  REQUIRE_THROWS_AS(loom::save_npy(path, host_tensor<double, 3>()), loom::value_error);
+  REQUIRE_THROWS_AS(loom::save_npy(path, loom::device_tensor<float, 2>()), loom::value_error);
+  host_tensor<float, 2> moved({2, 3});
+  const host_tensor<float, 2> taken = std::move(moved);
+  CHECK(taken.has_storage());
+  CHECK_FALSE(moved.has_storage());
+  REQUIRE_THROWS_AS(loom::save_npy(path, moved), loom::value_error);
+  CHECK(!fs::exists(path));
+  CHECK(!fs::exists(path + ".tmp"));
+  // A copy of a tensor without storage has none either.
+  const host_tensor<float, 2> copied = moved;
+  CHECK_FALSE(copied.has_storage());
+  // A tensor made with a shape of 0 elements is a valid empty array of that shape.
+  const host_tensor<float, 2> empty({0, 7});
+  CHECK(empty.has_storage());
+  CHECK(empty.data() == nullptr);
+  loom::save_npy(path, empty);
+  const auto back = loom::load_npy<float, 2>(path);
+  CHECK(back.extents() == shape<2>{0, 7});
+  CHECK(back.has_storage());
+  const loom::device_tensor<float, 1> device_empty({0});  // no GPU needed: nothing to allocate
+  CHECK(device_empty.has_storage());
+}
+
 TEST_CASE("save_npy throws io_error naming the path and OS error and leaves no file when the folder is missing",
           "[tensor][io]") {
   scratch_dir d;

@@ -3,6 +3,11 @@
 #define LOOM_TEST_TAG "[cuda]"
 #include "tensor_cases.inl"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
 TEST_CASE("device tensors free on their stream and memory stats return to the start", "[tensor][cuda]") {
   const int dev = loom::gpu::current_device();
   const auto start = loom::device_memory_stats(dev);
@@ -79,4 +84,22 @@ TEST_CASE("stream_guard makes a stream current and restores the previous one", "
   CHECK(!p.name.empty());
   CHECK(p.cc_major >= 5);
   CHECK(loom::gpu::device_count() >= 1);
+}
+
+TEST_CASE("save_npy of a device tensor: no data throws value_error, an empty tensor saves as an empty array",
+          "[tensor][io][cuda]") {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("loom_cuda_npy_" + std::to_string(::getpid()) + ".npy")).string();
+  REQUIRE_THROWS_AS(loom::save_npy(path, loom::device_tensor<float, 2>()), loom::value_error);
+  loom::device_tensor<float, 1> moved({5});
+  const auto taken = std::move(moved);
+  REQUIRE_THROWS_AS(loom::save_npy(path, moved), loom::value_error);
+  CHECK(!std::filesystem::exists(path));
+  loom::save_npy(path, loom::device_tensor<double, 2>({3, 0}));
+  CHECK(loom::load_npy<double, 2>(path).extents() == loom::shape<2>{3, 0});
+  auto x = loom::full<float, 2, loom::device>({3, 5}, 2.5f);
+  loom::save_npy(path, x);
+  const auto back = loom::load_npy<float, 2>(path);
+  CHECK(back(2, 4) == 2.5f);
+  std::filesystem::remove(path);
 }

@@ -11,21 +11,41 @@
 #include "loom/config.hpp"
 #include "loom/core/device.hpp"
 
+#if LOOM_HAS_OPENMP
+#include <omp.h>
+#endif
+
 namespace loom {
+//! The number of threads the host executor runs its loops on:
+//! omp_get_max_threads() when the including file is compiled with OpenMP
+//! (LOOM_HAS_OPENMP; the CMake target loom::loom brings it where the
+//! compiler has it, see docs/00_quickstart.md), else 1. Small loops run on
+//! one thread whatever this says. O(1).
+//! Example: `std::printf("%d host threads\n", loom::host_threads());`
+inline int host_threads() noexcept {
+#if LOOM_HAS_OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
 namespace detail {
 inline std::string cuda_version_string(int v) {
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
 }  // namespace detail
 
-//! A human-readable report of loom's environment: loom, the compiler mode,
-//! CUDA runtime and driver, CCCL and cuBLAS versions, and every usable device
+//! A human-readable report of loom's environment: loom, the compiler mode
+//! (nvcc or a host compiler; OpenMP on with the host executor's threads, or
+//! off), CUDA runtime and driver, CCCL and cuBLAS versions, and every usable device
 //! with its properties (or why there is none). Never throws for a missing GPU.
 //! Example: `std::cout << loom::env_report();`
 inline std::string env_report() {
   std::ostringstream o;
   o << "loom " << LOOM_VERSION_STRING << " (compiled by " << (detail::cuda_compiler ? "nvcc" : "a host compiler")
-    << (LOOM_HAS_OPENMP ? ", OpenMP on" : ", OpenMP off") << ")\n";
+    << (LOOM_HAS_OPENMP ? ", OpenMP on, " + std::to_string(host_threads()) + " host threads" : ", OpenMP off")
+    << ")\n";
   int runtime = 0, driver = 0;
   (void)cudaRuntimeGetVersion(&runtime);
   (void)cudaDriverGetVersion(&driver);

@@ -104,23 +104,63 @@ class cuda_error : public error {
   cudaError_t code_;
 };
 
-//! A device allocation that could not be served; says how much was asked and
-//! how much the device has.
+//! The memory an allocation asks for (out_of_memory::kind()).
+enum class memory_kind {
+  device,        //!< device memory from CUDA's stream-ordered pool
+  pinned_host,   //!< page-locked host memory (cudaMallocHost)
+  pageable_host  //!< ordinary aligned heap memory
+};
+
+//! "device", "pinned host" or "pageable host".
+inline const char* memory_kind_name(memory_kind k) noexcept {
+  switch (k) {
+    case memory_kind::device:
+      return "device";
+    case memory_kind::pinned_host:
+      return "pinned host";
+    case memory_kind::pageable_host:
+      return "pageable host";
+  }
+  return "unknown";
+}
+
+//! An allocation that could not be served: device memory, pinned or pageable
+//! host memory. Says how much was asked and of which memory; for device
+//! memory also how much the device has (for host memory free() and total()
+//! are 0: not known). loom throws it instead of std::bad_alloc.
+//! Example: `catch (const loom::out_of_memory& e) { log(e.requested(), loom::memory_kind_name(e.kind())); }`
 class out_of_memory : public error {
  public:
+  //! A device allocation of `requested` bytes on `device`, with the device's free and total bytes.
   out_of_memory(std::size_t requested, std::size_t free, std::size_t total, int device)
       : error("loom: out of device memory on device " + std::to_string(device) + ": requested " +
               std::to_string(requested) + " bytes, " + std::to_string(free) + " bytes free of " +
               std::to_string(total) + " total"),
         requested_(requested),
         free_(free),
-        total_(total) {}
+        total_(total),
+        device_(device) {}
+  //! A host allocation of `requested` bytes of memory `kind` (pinned_host or pageable_host).
+  out_of_memory(std::size_t requested, memory_kind kind)
+      : error(std::string("loom: out of ") + memory_kind_name(kind) + " memory: requested " +
+              std::to_string(requested) + " bytes"),
+        requested_(requested),
+        kind_(kind) {}
+  //! Bytes the failed allocation asked for.
   [[nodiscard]] std::size_t requested() const noexcept { return requested_; }
+  //! Free bytes of the device at the failure (0 for host memory).
   [[nodiscard]] std::size_t free() const noexcept { return free_; }
+  //! Total bytes of the device (0 for host memory).
   [[nodiscard]] std::size_t total() const noexcept { return total_; }
+  //! Which memory was asked for.
+  [[nodiscard]] memory_kind kind() const noexcept { return kind_; }
+  //! The device of a device allocation; -1 for host memory.
+  [[nodiscard]] int device() const noexcept { return device_; }
 
  private:
-  std::size_t requested_, free_, total_;
+  std::size_t requested_ = 0, free_ = 0, total_ = 0;
+  memory_kind kind_ = memory_kind::device;
+  int device_ = -1;
 };
 
 namespace detail {

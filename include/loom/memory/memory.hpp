@@ -11,7 +11,6 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
-#include <new>
 #include <string>
 
 #include "loom/core/device.hpp"
@@ -207,7 +206,8 @@ inline void device_free(void* p, std::size_t bytes, stream_ref s) noexcept {
   note_free(s.device(), bytes);
 }
 
-//! Page-locked host memory (fast, truly asynchronous transfers). Needs a driver.
+//! Page-locked host memory (fast, truly asynchronous transfers). Needs a
+//! driver. Throws out_of_memory (memory_kind::pinned_host) when it cannot be had.
 inline void* pinned_allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   gpu::require_device("allocating pinned host memory");
@@ -215,7 +215,7 @@ inline void* pinned_allocate(std::size_t bytes) {
   const cudaError_t e = cudaMallocHost(&p, bytes);
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
-    throw std::bad_alloc();
+    throw out_of_memory(bytes, memory_kind::pinned_host);
   }
   LOOM_CUDA_CHECK(e);
   if (fill_uninitialized()) std::memset(p, fill_byte(), bytes);
@@ -228,11 +228,16 @@ inline void pinned_free(void* p) noexcept {
 //! Alignment of pageable host allocations: enough for any vector load.
 inline constexpr std::size_t host_alignment = 64;
 
+//! Pageable host memory aligned to host_alignment. Throws out_of_memory
+//! (memory_kind::pageable_host) when it cannot be had.
 inline void* host_allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
+  // aligned_alloc takes a multiple of the alignment; a size that cannot be rounded up cannot be had either.
+  if (bytes > std::numeric_limits<std::size_t>::max() - (host_alignment - 1))
+    throw out_of_memory(bytes, memory_kind::pageable_host);
   const std::size_t rounded = (bytes + host_alignment - 1) / host_alignment * host_alignment;
   void* p = std::aligned_alloc(host_alignment, rounded);
-  if (!p) throw std::bad_alloc();
+  if (!p) throw out_of_memory(bytes, memory_kind::pageable_host);
   if (fill_uninitialized()) std::memset(p, fill_byte(), bytes);
   return p;
 }

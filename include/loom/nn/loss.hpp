@@ -51,7 +51,8 @@ struct cross_entropy_options {
 
 //! The per-row cross-entropy of logits [..., C] against integer targets
 //! [..., 1] (one class index per row), as a lazy expression of shape [..., 1]
-//! computed in float. A target outside [0, C) that is not ignore_index gives
+//! computed in the logits' compute type: double for double logits, float
+//! for float, half and bf16. A target outside [0, C) that is not ignore_index gives
 //! NaN for its row (a kernel cannot raise). A -inf logit masks its class:
 //! the loss stays finite unless that class is the target (inf) or label
 //! smoothing puts weight on it (inf), as in PyTorch. One kernel when assigned: passes
@@ -73,6 +74,13 @@ template <expression L, expression T>
 }
 
 namespace detail {
+// 1 in type C for each target that is not ignore_index, else 0: counting
+// in the logits' compute type keeps a double mean's count exact past 2^24 rows.
+template <class C, class T>
+auto ce_counted(const T& targets, std::int64_t ignore_index) {
+  return map(ce_target<C>{C(0), C(1)}, targets == ignore_index);
+}
+
 template <class X>
 void check_ce_shapes(const X& logits, const auto& target) {
   if (target.extent(0) != logits.extent(0))
@@ -82,7 +90,8 @@ void check_ce_shapes(const X& logits, const auto& target) {
 }  // namespace detail
 
 //! Cross-entropy loss per row: logits [N, C], targets [N] (int64 class
-//! indices) -> a float tensor [N] in the same space. One kernel.
+//! indices) -> a tensor [N] in the same space, of the logits' compute type
+//! (double for double logits, float otherwise). One kernel.
 //! Example: `auto l = loom::cross_entropy_per_row(logits, labels);`
 template <tensor_like L, tensor_like T>
 [[nodiscard]] auto cross_entropy_per_row(const L& logits, const T& target, const cross_entropy_options& o = {}) {
@@ -93,29 +102,32 @@ template <tensor_like L, tensor_like T>
   static_assert(std::is_same_v<typename decltype(tv)::value_type, std::int64_t>,
                 "loom: cross_entropy targets are int64 class indices");
   detail::check_ce_shapes(lv, tv);
-  tensor<float, 1, typename decltype(lv)::space> out({lv.extent(0)});
+  using R = compute_t<typename decltype(lv)::value_type>;
+  tensor<R, 1, typename decltype(lv)::space> out({lv.extent(0)});
   assign(out.view().unsqueeze(1), cross_entropy_rows(lv, tv.unsqueeze(1), o));
   return out;
 }
 
 //! Cross-entropy loss reduced over the rows (mean over non-ignored rows, or
-//! sum): a 0-d float tensor in the logits' space. Two kernels: the per-row
-//! losses into a pool temporary, then one row reduction over them. The mean
-//! of zero counted rows is NaN, as in PyTorch.
+//! sum): a 0-d tensor in the logits' space, of their compute type (double
+//! for double logits, float otherwise; the rows are accumulated in it). Two
+//! kernels: the per-row losses into a pool temporary, then one row reduction
+//! over them. The mean of zero counted rows is NaN, as in PyTorch.
 //! Example: `float loss = loom::to_host(loom::cross_entropy(logits, labels))();`
 template <tensor_like L, tensor_like T>
 [[nodiscard]] auto cross_entropy(const L& logits, const T& target, const cross_entropy_options& o = {}) {
   const auto per_row = cross_entropy_per_row(logits, target, o);
+  using R = typename decltype(per_row)::value_type;
   const auto tv = detail::as_view(target);
   const index_t n = tv.extent(0);
-  tensor<float, 0, typename decltype(tv)::space> out(shape<0>{});
+  tensor<R, 0, typename decltype(tv)::space> out(shape<0>{});
   const auto losses = per_row.view().reshape(shape<2>{1, n});
   const auto t_row = tv.unsqueeze(0);  // any view of the targets, strided too
   const auto dst = out.view().reshape(shape<2>{1, 1});
   if (o.reduction == loss_reduction::sum)
     assign(dst, row_sum(losses));
   else
-    assign(dst, row_sum(losses) / row_sum(where(t_row == o.ignore_index, 0.0f, 1.0f)));
+    assign(dst, row_sum(losses) / row_sum(detail::ce_counted<R>(t_row, o.ignore_index)));
   return out;
 }
 
@@ -133,17 +145,17 @@ template <tensor_like L, tensor_like T>
   detail::check_ce_shapes(lv, tv);
   using S = typename decltype(lv)::space;
   const index_t c = lv.extent(1);
-  tensor<float, 2, S> count({1, 1});
+  using C = compute_t<typename decltype(lv)::value_type>;
+  tensor<C, 2, S> count({1, 1});
   const auto t_row = tv.unsqueeze(0);  // any view of the targets, strided too
   if (o.reduction == loss_reduction::mean)
-    assign(count, row_sum(where(t_row == o.ignore_index, 0.0f, 1.0f)));
+    assign(count, row_sum(detail::ce_counted<C>(t_row, o.ignore_index)));
   else
-    assign(count, 1.0f);
+    assign(count, C(1));
   const auto z = detail::as_node(lv);
   const auto t = detail::as_node(tv.unsqueeze(1));
   const auto p = exp(z - row_max(z)) / row_sum(exp(z - row_max(z)));
   const double s = o.label_smoothing;
-  using C = compute_t<typename decltype(lv)::value_type>;
   const auto target_dist = map(detail::ce_target<C>{static_cast<C>(1.0 - s + s / static_cast<double>(c)),
                                                     static_cast<C>(s / static_cast<double>(c))},
                                column_index(z) == t);

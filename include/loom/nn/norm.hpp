@@ -14,42 +14,64 @@
 #include "loom/tensor/tensor.hpp"
 
 // Normalization layers over the last axis, written as loom expressions. A
-// constant row gives a finite output (its centred values are 0; eps keeps
-// rsqrt finite).
+// constant row gives exactly the bias (its centred values are exactly 0; eps
+// keeps rsqrt finite).
 namespace loom {
-//! Mean of each row (shape [..., 1]): `row_mean(x)`.
+namespace detail {
+// The row mean refined once: m + mean(x - m), m = mean(x). The rounding of
+// a float sum leaves m a few ulps off the mean (for a constant row of 0.7
+// over 4099 columns, 8 ulps), and centred values x - m then carry that
+// error divided by the row's spread (by sqrt(eps) for a constant row). The
+// correction is a mean of the small differences x - m, which are exact
+// (x and m are close) and sum with little rounding: for a constant row all
+// equal, so it is exactly m's error, and the refined mean is exactly the
+// row's value. One more reduction pass per row (the corrected two-pass
+// algorithm, Chan, Golub and LeVeque).
+template <class Z>
+auto norm_row_mean(const Z& z) {
+  const auto m = row_mean(z);
+  return m + row_mean(z - m);
+}
+}  // namespace detail
+
+//! Mean of each row (shape [..., 1]) as layer_norm computes it: the row mean
+//! refined once by the mean of the differences from it (exact for a constant
+//! row). Two reduction passes per row when assigned.
 template <expression E>
 [[nodiscard]] auto layer_norm_mean(const E& x) {
-  return row_mean(detail::as_node(x));
+  return detail::norm_row_mean(detail::as_node(x));
 }
 
 //! 1 / sqrt(variance + eps) of each row (biased variance, as PyTorch's layer
-//! norm), shape [..., 1].
+//! norm, around layer_norm_mean), shape [..., 1]. Three reduction passes per
+//! row when assigned.
 template <expression E>
 [[nodiscard]] auto layer_norm_rstd(const E& x, double eps = 1e-5) {
   const auto z = detail::as_node(x);
-  const auto c = z - row_mean(z);
+  const auto c = z - detail::norm_row_mean(z);
   return rsqrt(row_mean(c * c) + eps);
 }
 
 //! Layer normalization: (x - mean) * rstd * weight + bias, over the last axis.
-//! One kernel: two reduction passes per row (mean, variance), one write.
+//! One kernel: three reduction passes per row (the mean, its correction, the
+//! variance; see layer_norm_mean), one write. A constant row gives exactly
+//! the bias.
 //! Example: `y = loom::layer_norm(x, gamma, beta, 1e-5);`
 template <expression E, operand W, operand B>
 [[nodiscard]] auto layer_norm(const E& x, const W& weight, const B& bias, double eps = 1e-5) {
   const auto z = detail::as_node(x);
-  const auto c = z - row_mean(z);
+  const auto c = z - detail::norm_row_mean(z);
   return c * rsqrt(row_mean(c * c) + eps) * weight + bias;
 }
 
 //! Gradient of layer_norm with respect to x, recomputing the row statistics
 //! from x: rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight.
-//! One kernel, four reduction passes per row (mean and variance of x, then
-//! the two means of g).
+//! One kernel, five reduction passes per row (the mean of x, its correction
+//! and the variance, then the two means of g).
 template <expression E, operand W, expression D>
 [[nodiscard]] auto layer_norm_backward_input(const E& x, const W& weight, const D& dy, double eps = 1e-5) {
   const auto z = detail::as_node(x);
-  const auto c = z - row_mean(z);
+  const auto c = z - detail::norm_row_mean(z);
   const auto rstd = rsqrt(row_mean(c * c) + eps);
   const auto xhat = c * rstd;
   const auto g = detail::as_node(dy) * weight;
@@ -122,7 +144,7 @@ void check_norm_grad_shapes(const X& x, const D& dy, const char* what) {
 //! axes into N first) and a weight of shape [C]. Deterministic (no atomics;
 //! the same input gives the same bits run to run on one device).
 //! Two kernels (one launch each, exec/row_colsum.hpp):
-//!  1. a row kernel that recomputes the row statistics from x (4 reduction
+//!  1. a row kernel that recomputes the row statistics from x (5 reduction
 //!     passes per row, as layer_norm_backward_input), writes dx, and adds
 //!     dy * xhat and dy into per-column accumulators for a fixed block of
 //!     consecutive rows per thread block (shared memory on the device; the
@@ -147,7 +169,7 @@ template <tensor_like X, tensor_like W, tensor_like D>
   // The same nodes as layer_norm_backward_input, so the extras' reductions
   // are the output's (computed once per row).
   const auto z = detail::as_node(x);
-  const auto centred = z - row_mean(z);
+  const auto centred = z - detail::norm_row_mean(z);
   const auto rstd = rsqrt(row_mean(centred * centred) + eps);
   const auto xhat = centred * rstd;
   const auto d = detail::as_node(dy);

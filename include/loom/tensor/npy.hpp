@@ -305,14 +305,17 @@ inline std::size_t read_bytes(std::FILE* f, void* p, std::size_t n) { return n ?
 //! row-major element order. The file is written as `path + ".tmp"` and then
 //! renamed over `path`, so a failed call never leaves a half-written file at
 //! `path` (no fsync: a power loss may still lose the new file). Throws io_error
-//! naming the path and the OS error. One pass over the data; no kernel.
+//! naming the path and the OS error, value_error for a view with elements but
+//! no data pointer. An empty view is written as an empty array. One pass over
+//! the data; no kernel.
 //! Example: `loom::save_npy("w.npy", h.view().t());`
 template <class T, std::size_t R>
 void save_npy(const std::string& path, const view<T, R, host>& v) {
   using value_type = std::remove_const_t<T>;
   const std::string where = "loom: save_npy('" + path + "')";
   if (v.size() != 0 && v.data() == nullptr)
-    throw value_error(where + ": the tensor holds no data (default-constructed?)");
+    throw value_error(where + ": the view has elements but no data (a view of a default-constructed or moved-from "
+                              "rank-0 tensor)");
   detail::atomic_file_writer out(path, where);
   const std::string preamble = detail::npy_preamble(dtype_of<value_type>, v.extents());
   out.write(preamble.data(), preamble.size());
@@ -332,21 +335,35 @@ void save_npy(const std::string& path, const view<T, R, host>& v) {
   out.commit();
 }
 
-//! Writes a host tensor to a .npy file; see save_npy(path, view).
+namespace detail {
+// save_npy of a tensor without storage (default-constructed or moved from).
+template <class T, std::size_t R, class S>
+void require_storage_to_save(const std::string& path, const tensor<T, R, S>& t) {
+  if (!t.has_storage())
+    throw value_error("loom: save_npy('" + path +
+                      "'): the tensor holds no data (default-constructed or moved from); a tensor made with a "
+                      "shape of 0 elements is saved as an empty array");
+}
+}  // namespace detail
+
+//! Writes a host tensor to a .npy file; see save_npy(path, view). A tensor
+//! that holds no data (default-constructed or moved from, any rank:
+//! has_storage() is false) throws value_error and writes nothing; a tensor
+//! made with a shape of 0 elements is written as a valid empty array.
 //! Example: `loom::save_npy("x.npy", h);`
 template <class T, std::size_t R>
 void save_npy(const std::string& path, const tensor<T, R, host>& t) {
+  detail::require_storage_to_save(path, t);
   save_npy(path, t.view());
 }
 
 //! Writes a device tensor to a .npy file: copies it to the host with
 //! loom::to_host first (one transfer; synchronizes the current stream), then
-//! as save_npy(path, view). Example: `loom::save_npy("y.npy", y);`
+//! as save_npy(path, view). A tensor that holds no data throws value_error,
+//! as for host tensors. Example: `loom::save_npy("y.npy", y);`
 template <class T, std::size_t R>
 void save_npy(const std::string& path, const tensor<T, R, device>& t) {
-  if constexpr (R == 0)
-    if (t.data() == nullptr)
-      throw value_error("loom: save_npy('" + path + "'): the tensor holds no data (default-constructed?)");
+  detail::require_storage_to_save(path, t);
   save_npy(path, to_host(t));
 }
 

@@ -117,7 +117,8 @@ class tensor {
   using view_type = loom::view<T, Rank, Space>;
   using const_view_type = loom::view<const T, Rank, Space>;
 
-  //! A tensor that holds no data; give it some by move-assignment.
+  //! A tensor that holds no data (has_storage() is false); give it some by
+  //! move-assignment. Its extents are all 0 (rank 0: one element, not readable).
   tensor() = default;
 
   //! Uninitialized device tensor allocated on the current stream.
@@ -129,12 +130,12 @@ class tensor {
   //! Uninitialized device tensor allocated (and later freed) on stream `st`.
   tensor(const shape<Rank>& s, stream_ref st)
     requires std::is_same_v<Space, device>
-      : buf_(detail::checked_bytes(s, sizeof(T)), st), view_(static_cast<T*>(buf_.get()), s) {}
+      : buf_(detail::checked_bytes(s, sizeof(T)), st), view_(static_cast<T*>(buf_.get()), s), has_storage_(true) {}
 
   //! Uninitialized host tensor, pageable by default or pinned.
   explicit tensor(const shape<Rank>& s, host_memory kind = host_memory::pageable)
     requires std::is_same_v<Space, host>
-      : buf_(detail::checked_bytes(s, sizeof(T)), kind), view_(static_cast<T*>(buf_.get()), s) {}
+      : buf_(detail::checked_bytes(s, sizeof(T)), kind), view_(static_cast<T*>(buf_.get()), s), has_storage_(true) {}
 
   //! Host tensor holding `values` in row-major order (their count must match the shape).
   tensor(const shape<Rank>& s, std::initializer_list<T> values)
@@ -150,7 +151,10 @@ class tensor {
   tensor(const tensor& o) : tensor(o.clone_storage()) {
     detail::copy_views(view(), o.view(), copy_stream(), false);
   }
-  tensor(tensor&& o) noexcept : buf_(std::move(o.buf_)), view_(o.view_) { o.view_ = view_type{}; }
+  tensor(tensor&& o) noexcept
+      : buf_(std::move(o.buf_)), view_(o.view_), has_storage_(std::exchange(o.has_storage_, false)) {
+    o.view_ = view_type{};
+  }
 
   //! Copies the elements of `o` into this tensor; the shapes must be equal
   //! (shape_error otherwise, and this tensor is unchanged).
@@ -164,6 +168,7 @@ class tensor {
       buf_ = std::move(o.buf_);
       view_ = o.view_;
       o.view_ = view_type{};
+      has_storage_ = std::exchange(o.has_storage_, false);
     }
     return *this;
   }
@@ -178,25 +183,35 @@ class tensor {
     assign(view(), e);
     return *this;
   }
-  //! In-place arithmetic, one launch each: `x += y * 2;`
+  //! In-place arithmetic, one launch each, with the aliasing rules of
+  //! loom::assign; see view::operator+=. Example: `x += y * 2;`
   template <class E>
   tensor& operator+=(const E& e) {
-    assign(view(), view() + e);
+    view() += e;
     return *this;
   }
+  //! `x -= e`; see operator+=.
   template <class E>
   tensor& operator-=(const E& e) {
-    assign(view(), view() - e);
+    view() -= e;
     return *this;
   }
+  //! `x *= e`; see operator+=.
   template <class E>
   tensor& operator*=(const E& e) {
-    assign(view(), view() * e);
+    view() *= e;
     return *this;
   }
+  //! `x /= e`; see operator+=.
   template <class E>
   tensor& operator/=(const E& e) {
-    assign(view(), view() / e);
+    view() /= e;
+    return *this;
+  }
+  //! `x %= e`; see operator+=.
+  template <class E>
+  tensor& operator%=(const E& e) {
+    view() %= e;
     return *this;
   }
 
@@ -212,6 +227,10 @@ class tensor {
   index_t extent(std::size_t d) const { return view_.extent(d); }
   index_t size() const { return data() ? view_.size() : 0; }
   bool empty() const { return size() == 0; }
+  //! True for a tensor made with a shape, even one of 0 elements (a valid
+  //! empty array); false for a default-constructed or moved-from tensor,
+  //! which holds no data. O(1).
+  bool has_storage() const noexcept { return has_storage_; }
   //! The single element as a host value; see view::item (device data: one
   //! copy to the host and a wait for the current stream). Throws shape_error
   //! unless size() == 1. Example: `float total = loom::sum(x).item();`
@@ -284,7 +303,7 @@ class tensor {
 
  private:
   tensor clone_storage() const {
-    if (!data() && view_.size() != 0) return tensor();  // default-constructed: nothing to copy
+    if (!has_storage_) return tensor();  // default-constructed or moved from: nothing to copy
     if constexpr (std::is_same_v<Space, device>)
       return tensor(extents(), buf_.stream());
     else
@@ -299,6 +318,7 @@ class tensor {
 
   detail::buffer<Space> buf_;
   view_type view_;
+  bool has_storage_ = false;
 };
 
 //! Host tensor alias: `host_tensor<float, 2>`.

@@ -107,6 +107,37 @@ class view {
     return *this;
   }
 
+  //! Compound assignment on the viewed elements: `v += e` is `v = v + e`, one
+  //! launch, with the aliasing rules of loom::assign (an expression may read
+  //! the updated elements only at the positions it writes). Works on named
+  //! views and on temporaries from slicing: `z.t() *= 2;`. A view of const
+  //! elements is rejected at compile time. Needs the operators
+  //! (loom/ops/arithmetic.hpp, part of loom/loom.hpp).
+  template <class E>
+  const view& operator+=(const E& e) const {
+    return update(*this + e);
+  }
+  //! `v -= e` is `v = v - e`; see operator+=.
+  template <class E>
+  const view& operator-=(const E& e) const {
+    return update(*this - e);
+  }
+  //! `v *= e` is `v = v * e`; see operator+=.
+  template <class E>
+  const view& operator*=(const E& e) const {
+    return update(*this * e);
+  }
+  //! `v /= e` is `v = v / e` (true division, converted to the element type); see operator+=.
+  template <class E>
+  const view& operator/=(const E& e) const {
+    return update(*this / e);
+  }
+  //! `v %= e` is `v = v % e` (Python-style remainder); see operator+=.
+  template <class E>
+  const view& operator%=(const E& e) const {
+    return update(*this % e);
+  }
+
   //! A view of `data` with the given extents and strides (in elements).
   LOOM_HD view(T* data, const shape<Rank>& extents, const shape<Rank>& strides)
       : data_(data), extents_(extents), strides_(strides) {}
@@ -350,6 +381,15 @@ class view {
   }
 
  private:
+  template <class E>
+  const view& update(const E& e) const {
+    static_assert(!std::is_const_v<T>,
+                  "loom: compound assignment (+=, -=, *=, /=, %=) writes the viewed elements; this view's "
+                  "elements are const (take the view from a non-const tensor)");
+    if constexpr (!std::is_const_v<T>) assign(*this, e);
+    return *this;
+  }
+
   static void resolve(const range& r, index_t n, std::size_t axis, index_t& start, index_t& count) {
     if (r.step == 0) throw value_error("loom: slice step must not be zero (axis " + std::to_string(axis) + ")");
     auto bad = [&](const char* what, index_t v) {
