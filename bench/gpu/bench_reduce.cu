@@ -301,7 +301,8 @@ void lookback_variant(bench_state& st, const std::string& impl, const loom::devi
                       loom::device_tensor<float, 1>& y, const std::vector<float>& hx) {
   const index_t n = x.size();
   auto f = [&] {
-    y = loom::detail::scan_impl<loom::detail::sum_op<float>, false, Tiles>(x, 0, loom::scan_kind::inclusive);
+    y = loom::detail::scan_impl<loom::detail::reduce::sum_op<float>, false, Tiles>(x, 0,
+                                                                                 loom::scan_kind::inclusive);
   };
   poison(y);
   first_run(f);

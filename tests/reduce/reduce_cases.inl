@@ -383,6 +383,7 @@ TEST_CASE("a whole reduction of a plain tensor of 4- or 8-byte numbers hands CUB
   // fused expressions, 1- and 2-byte types and argmax/argmin (whose items
   // carry their position) hand CUB 16-byte items instead.
   using namespace loom::detail;
+  using namespace loom::detail::reduce;
   using leaf_f = node_t<loom::tensor<float, 2, space_t>>;
   using leaf_view_i = node_t<loom::view<const std::int32_t, 3, space_t>>;
   using leaf_h = node_t<loom::tensor<loom::half, 1, space_t>>;
@@ -1009,13 +1010,14 @@ TEST_CASE("a reduction is one launch and reads a fused expression once", "[reduc
 namespace {
 // The device's axis-reduction plan replayed on the host: every output, block
 // and thread of axis_reduce_kernel in turn, through the kernel's own
-// per-thread shares (loom::detail::row_share, row_share_vec, cross_share) and
+// per-thread shares (loom::detail::reduce::row_share, row_share_vec, cross_share) and
 // its combining order (lanes in order, then chunks in order). The threads of
 // a block along rows are combined in thread order here, by cub::BlockReduce's
 // tree in the kernel: the results are compared with references, not bits.
 template <class Op, class E, std::size_t R>
-result replay_axes(const E& e, const std::array<bool, R>& red, int sms, loom::detail::axis_plan& plan) {
+result replay_axes(const E& e, const std::array<bool, R>& red, int sms, loom::detail::reduce::axis_plan& plan) {
   using namespace loom::detail;
+  using namespace loom::detail::reduce;
   const auto n = as_node(e);
   const loom::shape<R> ext = n.extents();
   const auto lay = layout_of(ext, red);
@@ -1076,6 +1078,7 @@ struct plan_want {
 template <class T, class E, std::size_t R, class Val>
 void check_replay(const E& e, const std::array<bool, R>& red, int sms, const plan_want& want, Val val) {
   using namespace loom::detail;
+  using namespace loom::detail::reduce;
   using C = typename node_t<E>::value_type;
   const auto segs = gather_ref(as_node(e).extents(), red, val);
   axis_plan plan;

@@ -805,6 +805,7 @@ bool same_acc(const A& a, const A& b) {
 template <class Op, bool Indices, class E>
 std::pair<std::vector<double>, std::vector<double>> replay_cross_scan(const E& e, std::size_t axis, bool exclusive) {
   using namespace loom::detail;
+  using namespace loom::detail::reduce;
   using acc = typename Op::acc;
   constexpr std::size_t R = node_t<E>::rank;
   const auto n = as_node(e);
@@ -877,7 +878,7 @@ TEMPLATE_TEST_CASE("scans across rows of contiguous inputs, replayed from the de
   for (bool ex : {false, true}) {
     for (std::size_t axis : {0, 1}) {
       INFO("axis " << axis << (ex ? " exclusive" : " inclusive"));
-      const auto [got, gi] = replay_cross_scan<loom::detail::sum_op<T>, false>(h, axis, ex);
+      const auto [got, gi] = replay_cross_scan<loom::detail::reduce::sum_op<T>, false>(h, axis, ex);
       reference_scan(scan_op::sum, ex, flat(h), h.extents(), axis, want, widx);
       check_values(got, want, 0);
       const auto [mv, mi] = replay_cross_scan<loom::detail::cum_extreme_op<T, true>, true>(h * T(2), axis, ex);
@@ -887,7 +888,7 @@ TEMPLATE_TEST_CASE("scans across rows of contiguous inputs, replayed from the de
       check_values(mv, want, 0);
       check_values(mi, widx, 0);
     }
-    const auto [got, gi] = replay_cross_scan<loom::detail::sum_op<T>, false>(small, 0, ex);
+    const auto [got, gi] = replay_cross_scan<loom::detail::reduce::sum_op<T>, false>(small, 0, ex);
     reference_scan(scan_op::sum, ex, flat(small), small.extents(), 0, want, widx);
     check_values(got, want, 0);
   }
@@ -904,6 +905,7 @@ template <class Op, bool Indices = false, class E>
 std::pair<std::vector<double>, std::vector<double>> replay_cross_lookback(const E& e, std::size_t axis,
                                                                           bool exclusive) {
   using namespace loom::detail;
+  using namespace loom::detail::reduce;
   using acc = typename Op::acc;
   constexpr std::size_t R = node_t<E>::rank;
   const auto n = as_node(e);
@@ -990,13 +992,13 @@ TEMPLATE_TEST_CASE("scans across rows of a few long lines, replayed from the loo
   for (bool ex : {false, true}) {
     INFO((ex ? "exclusive" : "inclusive"));
     reference_scan(scan_op::sum, ex, flat(a), a.extents(), 0, want, widx);
-    check_values(replay_cross_lookback<loom::detail::sum_op<T>>(a, 0, ex).first, want, 0);
+    check_values(replay_cross_lookback<loom::detail::reduce::sum_op<T>>(a, 0, ex).first, want, 0);
     reference_scan(scan_op::sum, ex, flat(m), m.extents(), 1, want, widx);
-    check_values(replay_cross_lookback<loom::detail::sum_op<T>>(m, 1, ex).first, want, 0);
+    check_values(replay_cross_lookback<loom::detail::reduce::sum_op<T>>(m, 1, ex).first, want, 0);
     reference_scan(scan_op::sum, ex, flat(w), w.extents(), 0, want, widx);
-    check_values(replay_cross_lookback<loom::detail::sum_op<T>>(w, 0, ex).first, want, 0);
+    check_values(replay_cross_lookback<loom::detail::reduce::sum_op<T>>(w, 0, ex).first, want, 0);
     reference_scan(scan_op::sum, ex, flat(p), p.extents(), 0, want, widx);
-    check_values(replay_cross_lookback<loom::detail::sum_op<T>>(p, 0, ex).first, want, 0);
+    check_values(replay_cross_lookback<loom::detail::reduce::sum_op<T>>(p, 0, ex).first, want, 0);
     // cummax with its indices (ties in these eighths take the later index;
     // the look-back across rows serves it too since 2026-12-02).
     for (const auto* h : {&a, &m}) {
@@ -1018,6 +1020,7 @@ namespace {
 template <class Op, bool Indices, class E>
 std::pair<std::vector<double>, std::vector<double>> replay_warp_scan(const E& e, std::size_t axis, bool exclusive) {
   using namespace loom::detail;
+  using namespace loom::detail::reduce;
   using acc = typename Op::acc;
   constexpr std::size_t R = node_t<E>::rank;
   const auto n = as_node(e);
@@ -1096,7 +1099,7 @@ TEMPLATE_TEST_CASE("scans of rows up to 1024, replayed from the warp kernel's pa
     const auto h = eighths<T, 2>({37, len}, g);
     for (bool ex : {false, true}) {
       INFO((ex ? "exclusive" : "inclusive"));
-      const auto [got, gi] = replay_warp_scan<loom::detail::sum_op<T>, false>(h, 1, ex);
+      const auto [got, gi] = replay_warp_scan<loom::detail::reduce::sum_op<T>, false>(h, 1, ex);
       reference_scan(scan_op::sum, ex, flat(h), h.extents(), 1, want, widx);
       check_values(got, want, 0);
       const auto [mv, mi] = replay_warp_scan<loom::detail::cum_extreme_op<T, true>, true>(h, 1, ex);
@@ -1107,7 +1110,7 @@ TEMPLATE_TEST_CASE("scans of rows up to 1024, replayed from the warp kernel's pa
   }
   const auto c = eighths<T, 3>({300, 5, 7}, g);
   for (bool ex : {false, true}) {
-    const auto [got, gi] = replay_warp_scan<loom::detail::sum_op<T>, false>(c, 0, ex);
+    const auto [got, gi] = replay_warp_scan<loom::detail::reduce::sum_op<T>, false>(c, 0, ex);
     reference_scan(scan_op::sum, ex, flat(c), c.extents(), 0, want, widx);
     check_values(got, want, 0);
   }
@@ -1126,6 +1129,7 @@ TEMPLATE_TEST_CASE("the look-back scan's tile prefix is the serial chain value w
                    "[reduce][scan]", float, double) {
   using T = TestType;
   using namespace loom::detail;
+  using namespace loom::detail::reduce;
   std::mt19937_64 g(loom_test::seed_for("look-back fold"));
   constexpr int tiles = 700;  // up to 22 windows back: walks that restart
   std::uniform_real_distribution<double> mant(1.0, 2.0), near1(-0.01, 0.01);
@@ -1231,6 +1235,7 @@ TEMPLATE_TEST_CASE("the look-back scan's tile prefix is the serial chain value w
 // pending word 0 the state is cleared to.
 TEST_CASE("the look-back scan's 64-bit tile word keeps the status and every bit of the value", "[reduce][scan]") {
   using namespace loom::detail;
+  using namespace loom::detail::reduce;
   std::mt19937 g(loom_test::seed_for("look-back word"));
   std::vector<std::uint32_t> bits = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
                                      0xffc00001u, 0x7f800001u, 0x00000001u, 0x807fffffu, 0x7f7fffffu,
@@ -1270,6 +1275,7 @@ TEMPLATE_TEST_CASE("the device sort's two radix sorts, replayed on the host, sor
                    float, double, loom::half, loom::bf16, std::int32_t, std::int64_t) {
   using T = TestType;
   using namespace loom::detail;
+  using namespace loom::detail::reduce;
   using K = sort_key_t<T>;
   std::mt19937_64 g(loom_test::seed_for("sort replay"));
   for (auto s : {loom::shape<2>{1, 1}, loom::shape<2>{1, 4099}, loom::shape<2>{7, 33}, loom::shape<2>{1031, 5},

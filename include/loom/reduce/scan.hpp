@@ -54,30 +54,18 @@ struct values_indices {
 };
 
 namespace detail {
-// cummax/cummin: a later element wins ties (PyTorch's cummax gives the last
-// index of equal values) and a NaN, once met, stays, with the index of the
-// latest NaN, as PyTorch does. Associative, so block and device scans agree.
-// The identity (what an exclusive scan writes first) is the lowest value of
-// the type for cummax (-inf for floating types; the highest for cummin) with
-// index -1: no element. Every element wins against it.
-template <class T, bool Max>
-struct cum_extreme_op {
-  static constexpr const char* name = Max ? "cummax" : "cummin";
-  using acc = value_index<compute_t<T>>;
-  using result = T;
-  LOOM_HD acc identity() const { return {Max ? lowest_of<compute_t<T>>() : highest_of<compute_t<T>>(), -1}; }
-  template <class V>
-  LOOM_HD acc lift(V v, index_t i) const {
-    return {static_cast<compute_t<T>>(v), i};
-  }
-  LOOM_HD acc operator()(const acc& a, const acc& b) const {
-    // One select, no branch (see nan_extreme): a NaN wins, the later first.
-    const bool b_wins = (b.v != b.v) | ((!(a.v != a.v)) & (Max ? b.v >= a.v : b.v <= a.v));
-    return b_wins ? b : a;
-  }
-  LOOM_HD result finalize(const acc& a, index_t) const { return convert<result>(a.v); }
-};
-
+using reduce::axis_map;
+using reduce::check_reducible;
+using reduce::cum_extreme_op;
+using reduce::highest_of;
+using reduce::line_base;
+using reduce::lowest_of;
+using reduce::make_axis_map;
+using reduce::read_at;
+using reduce::value_index;
+#if LOOM_CUDA_COMPILER
+using reduce::run_cub;
+#endif
 template <class Op>
 LOOM_HD std::int64_t index_of(const typename Op::acc& a) {
   if constexpr (std::is_class_v<typename Op::acc>)
@@ -1070,14 +1058,14 @@ auto scan_impl(const E& e, int axis_in, scan_kind kind) {
 //! Example: `auto c = loom::cumsum(x, -1);`, `auto offs = loom::cumsum(counts, 0, loom::scan_kind::exclusive);`
 template <expression E>
 [[nodiscard]] auto cumsum(const E& e, int axis, scan_kind kind = scan_kind::inclusive) {
-  return detail::scan_impl<detail::sum_op<typename detail::node_t<E>::value_type>, false>(e, axis, kind);
+  return detail::scan_impl<detail::reduce::sum_op<typename detail::node_t<E>::value_type>, false>(e, axis, kind);
 }
 
 //! Cumulative product along `axis`; like cumsum (int64 for integers; exclusive starts at 1).
 //! Example: `auto p = loom::cumprod(1.0f - x, 1);`
 template <expression E>
 [[nodiscard]] auto cumprod(const E& e, int axis, scan_kind kind = scan_kind::inclusive) {
-  return detail::scan_impl<detail::prod_op<typename detail::node_t<E>::value_type>, false>(e, axis, kind);
+  return detail::scan_impl<detail::reduce::prod_op<typename detail::node_t<E>::value_type>, false>(e, axis, kind);
 }
 
 //! Running maximum / minimum along `axis` with the int64 index where it was

@@ -27,6 +27,10 @@ namespace loom {
 enum class sort_order { ascending, descending };
 
 namespace detail {
+using reduce::check_reducible;
+#if LOOM_CUDA_COMPILER
+using reduce::run_cub;
+#endif
 // NaN sorts as larger than every number (last ascending, first descending),
 // as in PyTorch.
 template <class C>
