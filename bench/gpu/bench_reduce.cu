@@ -301,8 +301,8 @@ void lookback_variant(bench_state& st, const std::string& impl, const loom::devi
                       loom::device_tensor<float, 1>& y, const std::vector<float>& hx) {
   const index_t n = x.size();
   auto f = [&] {
-    y = loom::detail::scan_impl<loom::detail::reduce::sum_op<float>, false, Tiles>(x, 0,
-                                                                                 loom::scan_kind::inclusive);
+    y = loom::detail::scan::scan_impl<loom::detail::reduce::sum_op<float>, false, Tiles>(x, 0,
+                                                                                         loom::scan_kind::inclusive);
   };
   poison(y);
   first_run(f);
@@ -368,7 +368,7 @@ void long_scan(bench_state& st, index_t n) {
     // cub::DeviceScan for float sums (cub/device/dispatch/tuning/tuning_scan.cuh,
     // CCCL 3.0): 128 threads x 24 items, BLOCK_SCAN_WARP_SCANS, a wait of
     // 1140 ns before the look-back and 688 ns between polls.
-    using loom::detail::lookback_tiles;
+    using loom::detail::scan::lookback_tiles;
     lookback_variant<lookback_tiles<128, 24, true, 1140, 688>>(st, "loom, CUB's tile and waits: 128x24, warp scans, 1140/688 ns", x, y, hx);
     lookback_variant<lookback_tiles<128, 24, true>>(st, "loom, CUB's tile: 128x24, warp scans", x, y, hx);
     lookback_variant<lookback_tiles<0, 0, false, 1140, 688>>(st, "loom, CUB's waits: 1140/688 ns", x, y, hx);

@@ -800,12 +800,14 @@ bool same_acc(const A& a, const A& b) {
 
 // cross_scan_kernel replayed on the host: every tile of 32 lines, step by
 // step, every warp and lane in turn, through the kernel's own per-thread
-// parts (loom::detail::line_base, cross_scan_run, cross_scan_prefix,
+// parts (loom::detail::reduce::line_base, cross_scan_run, cross_scan_prefix,
 // cross_scan_write), into a NaN-poisoned output.
 template <class Op, bool Indices, class E>
 std::pair<std::vector<double>, std::vector<double>> replay_cross_scan(const E& e, std::size_t axis, bool exclusive) {
   using namespace loom::detail;
   using namespace loom::detail::reduce;
+  using namespace loom::detail::scan;
+  using namespace loom::detail::sort;
   using acc = typename Op::acc;
   constexpr std::size_t R = node_t<E>::rank;
   const auto n = as_node(e);
@@ -881,7 +883,7 @@ TEMPLATE_TEST_CASE("scans across rows of contiguous inputs, replayed from the de
       const auto [got, gi] = replay_cross_scan<loom::detail::reduce::sum_op<T>, false>(h, axis, ex);
       reference_scan(scan_op::sum, ex, flat(h), h.extents(), axis, want, widx);
       check_values(got, want, 0);
-      const auto [mv, mi] = replay_cross_scan<loom::detail::cum_extreme_op<T, true>, true>(h * T(2), axis, ex);
+      const auto [mv, mi] = replay_cross_scan<loom::detail::reduce::cum_extreme_op<T, true>, true>(h * T(2), axis, ex);
       std::vector<double> in;
       for (double x : flat(h)) in.push_back(2 * x);
       reference_scan(scan_op::max, ex, in, h.extents(), axis, want, widx, scan_none<T>(scan_op::max));
@@ -906,6 +908,8 @@ std::pair<std::vector<double>, std::vector<double>> replay_cross_lookback(const 
                                                                           bool exclusive) {
   using namespace loom::detail;
   using namespace loom::detail::reduce;
+  using namespace loom::detail::scan;
+  using namespace loom::detail::sort;
   using acc = typename Op::acc;
   constexpr std::size_t R = node_t<E>::rank;
   const auto n = as_node(e);
@@ -1003,7 +1007,7 @@ TEMPLATE_TEST_CASE("scans across rows of a few long lines, replayed from the loo
     // the look-back across rows serves it too since 2026-12-02).
     for (const auto* h : {&a, &m}) {
       const std::size_t axis = h == &a ? 0 : 1;
-      const auto [mv, mi] = replay_cross_lookback<loom::detail::cum_extreme_op<T, true>, true>(*h, axis, ex);
+      const auto [mv, mi] = replay_cross_lookback<loom::detail::reduce::cum_extreme_op<T, true>, true>(*h, axis, ex);
       reference_scan(scan_op::max, ex, flat(*h), h->extents(), axis, want, widx, scan_none<T>(scan_op::max));
       check_values(mv, want, 0);
       check_values(mi, widx, 0);
@@ -1021,6 +1025,8 @@ template <class Op, bool Indices, class E>
 std::pair<std::vector<double>, std::vector<double>> replay_warp_scan(const E& e, std::size_t axis, bool exclusive) {
   using namespace loom::detail;
   using namespace loom::detail::reduce;
+  using namespace loom::detail::scan;
+  using namespace loom::detail::sort;
   using acc = typename Op::acc;
   constexpr std::size_t R = node_t<E>::rank;
   const auto n = as_node(e);
@@ -1102,7 +1108,7 @@ TEMPLATE_TEST_CASE("scans of rows up to 1024, replayed from the warp kernel's pa
       const auto [got, gi] = replay_warp_scan<loom::detail::reduce::sum_op<T>, false>(h, 1, ex);
       reference_scan(scan_op::sum, ex, flat(h), h.extents(), 1, want, widx);
       check_values(got, want, 0);
-      const auto [mv, mi] = replay_warp_scan<loom::detail::cum_extreme_op<T, true>, true>(h, 1, ex);
+      const auto [mv, mi] = replay_warp_scan<loom::detail::reduce::cum_extreme_op<T, true>, true>(h, 1, ex);
       reference_scan(scan_op::max, ex, flat(h), h.extents(), 1, want, widx, scan_none<T>(scan_op::max));
       check_values(mv, want, 0);
       check_values(mi, widx, 0);
@@ -1130,6 +1136,8 @@ TEMPLATE_TEST_CASE("the look-back scan's tile prefix is the serial chain value w
   using T = TestType;
   using namespace loom::detail;
   using namespace loom::detail::reduce;
+  using namespace loom::detail::scan;
+  using namespace loom::detail::sort;
   std::mt19937_64 g(loom_test::seed_for("look-back fold"));
   constexpr int tiles = 700;  // up to 22 windows back: walks that restart
   std::uniform_real_distribution<double> mant(1.0, 2.0), near1(-0.01, 0.01);
@@ -1236,6 +1244,8 @@ TEMPLATE_TEST_CASE("the look-back scan's tile prefix is the serial chain value w
 TEST_CASE("the look-back scan's 64-bit tile word keeps the status and every bit of the value", "[reduce][scan]") {
   using namespace loom::detail;
   using namespace loom::detail::reduce;
+  using namespace loom::detail::scan;
+  using namespace loom::detail::sort;
   std::mt19937 g(loom_test::seed_for("look-back word"));
   std::vector<std::uint32_t> bits = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
                                      0xffc00001u, 0x7f800001u, 0x00000001u, 0x807fffffu, 0x7f7fffffu,
@@ -1262,7 +1272,7 @@ TEST_CASE("the look-back scan's 64-bit tile word keeps the status and every bit 
 }
 
 // The device sort replayed on the host through its own per-element parts
-// (loom::detail::to_radix_key, flat_position, row_of_position, row_key_bits,
+// (loom::detail::sort::to_radix_key, flat_position, row_of_position, row_key_bits,
 // gather_sorted), with std::stable_sort standing in for each
 // cub::DeviceRadixSort call (a stable sort of unsigned keys, or of signed and
 // bool keys by value, as CUB documents it; descending for the first call
@@ -1276,6 +1286,8 @@ TEMPLATE_TEST_CASE("the device sort's two radix sorts, replayed on the host, sor
   using T = TestType;
   using namespace loom::detail;
   using namespace loom::detail::reduce;
+  using namespace loom::detail::scan;
+  using namespace loom::detail::sort;
   using K = sort_key_t<T>;
   std::mt19937_64 g(loom_test::seed_for("sort replay"));
   for (auto s : {loom::shape<2>{1, 1}, loom::shape<2>{1, 4099}, loom::shape<2>{7, 33}, loom::shape<2>{1031, 5},

@@ -13,6 +13,7 @@
 #include "loom/config.hpp"
 #include "loom/detail/fast_divmod.hpp"
 #include "loom/exec/assign.hpp"
+#include "loom/reduce/plan.hpp"
 #include "loom/reduce/scan.hpp"
 #include "loom/tensor/copy.hpp"
 
@@ -26,11 +27,12 @@ namespace loom {
 //! Sort direction.
 enum class sort_order { ascending, descending };
 
-namespace detail {
+namespace detail::sort {
 using reduce::check_reducible;
 #if LOOM_CUDA_COMPILER
 using reduce::run_cub;
 #endif
+
 // NaN sorts as larger than every number (last ascending, first descending),
 // as in PyTorch.
 template <class C>
@@ -256,7 +258,7 @@ auto sort_impl(const E& e, sort_order order) {
   sort_rows(keys, out, order);
   return out;
 }
-}  // namespace detail
+}  // namespace detail::sort
 
 //! Sorts each row (the last axis) of any expression, stably: equal values
 //! keep their order. Returns the sorted values and, as int64, the position
@@ -275,7 +277,7 @@ auto sort_impl(const E& e, sort_order order) {
 //! Example: `auto [v, i] = loom::sort(scores, loom::sort_order::descending);`
 template <expression E>
 [[nodiscard]] auto sort(const E& e, sort_order order = sort_order::ascending) {
-  return detail::sort_impl(e, order);
+  return detail::sort::sort_impl(e, order);
 }
 
 //! The k largest (default) or smallest values of each row (last axis),
@@ -295,7 +297,7 @@ template <expression E>
                         std::to_string(in[R - 1]) + " (shape " + shape_string(in) + "); expected 0 <= k <= " +
                         std::to_string(in[R - 1]));
   }
-  auto all = detail::sort_impl(e, order);
+  auto all = detail::sort::sort_impl(e, order);
   using V = decltype(all);
   using T = typename decltype(all.values)::value_type;
   using S = typename decltype(all.values)::space;
@@ -305,7 +307,7 @@ template <expression E>
   ext[R - 1] = k;
   V out{tensor<T, R, S>(ext), tensor<std::int64_t, R, S>(ext)};
   // Copies, not assignments: the values keep their bits (see sort_impl).
-  const stream_ref s = detail::space_stream<S>();
+  const stream_ref s = detail::sort::space_stream<S>();
   detail::strided_copy(out.values.view(), view<const T, R, S>(all.values.data(), ext, st), s);
   detail::strided_copy(out.indices.view(), view<const std::int64_t, R, S>(all.indices.data(), ext, st), s);
   return out;
