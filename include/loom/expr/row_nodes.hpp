@@ -14,6 +14,7 @@
 
 #include "loom/config.hpp"
 #include "loom/core/error.hpp"
+#include "loom/core/math.hpp"
 #include "loom/core/shape.hpp"
 #include "loom/detail/fast_divmod.hpp"
 #include "loom/expr/bound.hpp"
@@ -54,8 +55,7 @@ struct row_max_op {
   }
   template <class A>
   LOOM_HD static A combine(A a, A b) {
-    if (a != a || b != b) return a + b;
-    return a < b ? b : a;
+    return detail::nan_extreme<A, true>(a, b);
   }
   template <class A>
   LOOM_HD static A finalize(A a, index_t) {
@@ -70,8 +70,7 @@ struct row_min_op {
   }
   template <class A>
   LOOM_HD static A combine(A a, A b) {
-    if (a != a || b != b) return a + b;
-    return b < a ? b : a;
+    return detail::nan_extreme<A, false>(a, b);
   }
   template <class A>
   LOOM_HD static A finalize(A a, index_t) {

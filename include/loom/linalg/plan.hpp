@@ -48,6 +48,52 @@ struct matmul_plan {
   view<const O, RO, S> bias;  // fused row bias (null data: none)
 };
 
+// The fused form: when `e` is act(alpha * matmul + beta * c + bias) with a c
+// laid out like the output and a row bias that cuBLASLt's epilogue takes,
+// fills `p` for one cuBLASLt call and returns true.
+template <class T, class O, std::size_t RO, class S, class E>
+bool fuse_epilogue(const view<O, RO, S>& out, const E& e, matmul_plan<O, RO, S>& p) {
+  epilogue_match<O, RO, S> m;
+  m.ext = out.extents();
+  bool fused = match_root(e, m);
+  view<const O, RO, S> c, bias;
+  double beta = 0;
+  for (int i = 0; fused && i != m.count; ++i) {
+    const auto& v = m.addend[i];
+    bool row = out.extent(RO - 1) == 1 || v.stride(RO - 1) == 1;
+    for (std::size_t d = 0; d + 1 < RO; ++d) row = row && (v.extent(d) == 1 || v.stride(d) == 0);
+    const bool disjoint = !may_overlap(v, out);
+    // A row bias needs D row-major: cuBLASLt adds it per row of the column-major D^T, i.e. per column of D.
+    if (m.scale[i] == 1 && !bias.data() && row && disjoint && row_major_matrix(out)) {
+      bias = v;
+      continue;
+    }
+    bool same_layout = true;
+    for (std::size_t d = 0; d != RO; ++d)
+      same_layout = same_layout && (out.extent(d) == 1 || v.stride(d) == out.stride(d));
+    if (!c.data() && same_layout && (disjoint || same_index_map(v, out))) {
+      c = v;
+      beta = m.scale[i];
+      continue;
+    }
+    fused = false;
+  }
+  // cuBLASLt's bias and activation epilogues are documented for the float
+  // compute types; a double product keeps only alpha and beta in the call.
+  if (std::is_same_v<T, double> && (bias.data() || m.act != matmul_activation::none)) fused = false;
+  if (!fused) return false;
+  p.info.path = matmul_path::fused;
+  p.info.activation = m.act;
+  p.info.alpha = m.alpha;
+  p.info.bias = bias.data() != nullptr;
+  p.info.accumulate = c.data() != nullptr;
+  p.info.beta = beta;
+  p.info.launches = 1;
+  p.c = c;
+  p.bias = bias;
+  return true;
+}
+
 template <class O, std::size_t RO, class S, class E>
 matmul_plan<O, RO, S> plan_matmul(const view<O, RO, S>& out, const E& e) {
   using M = std::remove_cvref_t<decltype(find_matmul(e))>;
@@ -93,46 +139,7 @@ matmul_plan<O, RO, S> plan_matmul(const view<O, RO, S>& out, const E& e) {
     return p;
   }
 
-  epilogue_match<O, RO, S> m;
-  m.ext = out.extents();
-  bool fused = match_root(e, m);
-  view<const O, RO, S> c, bias;
-  double beta = 0;
-  for (int i = 0; fused && i != m.count; ++i) {
-    const auto& v = m.addend[i];
-    bool row = out.extent(RO - 1) == 1 || v.stride(RO - 1) == 1;
-    for (std::size_t d = 0; d + 1 < RO; ++d) row = row && (v.extent(d) == 1 || v.stride(d) == 0);
-    const bool disjoint = !may_overlap(v, out);
-    // A row bias needs D row-major: cuBLASLt adds it per row of the column-major D^T, i.e. per column of D.
-    if (m.scale[i] == 1 && !bias.data() && row && disjoint && row_major_matrix(out)) {
-      bias = v;
-      continue;
-    }
-    bool same_layout = true;
-    for (std::size_t d = 0; d != RO; ++d)
-      same_layout = same_layout && (out.extent(d) == 1 || v.stride(d) == out.stride(d));
-    if (!c.data() && same_layout && (disjoint || same_index_map(v, out))) {
-      c = v;
-      beta = m.scale[i];
-      continue;
-    }
-    fused = false;
-  }
-  // cuBLASLt's bias and activation epilogues are documented for the float
-  // compute types; a double product keeps only alpha and beta in the call.
-  if (std::is_same_v<T, double> && (bias.data() || m.act != matmul_activation::none)) fused = false;
-  if (fused) {
-    p.info.path = matmul_path::fused;
-    p.info.activation = m.act;
-    p.info.alpha = m.alpha;
-    p.info.bias = bias.data() != nullptr;
-    p.info.accumulate = c.data() != nullptr;
-    p.info.beta = beta;
-    p.info.launches = 1;
-    p.c = c;
-    p.bias = bias;
-    return p;
-  }
+  if (fuse_epilogue<typename M::value_type>(out, e, p)) return p;
   // Two kernels: the GEMM overwrites the output before the elementwise pass reads anything.
   auto check = [&](const auto& v) {
     if (may_overlap(v.broadcast_to(out.extents()), out))

@@ -111,20 +111,6 @@ struct mean_op {
   }
 };
 
-// NaN-propagating max/min: the first NaN met wins, as in PyTorch.
-template <class C, bool Max>
-LOOM_HD C nan_extreme(C a, C b) {
-  // One select, no branch (bitwise, not short-circuit, operators): a branch
-  // per NaN test would put each 16-byte item of a vector load behind
-  // branches, and the compiler would issue a thread's loads one at a time.
-  // b wins when it is NaN or beyond a, which is !(a >= b) for max: one
-  // unordered comparison (setp.ltu), where "b != b | b > a" takes two and
-  // an or. Equal values and -0/+0 keep a either way.
-  const bool a_nan = a != a;
-  const bool b_wins = Max ? !(a >= b) : !(a <= b);
-  return ((!a_nan) & b_wins) ? b : a;
-}
-
 template <class T, bool Max>
 struct extreme_op {
   static constexpr bool has_identity = false;

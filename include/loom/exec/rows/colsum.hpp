@@ -199,6 +199,103 @@ __global__ void __launch_bounds__(256)
 }
 #endif
 
+// Kernel 1 on the host: blocks of consecutive rows in parallel, each
+// accumulating its partial column sums in its row of `partials`.
+template <class A, std::size_t K, class S, class O, std::size_t RO, class B>
+void colsum_rows_host(const B& b, const colsum_sink<O, RO, K>& sink, const row_layout<RO>& lay,
+                      const row_passes_plan& passes, tensor<A, 3, S>& partials, column_sums_info& ci, eval_info& info) {
+  const std::uint64_t reuse = passes.reuse;
+  const index_t cols = lay.cols, width = static_cast<index_t>(K) * cols;
+  const colsum_plan plan = plan_colsum(lay.rows, host_colsum_rows, host_colsum_max_blocks);
+  partials = tensor<A, 3, S>(shape<3>{plan.blocks, static_cast<index_t>(K), cols});
+  info.threads_per_row = 1;
+  ci.blocks = plan.blocks;
+  ci.rows_per_block = plan.rows_per_block;
+  ci.partials = plan.blocks > 0 ? column_partials::host : column_partials::none;
+  A* const parts = partials.data();
+  const auto cplan = plan_row_cache<RO>(b, cols, lay.rows, reuse, 1, row_cache_budget());
+  info.cached_rows = cplan.rows;
+  host_for_each(
+      plan.blocks,
+      [&](index_t p) {
+        A* const acc = parts + p * width;
+        std::fill(acc, acc + width, A(0));
+        const index_t first = p * plan.rows_per_block, last = std::min(first + plan.rows_per_block, lay.rows);
+        for (index_t row = first; row < last; ++row)
+          host_row<A>(b, cplan, lay, row, reuse,
+                      [&](const B& bc, const index_t* idx, const index_t* lead, index_t c,
+                          const row_ctx<slots_of<B>, A>& ctx) { sink.one(bc, idx, lead, c, ctx, acc, cols); });
+      },
+      plan.rows_per_block * cols * static_cast<index_t>(slots_of<B> + 1 + K));
+}
+
+#if LOOM_CUDA_COMPILER
+// Kernel 1 on the device: one row kernel whose blocks accumulate their
+// partial column sums in shared memory (or, for long rows, in `partials`).
+template <class A, std::size_t K, class S, class O, std::size_t RO, class B>
+void colsum_rows_device(const view<O, RO, S>& out, const B& b, const colsum_sink<O, RO, K>& sink,
+                        const row_layout<RO>& lay, const row_passes_plan& passes, tensor<A, 3, S>& partials,
+                        column_sums_info& ci, eval_info& info) {
+  const std::uint64_t reuse = passes.reuse;
+  const index_t cols = lay.cols, width = static_cast<index_t>(K) * cols;
+  constexpr int vector_width = row_vector_width<B, sizeof(O)>();
+  // As the row kernel: a warp per row for short rows, a block of 256 per row
+  // for long ones. Short rows: as many warps per block (up to 8) as the
+  // default 48 KiB of shared memory holds copies of the accumulators
+  // ([K, C] each, at most 32 KiB). Long rows: one copy, up to the opt-in
+  // limit; longer rows accumulate in the partials tensor instead.
+  const int threads_per_row = passes.threads_per_row;
+  const stream_ref s = current_stream();
+  const std::size_t per_block = smem_per_block(s.device());
+  const std::size_t copy_bytes = static_cast<std::size_t>(width) * sizeof(A);
+  constexpr std::size_t default_smem = std::size_t{48} << 10;
+  int groups = 1;
+  if (threads_per_row == 32)
+    groups = static_cast<int>(std::clamp<std::size_t>(copy_bytes > 0 ? default_smem / copy_bytes : 8, 1, 8));
+  const bool in_shared =
+      copy_bytes * static_cast<std::size_t>(groups) <= (threads_per_row == 32 ? default_smem : per_block);
+  // The row cache takes what the accumulators leave of the budget.
+  const std::size_t acc_bytes = in_shared ? (copy_bytes * static_cast<std::size_t>(groups) + 15) / 16 * 16 : 0;
+  const std::size_t room = per_block > acc_bytes ? per_block - acc_bytes : 0;
+  const auto cplan = plan_row_cache<RO>(b, cols, lay.rows, reuse, static_cast<std::size_t>(groups),
+                                        std::min(row_cache_budget(), room));
+  const std::size_t smem = acc_bytes + (cplan.on ? static_cast<std::size_t>(groups) * cplan.group_bytes : 0);
+  const int threads = threads_per_row == 32 ? 32 * groups : 256;
+  const bool vec = row_out_vector_ok(out) && rows_vector_ok<vector_width>(b, cols);  // as run_rows: never by the cache
+  constexpr std::size_t Leaves = leaf_count<B>;
+  auto kernel = vec ? row_colsum_kernel<vector_width, true, A, RO, K, colsum_sink<O, RO, K>, B, Leaves>
+                    : row_colsum_kernel<vector_width, false, A, RO, K, colsum_sink<O, RO, K>, B, Leaves>;
+  // About one wave: as many blocks as fit on the SMs at once, which the
+  // occupancy calculator gives from the kernel's registers, its threads and
+  // the shared memory of its accumulators (the general form uses about 120
+  // registers, so two blocks of 256 per SM, not the eight that threads
+  // alone would allow); and at least 4 rows per group of threads where N
+  // allows. So the partials [P, K, C] stay small next to x and dy. The row
+  // cache is left out of the count: P decides which rows each partial sum
+  // takes, so it must not change with the cache's budget (with the cache,
+  // fewer blocks may fit at once, and the rest run after them).
+  if (row_smem_needs_raise(smem))  // before the query: it counts 0 blocks past the limit
+    allow_row_smem(reinterpret_cast<const void*>(kernel));
+  int per_sm = 0;
+  LOOM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, acc_bytes));
+  const index_t cap = static_cast<index_t>(sm_count(s.device())) * std::max<index_t>(per_sm, 1);
+  const colsum_plan plan = plan_colsum(lay.rows, static_cast<index_t>(groups) * 4, cap);
+  partials = tensor<A, 3, S>(shape<3>{plan.blocks, static_cast<index_t>(K), cols});
+  info.threads_per_row = threads_per_row;
+  info.vector_width = vec ? vector_width : 1;
+  info.cached_rows = cplan.rows;
+  ci.blocks = plan.blocks;
+  ci.rows_per_block = plan.rows_per_block;
+  ci.partials = plan.blocks == 0 ? column_partials::none
+                                 : (in_shared ? column_partials::shared_memory : column_partials::global_memory);
+  if (plan.blocks > 0) {
+    launch_row_kernel(kernel, static_cast<unsigned>(plan.blocks), static_cast<unsigned>(threads), smem, s.get(), sink,
+                      b, lay, threads_per_row, reuse, plan.rows_per_block, partials.data(), in_shared, cplan,
+                      acc_bytes);
+  }
+}
+#endif
+
 // Kernel 1: the output rows and the partial column sums of the K extras,
 // partials [P, K, cols] (allocated here, P from the plan).
 template <class A, std::size_t K, class S, class O, std::size_t RO, class B>
@@ -209,103 +306,24 @@ eval_info run_rows_colsum(const view<O, RO, S>& out, const B& b, tensor<A, 3, S>
   eval_info info;
   info.path = eval_path::rows;
   info.on_device = std::is_same_v<S, device>;
-  const std::uint64_t reuse = reuse_mask(b, std::make_index_sequence<slots_of<B>>{});
-  info.row_passes = static_cast<int>(slots_of<B>) - std::popcount(reuse);
-  const index_t cols = lay.cols, width = static_cast<index_t>(K) * cols;
+  const row_passes_plan passes = plan_row_passes(b, lay.cols);
+  info.row_passes = passes.passes;
   if constexpr (std::is_same_v<S, host>) {
-    const colsum_plan plan = plan_colsum(lay.rows, host_colsum_rows, host_colsum_max_blocks);
-    partials = tensor<A, 3, S>(shape<3>{plan.blocks, static_cast<index_t>(K), cols});
-    info.threads_per_row = 1;
-    ci.blocks = plan.blocks;
-    ci.rows_per_block = plan.rows_per_block;
-    ci.partials = plan.blocks > 0 ? column_partials::host : column_partials::none;
-    A* const parts = partials.data();
-    const auto cplan = plan_row_cache<RO>(b, cols, lay.rows, reuse, 1, row_cache_budget());
-    info.cached_rows = cplan.rows;
-    host_for_each(
-        plan.blocks,
-        [&](index_t p) {
-          A* const acc = parts + p * width;
-          std::fill(acc, acc + width, A(0));
-          const index_t first = p * plan.rows_per_block, last = std::min(first + plan.rows_per_block, lay.rows);
-          for (index_t row = first; row < last; ++row)
-            host_row<A>(b, cplan, lay, row, reuse,
-                        [&](const B& bc, const index_t* idx, const index_t* lead, index_t c,
-                            const row_ctx<slots_of<B>, A>& ctx) { sink.one(bc, idx, lead, c, ctx, acc, cols); });
-        },
-        plan.rows_per_block * cols * static_cast<index_t>(slots_of<B> + 1 + K));
+    colsum_rows_host<A, K, S>(b, sink, lay, passes, partials, ci, info);
   } else {
 #if LOOM_CUDA_COMPILER
-    constexpr int vector_width = row_vector_width<B, sizeof(O)>();
-    const index_t longest = longest_row(b, cols, std::make_index_sequence<slots_of<B>>{});
-    // As the row kernel: a warp per row for short rows, a block of 256 per row
-    // for long ones. Short rows: as many warps per block (up to 8) as the
-    // default 48 KiB of shared memory holds copies of the accumulators
-    // ([K, C] each, at most 32 KiB). Long rows: one copy, up to the opt-in
-    // limit; longer rows accumulate in the partials tensor instead.
-    const int threads_per_row = longest <= 2048 ? 32 : 256;
-    const stream_ref s = current_stream();
-    const std::size_t per_block = smem_per_block(s.device());
-    const std::size_t copy_bytes = static_cast<std::size_t>(width) * sizeof(A);
-    constexpr std::size_t default_smem = std::size_t{48} << 10;
-    int groups = 1;
-    if (threads_per_row == 32)
-      groups = static_cast<int>(std::clamp<std::size_t>(copy_bytes > 0 ? default_smem / copy_bytes : 8, 1, 8));
-    const bool in_shared =
-        copy_bytes * static_cast<std::size_t>(groups) <= (threads_per_row == 32 ? default_smem : per_block);
-    // The row cache takes what the accumulators leave of the budget.
-    const std::size_t acc_bytes = in_shared ? (copy_bytes * static_cast<std::size_t>(groups) + 15) / 16 * 16 : 0;
-    const std::size_t room = per_block > acc_bytes ? per_block - acc_bytes : 0;
-    const auto cplan = plan_row_cache<RO>(b, cols, lay.rows, reuse, static_cast<std::size_t>(groups),
-                                          std::min(row_cache_budget(), room));
-    const std::size_t smem = acc_bytes + (cplan.on ? static_cast<std::size_t>(groups) * cplan.group_bytes : 0);
-    const int threads = threads_per_row == 32 ? 32 * groups : 256;
-    const bool vec =
-        row_out_vector_ok(out) && rows_vector_ok<vector_width>(b, cols);  // as run_rows: never by the cache
-    constexpr std::size_t Leaves = leaf_count<B>;
-    auto kernel = vec ? row_colsum_kernel<vector_width, true, A, RO, K, colsum_sink<O, RO, K>, B, Leaves>
-                      : row_colsum_kernel<vector_width, false, A, RO, K, colsum_sink<O, RO, K>, B, Leaves>;
-    // About one wave: as many blocks as fit on the SMs at once, which the
-    // occupancy calculator gives from the kernel's registers, its threads and
-    // the shared memory of its accumulators (the general form uses about 120
-    // registers, so two blocks of 256 per SM, not the eight that threads
-    // alone would allow); and at least 4 rows per group of threads where N
-    // allows. So the partials [P, K, C] stay small next to x and dy. The row
-    // cache is left out of the count: P decides which rows each partial sum
-    // takes, so it must not change with the cache's budget (with the cache,
-    // fewer blocks may fit at once, and the rest run after them).
-    if (row_smem_needs_raise(smem))  // before the query: it counts 0 blocks past the limit
-      allow_row_smem(reinterpret_cast<const void*>(kernel));
-    int per_sm = 0;
-    LOOM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, acc_bytes));
-    const index_t cap = static_cast<index_t>(sm_count(s.device())) * std::max<index_t>(per_sm, 1);
-    const colsum_plan plan = plan_colsum(lay.rows, static_cast<index_t>(groups) * 4, cap);
-    partials = tensor<A, 3, S>(shape<3>{plan.blocks, static_cast<index_t>(K), cols});
-    info.threads_per_row = threads_per_row;
-    info.vector_width = vec ? vector_width : 1;
-    info.cached_rows = cplan.rows;
-    ci.blocks = plan.blocks;
-    ci.rows_per_block = plan.rows_per_block;
-    ci.partials = plan.blocks == 0 ? column_partials::none
-                                   : (in_shared ? column_partials::shared_memory : column_partials::global_memory);
-    if (plan.blocks > 0) {
-      launch_row_kernel(kernel, static_cast<unsigned>(plan.blocks), static_cast<unsigned>(threads), smem, s.get(), sink,
-                        b, lay, threads_per_row, reuse, plan.rows_per_block, partials.data(), in_shared, cplan,
-                        acc_bytes);
-    }
+    colsum_rows_device<A, K, S>(out, b, sink, lay, passes, partials, ci, info);
 #else
     (void)sink;
-    (void)width;
 #endif
   }
   return info;
 }
 
-template <class vector_width>
-void check_column_sum_output(const vector_width& sum, index_t cols) {
-  static_assert(vector_width::rank == 1, "loom: a column sum is written to a tensor of rank 1");
-  static_assert(!std::is_const_v<typename vector_width::element_type>,
-                "loom: cannot assign to a view of const elements");
+template <class SumView>
+void check_column_sum_output(const SumView& sum, index_t cols) {
+  static_assert(SumView::rank == 1, "loom: a column sum is written to a tensor of rank 1");
+  static_assert(!std::is_const_v<typename SumView::element_type>, "loom: cannot assign to a view of const elements");
   if (sum.extent(0) != cols)
     throw shape_error("loom: a column sum over rows of length " + std::to_string(cols) + " needs an output of shape [" +
                       std::to_string(cols) + "], got " + shape_string(sum.extents()));

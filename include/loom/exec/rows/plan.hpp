@@ -349,6 +349,24 @@ LOOM_HD void rebase_leaves(B& bc, const row_cache_plan<Leaves, R>& plan, const i
   visit_row_leaves(bc, 0, f);
 }
 
+// What every row kernel of a bound tree decides the same way: which
+// reductions copy an identical earlier one (reuse, bit S for slot S), how
+// many passes run before the output pass, and on the device the threads per
+// row: a warp for rows of up to 2048 columns, a block of 256 for longer ones.
+struct row_passes_plan {
+  std::uint64_t reuse = 0;
+  int passes = 0;
+  int threads_per_row = 32;
+};
+template <class B>
+row_passes_plan plan_row_passes(const B& b, index_t cols) {
+  row_passes_plan p;
+  p.reuse = reuse_mask(b, std::make_index_sequence<slots_of<B>>{});
+  p.passes = static_cast<int>(slots_of<B>) - std::popcount(p.reuse);
+  p.threads_per_row = longest_row(b, cols, std::make_index_sequence<slots_of<B>>{}) <= 2048 ? 32 : 256;
+  return p;
+}
+
 // Elements per vector step of a row kernel: 16 bytes of the smallest type
 // among the leaves and the output (element size OutSize), so every vector
 // access covers whole 16-byte units of every type.

@@ -35,8 +35,9 @@ eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool
   eval_info info;
   info.path = eval_path::rows;
   info.on_device = std::is_same_v<S, device>;
-  const std::uint64_t reuse = reuse_mask(b, std::make_index_sequence<slots_of<B>>{});
-  info.row_passes = static_cast<int>(slots_of<B>) - std::popcount(reuse);
+  const row_passes_plan passes = plan_row_passes(b, lay.cols);
+  const std::uint64_t reuse = passes.reuse;
+  info.row_passes = passes.passes;
   if constexpr (std::is_same_v<S, host>) {
     (void)sink_vector_ok;
     info.threads_per_row = 1;
@@ -53,9 +54,7 @@ eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool
   } else {
 #if LOOM_CUDA_COMPILER
     constexpr int vector_width = row_vector_width<B, Sink::smallest>();
-    const index_t longest = longest_row(b, lay.cols, std::make_index_sequence<slots_of<B>>{});
-    // A warp per row for short rows, a block of 256 per row for long ones.
-    const int threads_per_row = longest <= 2048 ? 32 : 256;
+    const int threads_per_row = passes.threads_per_row;
     const stream_ref s = current_stream();
     const index_t groups = 256 / threads_per_row;
     const std::size_t budget = std::min(row_cache_budget(), smem_per_block(s.device()));
