@@ -411,8 +411,10 @@ def main():
             check_versus_cub(case, desc, ents, stats, failures)
             continue
         if case in ROW_CASES:
-            kinds = {"vector rows": [n for n in ents if "row_kernel" in n and "Lb1E" in n],
-                     "general rows": [n for n in ents if "row_kernel" in n and "Lb0E" in n]}
+            # The vector form is row_kernel's bool argument right after the width
+            # (an operator's own bool argument, as row_extreme_op's, comes later).
+            kinds = {"vector rows": [n for n in ents if re.search(r"row_kernelILi\d+ELb1E", n)],
+                     "general rows": [n for n in ents if re.search(r"row_kernelILi\d+ELb0E", n)]}
         else:
             kinds = {"contiguous": [n for n in ents if "contiguous_kernel" in n],
                      "general": [n for n in ents if "general_kernel" in n]}

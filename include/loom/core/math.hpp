@@ -3,6 +3,8 @@
 
 #include <math.h>
 
+#include <type_traits>
+
 #include "loom/config.hpp"
 
 //! Scalar math for functors: float and double overloads callable from both
@@ -53,6 +55,21 @@ LOOM_HD bool isnan(T x) {
 }  // namespace loom::math
 
 namespace loom::detail {
+// loom's integers wrap in their type, as PyTorch's do. Signed types as wide
+// as int or wider overflow with undefined behaviour in C++, so their
+// arithmetic runs in the unsigned type of the same width; narrower types are
+// promoted to int (no overflow) and wrap when converted back.
+template <class T, bool = std::is_integral_v<T> && std::is_signed_v<T> && (sizeof(T) >= sizeof(int))>
+struct wrapping {
+  using type = T;
+};
+template <class T>
+struct wrapping<T, true> {
+  using type = std::make_unsigned_t<T>;
+};
+template <class T>
+using wrapping_t = typename wrapping<T>::type;
+
 // NaN-propagating max/min: the first NaN met wins, as in PyTorch.
 template <class C, bool Max>
 LOOM_HD C nan_extreme(C a, C b) {

@@ -7,76 +7,46 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
 
 #include "loom/config.hpp"
 #include "loom/core/error.hpp"
-#include "loom/core/math.hpp"
 #include "loom/core/shape.hpp"
 #include "loom/detail/fast_divmod.hpp"
 #include "loom/expr/bound.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/expr/traverse.hpp"
+#include "loom/reduce/ops.hpp"
 #include "loom/tensor/view.hpp"
 
 namespace loom {
 namespace fn {
-// Row reduction operations: an identity, a combine and a finalize.
+// The row reductions name operators of reduce/ops.hpp, the vocabulary of
+// every reduction, over the row's accumulator type A (float, or double for
+// double rows: detail::row_acc_t).
 //! Sum along the row.
 struct row_sum_op {
   template <class A>
-  LOOM_HD static A identity() {
-    return A(0);
-  }
-  template <class A>
-  LOOM_HD static A combine(A a, A b) {
-    return a + b;
-  }
-  template <class A>
-  LOOM_HD static A finalize(A a, index_t) {
-    return a;
-  }
+  using op = detail::reduce::sum_op<A>;
 };
 //! Mean along the row (the sum divided by the row length; NaN for an empty row).
-struct row_mean_op : row_sum_op {
+struct row_mean_op {
   template <class A>
-  LOOM_HD static A finalize(A a, index_t n) {
-    return a / static_cast<A>(n);
-  }
+  using op = detail::reduce::mean_op<A>;
 };
-//! Maximum along the row; NaN if any element is NaN (as torch.amax).
-struct row_max_op {
+//! Maximum (is_max) or minimum along the row; NaN if any element is NaN (as
+//! torch.amax and torch.amin). An empty row has no extreme: a shape_error.
+template <bool is_max>
+struct row_extreme_op {
   template <class A>
-  LOOM_HD static A identity() {
-    return -std::numeric_limits<A>::infinity();
-  }
-  template <class A>
-  LOOM_HD static A combine(A a, A b) {
-    return detail::nan_extreme<A, true>(a, b);
-  }
-  template <class A>
-  LOOM_HD static A finalize(A a, index_t) {
-    return a;
-  }
+  using op = detail::reduce::extreme_op<A, is_max>;
 };
-//! Minimum along the row; NaN if any element is NaN.
-struct row_min_op {
-  template <class A>
-  LOOM_HD static A identity() {
-    return std::numeric_limits<A>::infinity();
-  }
-  template <class A>
-  LOOM_HD static A combine(A a, A b) {
-    return detail::nan_extreme<A, false>(a, b);
-  }
-  template <class A>
-  LOOM_HD static A finalize(A a, index_t) {
-    return a;
-  }
-};
+//! Maximum along the row.
+using row_max_op = row_extreme_op<true>;
+//! Minimum along the row.
+using row_min_op = row_extreme_op<false>;
 }  // namespace fn
 
 namespace detail {
@@ -94,7 +64,8 @@ template <class Op, class A, std::size_t Slot, class B>
 struct bound_row_reduce {
   using compute = A;
   using acc = A;
-  using op = Op;
+  using op = typename Op::template op<A>;  // a reduce/ops.hpp operator with accumulator A
+  static_assert(std::is_same_v<typename op::acc, A>, "loom: a row reduction's operator accumulates in its own type");
   template <int vector_width>
   struct regs {};
   static constexpr std::size_t slots = slots_of<B> + 1;
@@ -227,7 +198,7 @@ struct row_reduce_node : detail::node_tag {
     static_assert(rank <= RO, "loom: a row reduction has a higher rank than the output");
     const auto in = e.extents();
     const index_t cols = E::rank > 0 ? in[E::rank - 1] : 1;
-    if (cols == 0 && (std::is_same_v<Op, fn::row_max_op> || std::is_same_v<Op, fn::row_min_op>))
+    if (cols == 0 && !Op::template op<detail::row_acc_t<typename E::value_type>>::has_identity)
       throw shape_error("loom: row_max/row_min over empty rows (shape " + shape_string(in) + ")");
     shape<RO> target = out_ext;
     target[RO - 1] = cols;

@@ -9,23 +9,6 @@
 #include "loom/expr/expression.hpp"
 
 namespace loom {
-namespace detail {
-// loom's integers wrap in their type, as PyTorch's do. Signed types as wide
-// as int or wider overflow with undefined behaviour in C++, so their
-// arithmetic runs in the unsigned type of the same width; narrower types are
-// promoted to int (no overflow) and wrap when converted back.
-template <class T, bool = std::is_integral_v<T> && std::is_signed_v<T> && (sizeof(T) >= sizeof(int))>
-struct wrapping {
-  using type = T;
-};
-template <class T>
-struct wrapping<T, true> {
-  using type = std::make_unsigned_t<T>;
-};
-template <class T>
-using wrapping_t = typename wrapping<T>::type;
-}  // namespace detail
-
 namespace fn {
 //! a + b (integers wrap in their type, as PyTorch's do).
 struct add {

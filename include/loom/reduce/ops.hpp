@@ -9,16 +9,18 @@
 #include "loom/core/dtype.hpp"
 #include "loom/core/math.hpp"
 #include "loom/core/shape.hpp"
-#include "loom/exec/assign.hpp"
-#include "loom/ops/arithmetic.hpp"
+#include "loom/expr/bound.hpp"
 
-// The one vocabulary of reduction operators, shared by the reductions and
-// the scans on both executors. Each operator
-// says how an element enters the accumulator (lift, which also receives the
-// element's position in the reduced range), how two accumulators combine
-// (operator()), the identity, and how the final accumulator becomes the
-// result (finalize, which receives the element count). has_identity is false
-// where an empty range has no result (max, min, argmax, argmin).
+// The one vocabulary of reduction operators, shared by the whole-tensor and
+// axis reductions, the scans and the row reductions (fn::row_sum_op and the
+// others in expr/row_nodes.hpp name these operators) on both executors. Each
+// operator says how an element enters the accumulator (lift, which also
+// receives the element's position in the reduced range), how two
+// accumulators combine (operator()), the identity, and how the final
+// accumulator becomes the result (finalize, which receives the element
+// count). has_identity is false where an empty range has no result (max,
+// min, argmax, argmin). This header needs only core/ and the conversion of
+// expr/bound.hpp, so the row nodes and the rows executor include it.
 namespace loom {
 
 //! Result type of sum, prod, cumsum and cumprod over elements of type T:
@@ -57,6 +59,20 @@ LOOM_HD C highest_of() {
     return std::numeric_limits<C>::max();
 }
 
+// a + b and a * b in the accumulator's type: integer accumulators wrap (as
+// PyTorch's int64 do, and as fn::add and fn::mul) instead of overflowing
+// with undefined behaviour.
+template <class A>
+LOOM_HD A wrapping_add(A a, A b) {
+  using W = wrapping_t<A>;
+  return static_cast<A>(static_cast<W>(a) + static_cast<W>(b));
+}
+template <class A>
+LOOM_HD A wrapping_mul(A a, A b) {
+  using W = wrapping_t<A>;
+  return static_cast<A>(static_cast<W>(a) * static_cast<W>(b));
+}
+
 template <class T>
 struct sum_op {
   static constexpr bool has_identity = true;
@@ -67,9 +83,7 @@ struct sum_op {
   LOOM_HD acc lift(V v, index_t) const {
     return static_cast<acc>(v);
   }
-  // fn::add and fn::mul: integer accumulators wrap (as PyTorch's int64 do)
-  // instead of overflowing with undefined behaviour.
-  LOOM_HD acc operator()(acc a, acc b) const { return fn::add{}(a, b); }
+  LOOM_HD acc operator()(acc a, acc b) const { return wrapping_add(a, b); }
   LOOM_HD result finalize(acc a, index_t) const { return convert<result>(a); }
 };
 
@@ -77,7 +91,7 @@ template <class T>
 struct prod_op : sum_op<T> {
   using acc = accumulate_t<T>;
   LOOM_HD acc identity() const { return acc(1); }
-  LOOM_HD acc operator()(acc a, acc b) const { return fn::mul{}(a, b); }
+  LOOM_HD acc operator()(acc a, acc b) const { return wrapping_mul(a, b); }
 };
 
 // Integers of up to 32 bits and bool are summed exactly in int64 (no
@@ -88,8 +102,7 @@ struct prod_op : sum_op<T> {
 // integers are summed in double: an int64 sum of values near 2^62 would
 // wrap. Floating types sum in compute_t.
 template <class T>
-using mean_acc_t = std::conditional_t<std::is_integral_v<T>,
-                                      std::conditional_t<(sizeof(T) <= 4), std::int64_t, double>,
+using mean_acc_t = std::conditional_t<std::is_integral_v<T>, std::conditional_t<(sizeof(T) <= 4), std::int64_t, double>,
                                       compute_t<float_result_t<T>>>;
 template <class T>
 struct mean_op {
@@ -101,7 +114,7 @@ struct mean_op {
   LOOM_HD acc lift(V v, index_t) const {
     return static_cast<acc>(v);
   }
-  LOOM_HD acc operator()(acc a, acc b) const { return fn::add{}(a, b); }
+  LOOM_HD acc operator()(acc a, acc b) const { return wrapping_add(a, b); }
   // An empty mean is 0/0 = NaN, as in PyTorch.
   LOOM_HD result finalize(acc a, index_t n) const {
     if constexpr (std::is_integral_v<T>)

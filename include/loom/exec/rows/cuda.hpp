@@ -25,8 +25,8 @@ namespace loom::detail::rows {
 // then warp results combined in order by every thread. All threads get the
 // same bits.
 template <class Op, class A>
-__device__ __forceinline__ A group_reduce(A v, int threads_per_row, A* smem) {
-  for (int o = 16; o > 0; o >>= 1) v = Op::combine(v, __shfl_down_sync(0xffffffffu, v, o));
+__device__ __forceinline__ A group_reduce(const Op& op, A v, int threads_per_row, A* smem) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_down_sync(0xffffffffu, v, o));
   if (threads_per_row == 32) return __shfl_sync(0xffffffffu, v, 0);
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int nw = static_cast<int>(blockDim.x) / 32;
@@ -34,7 +34,7 @@ __device__ __forceinline__ A group_reduce(A v, int threads_per_row, A* smem) {
   if ((threadIdx.x & 31) == 0) smem[warp] = v;
   __syncthreads();
   A r = smem[0];
-  for (int w = 1; w < nw; ++w) r = Op::combine(r, smem[w]);
+  for (int w = 1; w < nw; ++w) r = op(r, smem[w]);
   return r;
 }
 
@@ -42,8 +42,8 @@ template <int vector_width, bool Vec, class Reduction, class Ctx, std::size_t R>
 __device__ __forceinline__ void device_reduce_slot(const Reduction& red, const index_t* lead, Ctx& ctx, int lane,
                                                    int threads_per_row, typename Reduction::acc* smem) {
   using A = typename Reduction::acc;
-  using Op = typename Reduction::op;
-  A acc = Op::template identity<A>();
+  const typename Reduction::op op{};
+  A acc = op.identity();
   index_t idx[R];
   for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
   index_t c = lane;
@@ -56,17 +56,17 @@ __device__ __forceinline__ void device_reduce_slot(const Reduction& red, const i
       red.arg.template row_load<vector_width>(lead, c0, r);
 #pragma unroll
       for (int j = 0; j < vector_width; ++j)
-        acc = Op::combine(acc, static_cast<A>(red.arg.template elem<vector_width>(r, j, ctx)));
+        acc = op(acc, op.lift(red.arg.template elem<vector_width>(r, j, ctx), c0 + j));
     }
     c = full + lane;
   }
 #pragma unroll 1
   for (; c < red.cols; c += threads_per_row) {
     idx[R - 1] = c;
-    acc = Op::combine(acc, static_cast<A>(red.arg.at(idx, ctx)));
+    acc = op(acc, op.lift(red.arg.at(idx, ctx), c));
   }
   ctx.v[Reduction::slot] = static_cast<std::remove_cvref_t<decltype(ctx.v[0])>>(
-      Op::finalize(group_reduce<Op>(acc, threads_per_row, smem), red.cols));
+      op.finalize(group_reduce(op, acc, threads_per_row, smem), red.cols));
 }
 
 template <int vector_width, bool Vec, class A, class B, class Ctx, std::size_t R, std::size_t S>

@@ -22,20 +22,20 @@ namespace loom::detail::rows {
 template <class B, class Ctx, std::size_t R, class Reduction>
 void host_reduce_slot(const Reduction& red, const index_t* lead, Ctx& ctx) {
   using A = typename Reduction::acc;
-  using Op = typename Reduction::op;
+  const typename Reduction::op op{};
   constexpr int lanes = 32;
   A part[lanes];
-  for (int l = 0; l < lanes; ++l) part[l] = Op::template identity<A>();
+  for (int l = 0; l < lanes; ++l) part[l] = op.identity();
   index_t idx[R];
   for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
   for (index_t c = 0; c < red.cols; ++c) {
     idx[R - 1] = c;
-    part[c % lanes] = Op::combine(part[c % lanes], static_cast<A>(red.arg.at(idx, ctx)));
+    part[c % lanes] = op(part[c % lanes], op.lift(red.arg.at(idx, ctx), c));
   }
   for (int w = lanes / 2; w > 0; w /= 2)
-    for (int l = 0; l < w; ++l) part[l] = Op::combine(part[l], part[l + w]);
+    for (int l = 0; l < w; ++l) part[l] = op(part[l], part[l + w]);
   ctx.v[Reduction::slot] =
-      static_cast<typename std::remove_cvref_t<decltype(ctx.v[0])>>(Op::finalize(part[0], red.cols));
+      static_cast<typename std::remove_cvref_t<decltype(ctx.v[0])>>(op.finalize(part[0], red.cols));
 }
 
 template <class B, class Ctx, std::size_t R, std::size_t S>

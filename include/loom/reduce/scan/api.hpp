@@ -13,6 +13,7 @@
 #include "loom/core/stream.hpp"
 #include "loom/exec/assign.hpp"
 #include "loom/expr/expression.hpp"
+#include "loom/ops/arithmetic.hpp"  // so that `x - sum(x).item()` needs no other header
 #include "loom/reduce/ops.hpp"
 #include "loom/reduce/plan.hpp"
 #include "loom/reduce/scan/cuda.hpp"
