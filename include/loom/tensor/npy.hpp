@@ -375,6 +375,125 @@ void save_npy(const std::string&, const view<T, R, device>&) {
                 "loom: save_npy() cannot read a device view; copy it first: loom::save_npy(path, loom::to_host(v))");
 }
 
+namespace detail {
+// What the preamble and the header dict of a .npy file say.
+struct npy_file_header {
+  npy_header header;
+  std::size_t data_start = 0;  // the data's offset in the file
+  bool size_known = false;     // the OS knows the file's size (not for a pipe)
+  std::uintmax_t file_size = 0;
+};
+
+// Reads and checks the magic string, the version, the header length and the
+// header dict of the file `f` opened at `path`; leaves `f` at the data.
+inline npy_file_header read_npy_header(std::FILE* f, const std::string& path, const std::string& where) {
+  std::array<char, 12> pre{};
+  std::size_t got = read_bytes(f, pre.data(), 8);
+  if (got < 8 || std::string_view(pre.data(), 6) != npy_magic)
+    throw io_error(where +
+                   ": not a .npy file: expected it to start with \"\\x93NUMPY\" and a version, it starts with \"" +
+                   printable_bytes(std::string_view(pre.data(), std::min<std::size_t>(got, 8))) + "\"");
+  const int major = static_cast<unsigned char>(pre[6]), minor = static_cast<unsigned char>(pre[7]);
+  if (minor != 0 || major < 1 || major > 3)
+    throw io_error(where + ": unsupported .npy format version " + std::to_string(major) + "." +
+                   std::to_string(minor) + " (expected 1.0, 2.0 or 3.0)");
+  const std::size_t len_bytes = major == 1 ? 2 : 4;
+  got = read_bytes(f, pre.data() + 8, len_bytes);
+  if (got < len_bytes)
+    throw io_error(where + ": truncated header: expected a " + std::to_string(len_bytes) +
+                   "-byte header length after the version, the file ends after " + std::to_string(got));
+  std::size_t header_len = 0;
+  for (std::size_t i = 0; i < len_bytes; ++i)
+    header_len |= static_cast<std::size_t>(static_cast<unsigned char>(pre[8 + i])) << (8 * i);
+  // The file's size, when the OS knows it, lets a truncated file fail before
+  // anything as large as its header or shape claims is allocated.
+  npy_file_header out;
+  std::error_code size_ec;
+  out.file_size = std::filesystem::file_size(path, size_ec);
+  out.size_known = !size_ec;
+  out.data_start = 8 + len_bytes + header_len;
+  auto truncated_header = [&](std::size_t present) {
+    return io_error(where + ": truncated header: expected " + std::to_string(header_len) + " bytes, the file has " +
+                    std::to_string(present));
+  };
+  if (out.size_known && out.file_size < out.data_start)
+    throw truncated_header(static_cast<std::size_t>(out.file_size - 8 - len_bytes));
+  std::string text(header_len, '\0');
+  got = read_bytes(f, text.data(), header_len);
+  if (got < header_len) throw truncated_header(got);
+  out.header = npy_header_parser(text, where).parse();
+  return out;
+}
+
+// Checks that the header's descr is T's, little-endian where the byte order
+// matters; dtype_error naming both otherwise.
+template <class T>
+void require_npy_dtype(const npy_header& h, const std::string& where) {
+  constexpr dtype want = dtype_of<T>::value;
+  const std::string want_descr = npy_descr(want);
+  const std::string want_text = "'" + want_descr + "' (" + std::string(dtype_name(want)) + ")";
+  if (h.structured)
+    throw dtype_error(where + ": expected " + want_text + ", file has a structured dtype (a list of fields)");
+  const bool has_order = !h.descr.empty() && std::string_view("<>|=").find(h.descr[0]) != std::string_view::npos;
+  const std::string_view code = std::string_view(h.descr).substr(has_order ? 1 : 0);
+  const std::string have_text = "'" + h.descr + "' (" + npy_type_name(code) + ")";
+  if (code != npy_type_code(want)) throw dtype_error(where + ": expected " + want_text + ", file has " + have_text);
+  if (h.descr[0] == '>' && sizeof(T) > 1)
+    throw dtype_error(where + ": expected little-endian " + want_text + ", file has big-endian " + have_text +
+                      "; convert it in NumPy with arr.astype('" + want_descr + "')");
+}
+
+// The header's shape, checked to have rank R (shape_error) and to fit in
+// memory as elements of T (io_error).
+template <class T, std::size_t R>
+shape<R> npy_extents(const npy_header& h, const std::string& where) {
+  if (h.shape.size() != R)
+    throw shape_error(where + ": expected rank " + std::to_string(R) + ", file has shape " + shape_string(h.shape));
+  shape<R> ext{};
+  std::copy(h.shape.begin(), h.shape.end(), ext.begin());
+  std::size_t n = 1;
+  for (index_t e : ext) {
+    if (e != 0 && n > static_cast<std::size_t>(std::numeric_limits<index_t>::max()) / sizeof(T) /
+                          static_cast<std::size_t>(e))
+      throw io_error(where + ": shape " + shape_string(ext) + " is too large to hold in memory");
+    n *= static_cast<std::size_t>(e);
+  }
+  return ext;
+}
+
+// Reads the data of shape `ext` (stored for the reversed shape when
+// `fortran`) into a new host tensor; io_error when the file holds less.
+template <class T, std::size_t R>
+tensor<T, R, host> read_npy_data(std::FILE* f, const npy_file_header& fh, const shape<R>& ext, bool fortran,
+                                 host_memory kind, const std::string& where) {
+  const std::size_t n = static_cast<std::size_t>(shape_size(ext));
+  const std::size_t bytes = n * sizeof(T);
+  auto truncated = [&](std::size_t present) {
+    return io_error(where + ": truncated data: shape " + shape_string(ext) + " of " +
+                    std::string(dtype_name(dtype_of<T>::value)) + " needs " + std::to_string(bytes) +
+                    " bytes after the header, the file has " + std::to_string(present));
+  };
+  if (fh.size_known && fh.file_size - fh.data_start < bytes)
+    throw truncated(static_cast<std::size_t>(fh.file_size - fh.data_start));
+  shape<R> file_ext = ext;
+  if (fortran) std::reverse(file_ext.begin(), file_ext.end());
+  tensor<T, R, host> t(file_ext, kind);
+  const std::size_t got = read_bytes(f, t.data(), bytes);
+  if (got < bytes) {
+    if (std::ferror(f))
+      throw io_error(where + ": reading the data failed after " + std::to_string(got) + " of " + std::to_string(bytes) +
+                     " bytes: " + os_error_text(errno));
+    throw truncated(got);
+  }
+  if constexpr (std::is_same_v<T, bool>) {
+    // Any byte other than 0 or 1 in a bool is undefined behaviour; NumPy treats non-zero as True.
+    auto* b = reinterpret_cast<unsigned char*>(t.data());
+    for (std::size_t i = 0; i < n; ++i) b[i] = b[i] != 0;
+  }
+  return t;
+}
+}  // namespace detail
+
 //! Reads a NumPy .npy file (format 1.0, 2.0 or 3.0) into a new row-major host
 //! tensor of element type T and rank R (pageable, or pinned with `kind`).
 //! Byte order '<', '|' or '=' is accepted ('>' only for one-byte types, where
@@ -396,90 +515,12 @@ tensor<T, R, host> load_npy(const std::string& path, host_memory kind = host_mem
   const std::string where = "loom: load_npy('" + path + "')";
   const detail::file_ptr f(std::fopen(path.c_str(), "rb"));
   if (!f) throw io_error(where + ": cannot open the file: " + detail::os_error_text(errno));
-
-  std::array<char, 12> pre{};
-  std::size_t got = detail::read_bytes(f.get(), pre.data(), 8);
-  if (got < 8 || std::string_view(pre.data(), 6) != detail::npy_magic)
-    throw io_error(where + ": not a .npy file: expected it to start with \"\\x93NUMPY\" and a version, it starts with \"" +
-                   detail::printable_bytes(std::string_view(pre.data(), std::min<std::size_t>(got, 8))) + "\"");
-  const int major = static_cast<unsigned char>(pre[6]), minor = static_cast<unsigned char>(pre[7]);
-  if (minor != 0 || major < 1 || major > 3)
-    throw io_error(where + ": unsupported .npy format version " + std::to_string(major) + "." +
-                   std::to_string(minor) + " (expected 1.0, 2.0 or 3.0)");
-  const std::size_t len_bytes = major == 1 ? 2 : 4;
-  got = detail::read_bytes(f.get(), pre.data() + 8, len_bytes);
-  if (got < len_bytes)
-    throw io_error(where + ": truncated header: expected a " + std::to_string(len_bytes) +
-                   "-byte header length after the version, the file ends after " + std::to_string(got));
-  std::size_t header_len = 0;
-  for (std::size_t i = 0; i < len_bytes; ++i)
-    header_len |= static_cast<std::size_t>(static_cast<unsigned char>(pre[8 + i])) << (8 * i);
-  // The file's size, when the OS knows it (not for a pipe), lets a truncated
-  // file fail before anything as large as its header or shape claims is allocated.
-  std::error_code size_ec;
-  const std::uintmax_t file_size = std::filesystem::file_size(path, size_ec);
-  const std::size_t data_start = 8 + len_bytes + header_len;
-  auto truncated_header = [&](std::size_t present) {
-    return io_error(where + ": truncated header: expected " + std::to_string(header_len) + " bytes, the file has " +
-                    std::to_string(present));
-  };
-  if (!size_ec && file_size < data_start) throw truncated_header(static_cast<std::size_t>(file_size - 8 - len_bytes));
-  std::string text(header_len, '\0');
-  got = detail::read_bytes(f.get(), text.data(), header_len);
-  if (got < header_len) throw truncated_header(got);
-  const detail::npy_header h = detail::npy_header_parser(text, where).parse();
-
-  constexpr dtype want = dtype_of<T>;
-  const std::string want_descr = detail::npy_descr(want);
-  const std::string want_text = "'" + want_descr + "' (" + std::string(dtype_name(want)) + ")";
-  if (h.structured)
-    throw dtype_error(where + ": expected " + want_text + ", file has a structured dtype (a list of fields)");
-  const bool has_order = !h.descr.empty() && std::string_view("<>|=").find(h.descr[0]) != std::string_view::npos;
-  const std::string_view code = std::string_view(h.descr).substr(has_order ? 1 : 0);
-  const std::string have_text = "'" + h.descr + "' (" + detail::npy_type_name(code) + ")";
-  if (code != detail::npy_type_code(want))
-    throw dtype_error(where + ": expected " + want_text + ", file has " + have_text);
-  if (h.descr[0] == '>' && sizeof(T) > 1)
-    throw dtype_error(where + ": expected little-endian " + want_text + ", file has big-endian " + have_text +
-                      "; convert it in NumPy with arr.astype('" + want_descr + "')");
-  if (h.shape.size() != R)
-    throw shape_error(where + ": expected rank " + std::to_string(R) + ", file has shape " + shape_string(h.shape));
-
-  shape<R> ext{};
-  std::copy(h.shape.begin(), h.shape.end(), ext.begin());
-  std::size_t n = 1;
-  for (index_t e : ext) {
-    if (e != 0 && n > static_cast<std::size_t>(std::numeric_limits<index_t>::max()) / sizeof(T) /
-                          static_cast<std::size_t>(e))
-      throw io_error(where + ": shape " + shape_string(ext) + " is too large to hold in memory");
-    n *= static_cast<std::size_t>(e);
-  }
-  const std::size_t bytes = n * sizeof(T);
-  auto truncated = [&](std::size_t present) {
-    return io_error(where + ": truncated data: shape " + shape_string(ext) + " of " + std::string(dtype_name(want)) +
-                    " needs " + std::to_string(bytes) + " bytes after the header, the file has " +
-                    std::to_string(present));
-  };
-  if (!size_ec && file_size - data_start < bytes)
-    throw truncated(static_cast<std::size_t>(file_size - data_start));
-
+  const detail::npy_file_header fh = detail::read_npy_header(f.get(), path, where);
+  detail::require_npy_dtype<T>(fh.header, where);
+  const shape<R> ext = detail::npy_extents<T, R>(fh.header, where);
   // A Fortran-order file holds the row-major data of the reversed shape.
-  const bool fortran = h.fortran_order && R > 1 && n > 0;
-  shape<R> file_ext = ext;
-  if (fortran) std::reverse(file_ext.begin(), file_ext.end());
-  tensor<T, R, host> t(file_ext, kind);
-  got = detail::read_bytes(f.get(), t.data(), bytes);
-  if (got < bytes) {
-    if (std::ferror(f.get()))
-      throw io_error(where + ": reading the data failed after " + std::to_string(got) + " of " +
-                     std::to_string(bytes) + " bytes: " + detail::os_error_text(errno));
-    throw truncated(got);
-  }
-  if constexpr (std::is_same_v<T, bool>) {
-    // Any byte other than 0 or 1 in a bool is undefined behaviour; NumPy treats non-zero as True.
-    auto* b = reinterpret_cast<unsigned char*>(t.data());
-    for (std::size_t i = 0; i < n; ++i) b[i] = b[i] != 0;
-  }
+  const bool fortran = fh.header.fortran_order && R > 1 && shape_size(ext) > 0;
+  tensor<T, R, host> t = detail::read_npy_data<T, R>(f.get(), fh, ext, fortran, kind, where);
   if (!fortran) return t;
   shape<R> col_major{};
   index_t acc = 1;
