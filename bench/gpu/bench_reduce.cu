@@ -11,7 +11,7 @@
 //    rows (few columns: the rows in chunks, two kernels) and along rows
 //    (short rows: a warp per row), and 2^26 x 4 along rows (a thread per row);
 //  - cumsum of one row of 2^26 floats vs cub::DeviceScan::InclusiveSum, with
-//    loom's look-back cut and paced in other ways (lookback_tiles: CUB's own
+//    loom's look-back cut and paced in other ways (tiles_choice: CUB's own
 //    sm_90 tile, block scan and waits among them) and the same data as rows
 //    of one tile each (the tile scan without its look-back: how much the
 //    look-back costs), cumsum along 4 rows of 2^24 (the rows share one
@@ -295,7 +295,17 @@ void axis_sums(bench_state& st, index_t rows, index_t cols, int axis) {
              static_cast<double>(rows) * cols * sizeof(float) + outputs * 4.0, check, f);
 }
 
-// loom's look-back scan of x into y with another lookback_tiles choice.
+// A look-back cut and paced otherwise than loom's lookback_tiles: the five
+// members of the tiles policy that scan_impl takes (0: loom's choice).
+template <int Block, int Items, bool WarpScans = false, unsigned WaitNs = 0,
+          unsigned PollNs = loom::detail::scan::lookback_tiles::poll_ns>
+struct tiles_choice {
+  static constexpr int block = Block, items = Items;
+  static constexpr bool warp_scans = WarpScans;
+  static constexpr unsigned wait_ns = WaitNs, poll_ns = PollNs;
+};
+
+// loom's look-back scan of x into y with another tiles policy.
 template <class Tiles>
 void lookback_variant(bench_state& st, const std::string& impl, const loom::device_tensor<float, 1>& x,
                       loom::device_tensor<float, 1>& y, const std::vector<float>& hx) {
@@ -368,12 +378,12 @@ void long_scan(bench_state& st, index_t n) {
     // cub::DeviceScan for float sums (cub/device/dispatch/tuning/tuning_scan.cuh,
     // CCCL 3.0): 128 threads x 24 items, BLOCK_SCAN_WARP_SCANS, a wait of
     // 1140 ns before the look-back and 688 ns between polls.
-    using loom::detail::scan::lookback_tiles;
-    lookback_variant<lookback_tiles<128, 24, true, 1140, 688>>(st, "loom, CUB's tile and waits: 128x24, warp scans, 1140/688 ns", x, y, hx);
-    lookback_variant<lookback_tiles<128, 24, true>>(st, "loom, CUB's tile: 128x24, warp scans", x, y, hx);
-    lookback_variant<lookback_tiles<0, 0, false, 1140, 688>>(st, "loom, CUB's waits: 1140/688 ns", x, y, hx);
-    lookback_variant<lookback_tiles<256, 24>>(st, "loom, tiles 256x24", x, y, hx);
-    lookback_variant<lookback_tiles<512, 16>>(st, "loom, tiles 512x16", x, y, hx);
+    lookback_variant<tiles_choice<128, 24, true, 1140, 688>>(
+        st, "loom, CUB's tile and waits: 128x24, warp scans, 1140/688 ns", x, y, hx);
+    lookback_variant<tiles_choice<128, 24, true>>(st, "loom, CUB's tile: 128x24, warp scans", x, y, hx);
+    lookback_variant<tiles_choice<0, 0, false, 1140, 688>>(st, "loom, CUB's waits: 1140/688 ns", x, y, hx);
+    lookback_variant<tiles_choice<256, 24>>(st, "loom, tiles 256x24", x, y, hx);
+    lookback_variant<tiles_choice<512, 16>>(st, "loom, tiles 512x16", x, y, hx);
   }
   // The tile scan alone: the same values as rows of one 4096-element tile
   // (one block per row, no look-back), the ceiling of the look-back's tiles.

@@ -59,9 +59,8 @@ using reduce::make_axis_map;
 
 //! Scans axis `axis_in` of `e` with Op: the values, and with Indices the
 //! int64 indices as well (values_indices). Tiles cuts and paces the
-//! look-back of a few long rows; only the GPU benchmarks (bench/) choose
-//! other than the default.
-template <class Op, bool Indices, class Tiles = lookback_tiles<>, class E>
+//! look-back of a few long rows (a policy type such as lookback_tiles).
+template <class Op, bool Indices, class Tiles = lookback_tiles, class E>
 auto scan_impl(const E& e, int axis_in, scan_kind kind) {
   using node = node_t<E>;
   check_reducible<node>();

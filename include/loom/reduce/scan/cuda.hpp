@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(Block)
 constexpr int chunk_block = 256;
 constexpr index_t scan_chunk = 16 * chunk_block;  // one block per row up to this length
 
-// A lookback_tiles choice with its defaults filled in.
+// A look-back tiles policy (see lookback_tiles) with its zeros filled in.
 template <class Tiles, class Op>
 struct lookback_geometry {
   static constexpr int block = Tiles::block > 0 ? Tiles::block : chunk_block;
@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(cross_scan_warps * 32)
     cross_lookback_kernel(inclusive_sink<W, Op> w, Op op, B b, index_t lines, index_t len, fast_divmod inner,
                           index_t groups, index_t chunks, lookback_state<typename Op::acc> st) {
   using acc = typename Op::acc;
-  constexpr unsigned poll_ns = lookback_tiles<>::poll_ns;
+  constexpr unsigned poll_ns = lookback_tiles::poll_ns;
   __shared__ acc totals[cross_scan_warps][32];
   __shared__ acc saved[cross_scan_warps][cross_windows<acc>][32];
   __shared__ acc prefix_sh[32];

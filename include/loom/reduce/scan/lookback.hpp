@@ -65,23 +65,21 @@ LOOM_HD typename Op::acc lookback_first(const Op& op, const typename Op::acc& ag
 }
 
 // How the look-back scan of a few long rows (one floating row, or a few
-// rows) cuts and paces its tiles: Block threads x Items elements per tile
-// (0: loom's choice, 256 x 16 for 4-byte accumulators, 256 x 8 for double
-// and int64, 256 x 4 for the value and index of cummax/cummin),
-// cub::BlockScan's raking or warp-scans algorithm, a wait of WaitNs before
-// the first window is read (only in grids of at least 500 tiles), and
-// PollNs between two reads of a tile that has published nothing yet.
-// A benchmark-only tuning knob: cumsum, cumprod, cummax and cummin use the
-// default; the GPU benchmarks (bench/) instantiate other choices (CUB's own
-// sm_90 tuning of cub::DeviceScan among them) through scan_impl and time
-// them against it. Any choice gives a correct, run-to-run reproducible
-// scan; the tile length changes where the partial sums are rounded, so
-// results differ between choices in the last bits.
-template <int Block = 0, int Items = 0, bool WarpScans = false, unsigned WaitNs = 0, unsigned PollNs = 32>
+// rows) cuts and paces its tiles, a policy type: block threads x items
+// elements per tile (0: loom's choice, 256 x 16 for 4-byte accumulators,
+// 256 x 8 for double and int64, 256 x 4 for the value and index of
+// cummax/cummin), cub::BlockScan's raking or (warp_scans) warp-scans
+// algorithm, a wait of wait_ns before the first window is read (only in
+// grids of at least 500 tiles; 0: none), and poll_ns between two reads of a
+// tile that has published nothing yet. cumsum, cumprod, cummax and cummin
+// use these; scan_impl takes any type with the same five members, so other
+// choices can be timed against them. Any choice gives a correct, run-to-run
+// reproducible scan; the tile length changes where the partial sums are
+// rounded, so results differ between choices in the last bits.
 struct lookback_tiles {
-  static constexpr int block = Block, items = Items;
-  static constexpr bool warp_scans = WarpScans;
-  static constexpr unsigned wait_ns = WaitNs, poll_ns = PollNs;
+  static constexpr int block = 0, items = 0;
+  static constexpr bool warp_scans = false;
+  static constexpr unsigned wait_ns = 0, poll_ns = 32;
 };
 
 //! The look-back scan's prefix for a tile (see lookback_scan_kernel) from
