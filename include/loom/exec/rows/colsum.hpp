@@ -153,7 +153,8 @@ struct colsum_sink {
 // shared memory) the accumulators are partials[p] itself.
 // The rows that several passes read are copied into the row cache (after
 // the accumulators in shared memory) as in row_kernel.
-template <int vector_width, bool Vec, class A, std::size_t R, std::size_t K, class Sink, class B, std::size_t Leaves>
+template <int vector_width, bool vectorized, class A, std::size_t R, std::size_t K, class Sink, class B,
+          std::size_t Leaves>
 __global__ void __launch_bounds__(256)
     row_colsum_kernel(Sink sink, B b, row_layout<R> lay, int threads_per_row, std::uint64_t reuse, index_t per,
                       A* partials, bool in_shared, __grid_constant__ const row_cache_plan<Leaves, R> cplan,
@@ -181,8 +182,8 @@ __global__ void __launch_bounds__(256)
     lay.lead_of(row, lead);
     B bc = b;
     row_ctx<slots_of<B>, A> ctx;
-    device_row_reductions<vector_width, Vec>(bc, cplan, lead, cache, ctx, lane, threads_per_row, smem, reuse);
-    device_row_output<vector_width, Vec, R>(
+    device_row_reductions<vector_width, vectorized>(bc, cplan, lead, cache, ctx, lane, threads_per_row, smem, reuse);
+    device_row_output<vector_width, vectorized, R>(
         lead, cols, lane, threads_per_row,
         [&](index_t c0) { sink.template vec<vector_width>(bc, lead, c0, ctx, acc, cols); },
         [&](const index_t* idx, index_t c) { sink.one(bc, idx, lead, c, ctx, acc, cols); });

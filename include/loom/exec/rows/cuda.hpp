@@ -38,7 +38,7 @@ __device__ __forceinline__ A group_reduce(const Op& op, A v, int threads_per_row
   return r;
 }
 
-template <int vector_width, bool Vec, class Reduction, class Ctx, std::size_t R>
+template <int vector_width, bool vectorized, class Reduction, class Ctx, std::size_t R>
 __device__ __forceinline__ void device_reduce_slot(const Reduction& red, const index_t* lead, Ctx& ctx, int lane,
                                                    int threads_per_row, typename Reduction::acc* smem) {
   using A = typename Reduction::acc;
@@ -47,7 +47,7 @@ __device__ __forceinline__ void device_reduce_slot(const Reduction& red, const i
   index_t idx[R];
   for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
   index_t c = lane;
-  if constexpr (Vec) {
+  if constexpr (vectorized) {
     const index_t full = red.cols / vector_width * vector_width;
 #pragma unroll 1
     for (index_t c0 = static_cast<index_t>(lane) * vector_width; c0 < full;
@@ -69,7 +69,7 @@ __device__ __forceinline__ void device_reduce_slot(const Reduction& red, const i
       op.finalize(group_reduce(op, acc, threads_per_row, smem), red.cols));
 }
 
-template <int vector_width, bool Vec, class A, class B, class Ctx, std::size_t R, std::size_t S>
+template <int vector_width, bool vectorized, class A, class B, class Ctx, std::size_t R, std::size_t S>
 __device__ __forceinline__ void device_reduce_one(const B& b, const index_t* lead, Ctx& ctx, int lane,
                                                   int threads_per_row, A* smem, std::uint64_t reuse) {
   constexpr std::size_t t = first_same_slot<B, S>();
@@ -81,16 +81,16 @@ __device__ __forceinline__ void device_reduce_one(const B& b, const index_t* lea
   }
   with_slot<S>(b, [&](const auto& red) {
     using Reduction = std::remove_cvref_t<decltype(red)>;
-    device_reduce_slot<vector_width, Vec, Reduction, Ctx, R>(red, lead, ctx, lane, threads_per_row,
-                                                             reinterpret_cast<typename Reduction::acc*>(smem));
+    device_reduce_slot<vector_width, vectorized, Reduction, Ctx, R>(red, lead, ctx, lane, threads_per_row,
+                                                                    reinterpret_cast<typename Reduction::acc*>(smem));
   });
 }
 
-template <int vector_width, bool Vec, class A, class B, class Ctx, std::size_t R, std::size_t... S>
+template <int vector_width, bool vectorized, class A, class B, class Ctx, std::size_t R, std::size_t... S>
 __device__ __forceinline__ void device_reduce_all(const B& b, const index_t* lead, Ctx& ctx, int lane,
                                                   int threads_per_row, A* smem, std::uint64_t reuse,
                                                   std::index_sequence<S...>) {
-  (device_reduce_one<vector_width, Vec, A, B, Ctx, R, S>(b, lead, ctx, lane, threads_per_row, smem, reuse), ...);
+  (device_reduce_one<vector_width, vectorized, A, B, Ctx, R, S>(b, lead, ctx, lane, threads_per_row, smem, reuse), ...);
 }
 
 // Copies `bytes` bytes with threads_per_row threads in units of U (four in flight per
@@ -147,7 +147,7 @@ __device__ __forceinline__ void group_sync(int threads_per_row) {
 
 // One row, device: the planned rows of `lead` into the group's cache and
 // `bc` rebased onto them, then every reduction slot in order into ctx.
-template <int vector_width, bool Vec, class A, std::size_t R, class B, class Ctx, std::size_t Leaves>
+template <int vector_width, bool vectorized, class A, std::size_t R, class B, class Ctx, std::size_t Leaves>
 __device__ __forceinline__ void device_row_reductions(B& bc, const row_cache_plan<Leaves, R>& plan, const index_t* lead,
                                                       unsigned char* cache, Ctx& ctx, int lane, int threads_per_row,
                                                       A* smem, std::uint64_t reuse) {
@@ -156,17 +156,17 @@ __device__ __forceinline__ void device_row_reductions(B& bc, const row_cache_pla
     rebase_leaves(bc, plan, lead, cache);
     group_sync(threads_per_row);
   }
-  device_reduce_all<vector_width, Vec, A, B, Ctx, R>(bc, lead, ctx, lane, threads_per_row, smem, reuse,
-                                                     std::make_index_sequence<slots_of<B>>{});
+  device_reduce_all<vector_width, vectorized, A, B, Ctx, R>(bc, lead, ctx, lane, threads_per_row, smem, reuse,
+                                                            std::make_index_sequence<slots_of<B>>{});
 }
 
 // The output pass of one row of `cols` columns: vec(c0) for vector_width columns at a
 // time (the vector form), then one(idx, c) for the rest.
-template <int vector_width, bool Vec, std::size_t R, class Vector, class One>
+template <int vector_width, bool vectorized, std::size_t R, class Vector, class One>
 __device__ __forceinline__ void device_row_output(const index_t* lead, index_t cols, int lane, int threads_per_row,
                                                   Vector&& vec, One&& one) {
   index_t c = lane;
-  if constexpr (Vec) {
+  if constexpr (vectorized) {
     const index_t full = cols / vector_width * vector_width;
 #pragma unroll 1
     for (index_t c0 = static_cast<index_t>(lane) * vector_width; c0 < full;
@@ -188,7 +188,7 @@ __device__ __forceinline__ void device_row_output(const index_t* lead, index_t c
 // cache, every reduction slot in order, then the output pass. Four blocks
 // per SM in the launch bounds: with the maximum thread count alone, ptxas
 // held the registers of the softmax kernel at 40-48 and spilled.
-template <int vector_width, bool Vec, class A, std::size_t R, class Sink, class B, std::size_t Leaves>
+template <int vector_width, bool vectorized, class A, std::size_t R, class Sink, class B, std::size_t Leaves>
 __global__ void __launch_bounds__(256, 4)
     row_kernel(Sink sink, B b, row_layout<R> lay, int threads_per_row, std::uint64_t reuse,
                __grid_constant__ const row_cache_plan<Leaves, R> plan) {
@@ -205,8 +205,8 @@ __global__ void __launch_bounds__(256, 4)
     lay.lead_of(row, lead);
     B bc = b;
     row_ctx<slots_of<B>, A> ctx;
-    device_row_reductions<vector_width, Vec>(bc, plan, lead, cache, ctx, lane, threads_per_row, smem, reuse);
-    device_row_output<vector_width, Vec, R>(
+    device_row_reductions<vector_width, vectorized>(bc, plan, lead, cache, ctx, lane, threads_per_row, smem, reuse);
+    device_row_output<vector_width, vectorized, R>(
         lead, lay.cols, lane, threads_per_row, [&](index_t c0) { sink.template vec<vector_width>(bc, lead, c0, ctx); },
         [&](const index_t* idx, index_t c) { sink.one(bc, idx, lead, c, ctx); });
     if (plan.on) group_sync(threads_per_row);  // the next row's copy overwrites the cache
