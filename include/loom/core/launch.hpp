@@ -67,6 +67,22 @@ void host_for_each(index_t n, const F& f, index_t grain = 1) {
 #endif
 }
 
+//! host_for_each for loops the compiler may also run in SIMD lanes (`omp
+//! parallel for simd`): f(i) must neither read nor write what another
+//! iteration writes. The elementwise executor's dense path, where output
+//! element i depends on input elements i only.
+template <class F>
+void host_for_each_simd(index_t n, const F& f) {
+  if (n <= 0) return;
+  count_host_launch();
+#if LOOM_HAS_OPENMP
+#pragma omp parallel for simd schedule(simd : static) if (parallel : n > 32768)
+  for (index_t i = 0; i < n; ++i) f(i);
+#else
+  for (index_t i = 0; i < n; ++i) f(i);
+#endif
+}
+
 #if LOOM_CUDA_COMPILER
 //! Number of SMs on `device`, cached; sizes grids.
 inline int sm_count(int device) {
