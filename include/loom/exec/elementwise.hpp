@@ -84,26 +84,26 @@ inline unsigned grid_for(index_t work, int device) { return grid_size((work + 25
 // rebased to a block's first element. Any other node kind keeps the
 // per-element periodic path.
 template <class N>
-struct not_rebasable : std::true_type {};
+struct not_rebasable_node : std::true_type {};
 template <class T, std::size_t R>
-struct not_rebasable<bound_leaf<T, R>> : std::false_type {};
+struct not_rebasable_node<bound_leaf<T, R>> : std::false_type {};
 template <class C>
-struct not_rebasable<bound_scalar<C>> : std::false_type {};
+struct not_rebasable_node<bound_scalar<C>> : std::false_type {};
 template <class F, class Cin, class... B>
-struct not_rebasable<bound_map<F, Cin, B...>> : std::false_type {};
+struct not_rebasable_node<bound_map<F, Cin, B...>> : std::false_type {};
 
 // Periods shorter than this keep the per-element loop (a copy of the tree
 // per piece would cost more than the modulo it saves); longer ones are cut
-// into pieces of at most max_piece elements, so threads share the work.
-inline constexpr index_t min_period_block = 64;
-inline constexpr index_t max_piece = 16384;
+// into pieces of at most host_max_piece elements, so threads share the work.
+inline constexpr index_t host_min_period = 64;
+inline constexpr index_t host_max_piece = 16384;
 
 // A copy of bound tree b whose at_linear<false>(k) reads what
 // b.at_linear<true>(start + k) reads while start + k stays in start's block
 // of g elements (g the gcd of the periods): its leaves moved to output
 // element `start` (a periodic leaf to start mod its period).
 template <class B>
-B rebased(const B& b, index_t start) {
+B rebased_tree(const B& b, index_t start) {
   B c = b;
   visit(c, [start](auto& node) {
     if constexpr (is_bound_leaf<std::remove_cvref_t<decltype(node)>>::value)
@@ -118,7 +118,7 @@ B rebased(const B& b, index_t start) {
 // evaluates the piece as dense operands, in SIMD lanes.
 template <class O, class B>
 void host_periodic_loop(O* p, const B& b, index_t n, index_t period) {
-  const index_t piece = period < max_piece ? period : max_piece;
+  const index_t piece = period < host_max_piece ? period : host_max_piece;
   const index_t pieces_per_block = (period + piece - 1) / piece;
   const index_t pieces = (n + period - 1) / period * pieces_per_block;
   host_for_each(
@@ -128,7 +128,7 @@ void host_periodic_loop(O* p, const B& b, index_t n, index_t period) {
         const index_t start = block * period + j % pieces_per_block * piece;
         if (start >= n) return;
         const index_t len = std::min({start + piece, (block + 1) * period, n}) - start;
-        const B c = rebased(b, start);
+        const B c = rebased_tree(b, start);
         O* const q = p + start;
 #if LOOM_HAS_OPENMP
 #pragma omp simd
@@ -156,12 +156,12 @@ void run_elementwise(const view<O, RO, S>& out, const N& e, index_t n, eval_info
       // that is also an input has the same index map (bind checks it), so
       // no iteration reads what another writes.
       info.path = eval_path::contiguous;
-      host_for_each_simd(n, [&](index_t i) { p[i] = convert<O>(b.template at_linear<false>(i)); });
+      host_for_each_simd(n, [p, b](index_t i) { p[i] = convert<O>(b.template at_linear<false>(i)); });
     } else if (contiguous) {
       info.path = eval_path::contiguous;
       using bound_t = std::remove_const_t<decltype(b)>;
       const index_t period = bi.period_gcd;
-      if (!tree_any_v<bound_t, not_rebasable> && period >= min_period_block) {
+      if (!tree_any_v<bound_t, not_rebasable_node> && period >= host_min_period) {
         host_periodic_loop(p, b, n, period);
       } else {
         host_for_each(n, [&](index_t i) { p[i] = convert<O>(b.template at_linear<true>(i)); });
