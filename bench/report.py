@@ -25,6 +25,8 @@ import sys
 from collections import OrderedDict
 
 LOOM_IMPLS = ("loom fused", "loom")
+# Records that are not timings of an op: compile times and machine descriptions.
+NOT_MEASUREMENTS = ("compile", "machine")
 
 # The targets loom's issues set, judged in every report that holds both sides:
 # (op, baseline impl, the most loom's time may be as a multiple of the
@@ -51,7 +53,7 @@ def groups(recs):
     """(op, shape, dtype) -> {impl: record}, in first-seen order; copies excluded."""
     g = OrderedDict()
     for r in recs:
-        if r.get("bench") == "compile" or r.get("op") == "copy":
+        if r.get("bench") in NOT_MEASUREMENTS or r.get("op") == "copy":
             continue
         g.setdefault((r["op"], r["shape"], r["dtype"]), OrderedDict())[r["impl"]] = r
     return g
@@ -131,8 +133,23 @@ def copies(recs):
     return [r for r in recs if r.get("op") == "copy"]
 
 
+def machines(recs):
+    return [r for r in recs if r.get("bench") == "machine"]
+
+
+def machine_line(r):
+    return (f"{r.get('cpu', '?')}, {r.get('cores', '?')} logical cores, {r.get('threads', '?')} threads; "
+            f"CPU ISA extensions: {r.get('isa') or '-'}; compiled for: {r.get('compiled_for', '?')}; "
+            f"{r.get('compiler', '?')}, flags `{r.get('flags', '?')}`")
+
+
 def markdown(recs, title, logs, require=False):
     out = [f"# {title}", ""]
+    ms = machines(recs)
+    if ms:
+        out += ["## Machine and build", ""]
+        out += [f"- {machine_line(r)}" for r in ms]
+        out.append("")
     cps = copies(recs)
     if cps:
         out += ["## Copy bandwidth (the ceiling)", "", "| program | impl | GB/s |", "|---|---|---|"]
@@ -152,7 +169,7 @@ def markdown(recs, title, logs, require=False):
                 f"{'met' if t['met'] else verdict(t) if t.get('measured', True) is False else 'MISSED: ' + t['why']} | "
                 f"{t['text']} |" for t in targets]
         out.append("")
-    meas = [r for r in recs if r.get("bench") != "compile"]
+    meas = [r for r in recs if r.get("bench") not in NOT_MEASUREMENTS]
     if meas:
         out += ["## All measurements", "", "| program | op | shape | dtype | impl | ms | GB/s | % of copy | check |",
                 "|---|---|---|---|---|---|---|---|---|"]
@@ -230,6 +247,8 @@ def main():
     note = plot(recs, os.path.join(args.out, "plot.png"), args.title)
 
     print(f"\n=== {args.title}: summary ===")
+    for r in machines(recs):
+        print(f"machine: {machine_line(r)}")
     for r in copies(recs):
         print(f"copy ceiling ({r['bench']}, {r['impl']}): {r['gbps']:.1f} GB/s")
     print(f"{'op':26s} {'shape':12s} {'dtype':5s} {'GB/s':>9s} {'%copy':>6s}  vs baselines (baseline time / loom time)")

@@ -3,8 +3,11 @@
 # loom's CPU benchmarks behind one command, on any machine (no GPU needed):
 #  1. builds the CPU benchmark programs (configuring a build directory first
 #     when it has none);
-#  2. runs them: fused elementwise vs op by op vs a hand OpenMP loop, row
-#     layers vs hand loops, and the reduction bench when it is there;
+#  2. runs them: two fused elementwise expressions (memory-bound a*b+c and
+#     exp-bound) vs op by op vs hand OpenMP loops (with and without simd),
+#     row layers vs hand loops, and the reduction bench when it is there;
+#     the machine (CPU model, cores, ISA extensions) and compiler flags are
+#     recorded with them;
 #  3. the compile-time benchmark (nvcc and g++, 1/10/50 distinct expressions);
 #  4. the static evidence report (tests/ptx/check_ptx.py: kernels per
 #     expression, vector loads/stores, registers, spills);
@@ -25,7 +28,7 @@ out="${LOOM_BENCH_OUT:-}"
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=1 ;;
-    -h|--help) sed -n '3,20p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '3,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
     -*) die "unknown option $arg (usage: bench/run_cpu.sh [--quick] [OUT_DIR])" ;;
     *) out="$arg" ;;
   esac

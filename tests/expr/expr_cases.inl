@@ -397,6 +397,29 @@ TEST_CASE("rows broadcast over a matrix (a bias) keep the contiguous path when w
   }
 }
 
+TEST_CASE("rows broadcast over a matrix give every element when a row is long and when updated in place",
+          "[expr]" LOOM_TEST_TAG) {
+  // Rows longer than the host's SIMD pieces, and a bias whose period is a
+  // multiple of the row's: each row is cut into pieces.
+  std::mt19937_64 g(loom_test::seed_for("long periodic"));
+  constexpr index_t cols = 17000;
+  const auto x_h = random_host<float, 3>({2, 3, cols}, g);
+  const auto w_h = random_host<float, 1>({cols}, g);
+  const auto b_h = random_host<float, 2>({3, cols}, g);
+  const auto x = in_space(x_h);
+  const auto w = in_space(w_h);
+  const auto b = in_space(b_h);
+  auto y = poisoned<float, 3>({2, 3, cols});
+  y = x * w + b;
+  CHECK(loom::last_eval().path == loom::eval_path::contiguous);
+  const auto want = [&](index_t i) {
+    return static_cast<double>(x_h.data()[i]) * w_h(i % cols) + b_h((i / cols) % 3, i % cols);
+  };
+  check_all(y, want, 1e-6);
+  y = y * 2.0f + w;
+  check_all(y, [&](index_t i) { return 2 * want(i) + w_h(i % cols); }, 1e-5, 1e-5);
+}
+
 TEST_CASE("in-place updates work and other aliasing throws without writing", "[expr]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("alias"));
   auto x_h = random_host<float, 2>({6, 6}, g);

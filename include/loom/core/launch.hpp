@@ -67,6 +67,29 @@ void host_for_each(index_t n, const F& f, index_t grain = 1) {
 #endif
 }
 
+//! host_for_each for loops the compiler may also run in SIMD lanes (`omp
+//! for simd`): f(i) must neither read nor write what another iteration
+//! writes. The elementwise executor's dense path, where output element i
+//! depends on input elements i only. Each thread runs its own copy of f: a
+//! copy whose address never escapes stays in registers across the calls f
+//! makes (expf), where a shared one would be reloaded after each.
+template <class F>
+void host_for_each_simd(index_t n, const F& f) {
+  if (n <= 0) return;
+  count_host_launch();
+#if LOOM_HAS_OPENMP
+#pragma omp parallel if (n > 32768)
+  {
+    const F local = f;
+#pragma omp for simd schedule(simd : static)
+    for (index_t i = 0; i < n; ++i) local(i);
+  }
+#else
+  const F local = f;
+  for (index_t i = 0; i < n; ++i) local(i);
+#endif
+}
+
 #if LOOM_CUDA_COMPILER
 //! Number of SMs on `device`, cached; sizes grids.
 inline int sm_count(int device) {

@@ -3,10 +3,12 @@
 
 // The elementwise executor: one launch that evaluates a bound tree at every
 // output element, on the host (a parallel loop) or the device (one kernel).
-// Dense operands take the contiguous path (16-byte vector loads on the
-// device); broadcast, strided or unaligned ones the general path
-// (coordinates from precomputed fast integer division).
+// Dense and periodic operands take the contiguous path (16-byte vector
+// loads on the device, loops the compiler runs in SIMD lanes on the host);
+// other broadcast, strided or unaligned ones the general path (coordinates
+// from precomputed fast integer division).
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -77,6 +79,65 @@ __global__ void __launch_bounds__(256) general_kernel(general_out<O, R> out, B e
 inline unsigned grid_for(index_t work, int device) { return grid_size((work + 255) / 256, 32, device); }
 #endif
 
+// The host's per-period loop: a tree of leaves, scalars and maps only (its
+// values depend on the index through the leaves' offsets alone) can be
+// rebased to a block's first element. Any other node kind keeps the
+// per-element periodic path.
+template <class N>
+struct not_rebasable_node : std::true_type {};
+template <class T, std::size_t R>
+struct not_rebasable_node<bound_leaf<T, R>> : std::false_type {};
+template <class C>
+struct not_rebasable_node<bound_scalar<C>> : std::false_type {};
+template <class F, class Cin, class... B>
+struct not_rebasable_node<bound_map<F, Cin, B...>> : std::false_type {};
+
+// Periods shorter than this keep the per-element loop (a copy of the tree
+// per piece would cost more than the modulo it saves); longer ones are cut
+// into pieces of at most host_max_piece elements, so threads share the work.
+inline constexpr index_t host_min_period = 64;
+inline constexpr index_t host_max_piece = 16384;
+
+// A copy of bound tree b whose at_linear<false>(k) reads what
+// b.at_linear<true>(start + k) reads while start + k stays in start's block
+// of g elements (g the gcd of the periods): its leaves moved to output
+// element `start` (a periodic leaf to start mod its period).
+template <class B>
+B rebased_tree(const B& b, index_t start) {
+  B c = b;
+  visit(c, [start](auto& node) {
+    if constexpr (is_bound_leaf<std::remove_cvref_t<decltype(node)>>::value)
+      node.p += node.template linear_offset<true>(start);
+  });
+  return c;
+}
+
+// The host's contiguous loop with periodic operands, per piece of a block
+// of `period` elements (the gcd of the periods): inside a block every
+// periodic operand is read at consecutive offsets, so the rebased tree
+// evaluates the piece as dense operands, in SIMD lanes.
+template <class O, class B>
+void host_periodic_loop(O* p, const B& b, index_t n, index_t period) {
+  const index_t piece = period < host_max_piece ? period : host_max_piece;
+  const index_t pieces_per_block = (period + piece - 1) / piece;
+  const index_t pieces = (n + period - 1) / period * pieces_per_block;
+  host_for_each(
+      pieces,
+      [&](index_t j) {
+        const index_t block = j / pieces_per_block;
+        const index_t start = block * period + j % pieces_per_block * piece;
+        if (start >= n) return;
+        const index_t len = std::min({start + piece, (block + 1) * period, n}) - start;
+        const B c = rebased_tree(b, start);
+        O* const q = p + start;
+#if LOOM_HAS_OPENMP
+#pragma omp simd
+#endif
+        for (index_t k = 0; k < len; ++k) q[k] = convert<O>(c.template at_linear<false>(k));
+      },
+      piece);
+}
+
 //! Runs an elementwise assignment of node tree `e` (no row reductions) into
 //! `out` (n > 0 elements): binds it, picks the path, launches once.
 template <class O, std::size_t RO, class S, class N>
@@ -89,9 +150,22 @@ void run_elementwise(const view<O, RO, S>& out, const N& e, index_t n, eval_info
 
   if constexpr (std::is_same_v<S, host>) {
     O* const p = out.data();
-    if (contiguous) {
+    if (contiguous && bi.contiguous) {
+      // Every operand dense: element i of each at offset i, no periodic
+      // branch, so the compiler can run the loop in SIMD lanes. An output
+      // that is also an input has the same index map (bind checks it), so
+      // no iteration reads what another writes.
       info.path = eval_path::contiguous;
-      host_for_each(n, [&](index_t i) { p[i] = convert<O>(b.template at_linear<true>(i)); });
+      host_for_each_simd(n, [p, b](index_t i) { p[i] = convert<O>(b.template at_linear<false>(i)); });
+    } else if (contiguous) {
+      info.path = eval_path::contiguous;
+      using bound_t = std::remove_const_t<decltype(b)>;
+      const index_t period = bi.period_gcd;
+      if (!tree_any_v<bound_t, not_rebasable_node> && period >= host_min_period) {
+        host_periodic_loop(p, b, n, period);
+      } else {
+        host_for_each(n, [&](index_t i) { p[i] = convert<O>(b.template at_linear<true>(i)); });
+      }
     } else {
       info.path = eval_path::general;
       general_out<O, RO> g{p, out.strides(), {}};
