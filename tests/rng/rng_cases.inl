@@ -146,6 +146,18 @@ TEST_CASE("rand in an expression keeps its values under a permuted rank-3 output
   });
 }
 
+TEST_CASE("two streams in one expression keep their own values", "[rng]" LOOM_TEST_TAG) {
+  // The same distribution twice (alternating blocks on the host) and a third stream under a row reduction.
+  const loom::shape<2> s{9, 13};
+  auto y = poisoned<float, 2>(s);
+  y = loom::rand(1, 2) - loom::rand(1, 3) * 2 + loom::rand(4, 2) * 4;
+  check_exact(y, [](std::uint64_t i) {
+    return static_cast<float>(ref_uniform(ref_bits(1, 2, i), 24)) -
+           static_cast<float>(ref_uniform(ref_bits(1, 3, i), 24)) * 2 +
+           static_cast<float>(ref_uniform(ref_bits(4, 2, i), 24)) * 4;
+  });
+}
+
 TEST_CASE("rand inside a row kernel gives the same values as elementwise", "[rng]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("rand rows"));
   const std::uint64_t seed = g(), offset = g();

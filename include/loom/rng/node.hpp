@@ -86,7 +86,24 @@ struct stream_key {
   LOOM_HD philox_words block(std::uint64_t b) const {
     return philox4x32_10(philox_words{{low32(b), high32(b), o0, o1}}, k0, k1);
   }
+  bool operator==(const stream_key&) const = default;
 };
+
+// The host executors evaluate one element at a time (at_linear, at), each
+// thread walking consecutive elements, four to a block: each thread keeps
+// the last block of each distribution it computed, so that one Philox call
+// serves four elements there as on the device's vector path.
+template <class Dist>
+inline philox_words host_block(const stream_key& key, std::uint64_t b) {
+  struct last_block {
+    std::uint64_t b;  // no block has the number ~0 (at most 2^62 of them)
+    stream_key key;
+    philox_words w;
+  };
+  thread_local last_block last{~std::uint64_t{0}, {}, {}};
+  if (last.b != b || !(last.key == key)) last = {b, key, key.block(b)};
+  return last.w;
+}
 }  // namespace detail::rng
 
 namespace detail {
@@ -104,7 +121,11 @@ struct bound_random {
 
   LOOM_HD compute value_at(index_t i) const {
     const auto u = static_cast<std::uint64_t>(i);
+#if LOOM_DEVICE_CODE
     return dist(key.block(u >> 2), static_cast<int>(u & 3));
+#else
+    return dist(rng::host_block<Dist>(key, u >> 2), static_cast<int>(u & 3));
+#endif
   }
   template <bool P = false>
   LOOM_HD compute at_linear(index_t i) const {
