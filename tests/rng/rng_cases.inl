@@ -184,6 +184,37 @@ TEST_CASE("rand inside a row kernel gives the same values as elementwise", "[rng
   }
 }
 
+TEST_CASE("dropout inside a layer with a row reduction is one kernel with one mask", "[rng]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("dropout layer"));
+  const loom::shape<2> s{17, 129};
+  auto xh = random_host<float, 2>(s, g);
+  auto x = in_space(xh);
+  const float p = 0.2f;
+  const std::uint64_t seed = g(), step = 6;
+  const auto centered_dropout = loom::layer([=](auto v) {
+    const auto d = loom::dropout(v, p, seed, step);
+    return d - loom::row_max(d);
+  });
+  auto y = poisoned<float, 2>(s);
+  const auto before = loom::launches();
+  y = centered_dropout(x);
+  const auto after = loom::launches();
+  CHECK((on_device ? after.device - before.device : after.host - before.host) == 1);
+  CHECK(loom::last_eval().path == loom::eval_path::rows);
+  const float scale = 1.0f / (1.0f - p);
+  const auto kept = [&](index_t i) {
+    const bool drop = ref_uniform(ref_bits(seed, step, static_cast<std::uint64_t>(i)), 24) < p;
+    return xh.data()[i] * (drop ? 0.0f : scale);
+  };
+  std::vector<float> want(static_cast<std::size_t>(s[0] * s[1]));
+  for (index_t r = 0; r < s[0]; ++r) {
+    float mx = -INFINITY;
+    for (index_t c = 0; c < s[1]; ++c) mx = std::max(mx, kept(r * s[1] + c));
+    for (index_t c = 0; c < s[1]; ++c) want[static_cast<std::size_t>(r * s[1] + c)] = kept(r * s[1] + c) - mx;
+  }
+  check_exact(y, [&](std::uint64_t i) { return want[i]; });
+}
+
 TEMPLATE_TEST_CASE("randn is Box-Muller of the documented uniforms", "[rng]" LOOM_TEST_TAG, float, double) {
   const std::uint64_t seed = 77, offset = 3;
   for (auto s : {loom::shape<2>{1, 1}, loom::shape<2>{7, 1}, loom::shape<2>{257, 33}}) {
