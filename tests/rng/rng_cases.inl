@@ -184,6 +184,27 @@ TEST_CASE("rand inside a row kernel gives the same values as elementwise", "[rng
   }
 }
 
+TEST_CASE("row reductions over different streams are not merged, over the same stream they are",
+          "[rng]" LOOM_TEST_TAG) {
+  const loom::shape<2> s{6, 45};
+  auto x = in_space(loom::full<float, 2, loom::host>(s, 0.0f));
+  auto y = poisoned<float, 2>(s);
+  y = loom::row_max(x + loom::rand(1, 2)) - loom::row_max(x + loom::rand(1, 2));
+  const int same_passes = loom::last_eval().row_passes;
+  check_exact(y, [](std::uint64_t) { return 0.0f; });
+  y = loom::row_max(x + loom::rand(1, 2)) - loom::row_max(x + loom::rand(1, 3));
+  CHECK(loom::last_eval().row_passes > same_passes);
+  check_exact(y, [&](std::uint64_t i) {
+    const std::uint64_t row = i / 45;
+    float a = -INFINITY, b = -INFINITY;
+    for (std::uint64_t c = 0; c < 45; ++c) {
+      a = std::max(a, static_cast<float>(ref_uniform(ref_bits(1, 2, row * 45 + c), 24)));
+      b = std::max(b, static_cast<float>(ref_uniform(ref_bits(1, 3, row * 45 + c), 24)));
+    }
+    return a - b;
+  });
+}
+
 TEST_CASE("dropout inside a layer with a row reduction is one kernel with one mask", "[rng]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("dropout layer"));
   const loom::shape<2> s{17, 129};

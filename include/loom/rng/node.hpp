@@ -167,7 +167,9 @@ struct bound_random {
   }
   //! Same distribution, stream and shape: the same values.
   bool same_as(const bound_random& o) const {
-    return std::memcmp(&dist, &o.dist, sizeof(Dist)) == 0 && std::memcmp(&key, &o.key, sizeof(key)) == 0 && st == o.st;
+    if constexpr (!std::is_empty_v<Dist>)
+      if (std::memcmp(&dist, &o.dist, sizeof(Dist)) != 0) return false;
+    return key == o.key && st == o.st;
   }
 };
 template <class Dist, std::size_t R>
