@@ -5,6 +5,7 @@
 // layout. The including file defines LOOM_TEST_SPACE and LOOM_TEST_TAG.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "loom_test.hpp"
@@ -264,6 +265,36 @@ TEMPLATE_TEST_CASE("randn is Box-Muller of the documented uniforms", "[rng]" LOO
     }
     CHECK(bad == 0);
   }
+}
+
+TEST_CASE("stochastic_round to bf16 adds 16 random bits below the bf16 part and cuts them", "[rng]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("stochastic round"));
+  const loom::shape<2> s{33, 65};
+  auto xh = random_host<float, 2>(s, g);
+  xh.data()[0] = std::nanf("");
+  xh.data()[1] = INFINITY;
+  xh.data()[2] = -INFINITY;
+  xh.data()[3] = 1.0f;  // exact in bf16
+  xh.data()[4] = -0.0f;
+  xh.data()[5] = 3.0e38f;  // may round up past the largest bf16: infinity
+  auto x = in_space(xh);
+  const std::uint64_t seed = g(), offset = 9;
+  auto y = poisoned<loom::bf16, 2>(s);
+  y = loom::stochastic_round<loom::bf16>(x * 1, seed, offset);
+  const auto want = [&](std::uint64_t i) {
+    const float v = xh.data()[i];
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    if (std::isnan(v) || std::isinf(v)) return loom::bf16(v);
+    bits += ref_bits(seed, offset, i) >> 16;
+    return loom::detail::from_bits<loom::bf16>(static_cast<std::uint16_t>(bits >> 16));
+  };
+  check_exact(y, want);
+  // Into float: the same bf16 values, exactly (NaN as it came).
+  auto yf = poisoned<float, 2>(s);
+  yf = loom::stochastic_round<loom::bf16>(x, seed, offset);
+  check_exact(yf,
+              [&](std::uint64_t i) { return std::isnan(xh.data()[i]) ? xh.data()[i] : static_cast<float>(want(i)); });
 }
 
 TEST_CASE("creation helpers fill new tensors from the same streams", "[rng]" LOOM_TEST_TAG) {

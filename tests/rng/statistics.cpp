@@ -115,3 +115,21 @@ TEST_CASE("dropout over 10^7 samples keeps 1 - p of the elements, scaled by 1 / 
     CHECK(std::fabs(fraction - (1 - p)) < 5 * std::sqrt(p * (1 - p) / samples));
   }
 }
+
+TEST_CASE("stochastic_round to bf16 is unbiased over 10^7 samples", "[rng][stats]") {
+  // 1 + 2^-10 lies an eighth of the way from 1 to the next bf16 value, 1 + 2^-7.
+  const float x = 1.0f + 0x1p-10f;
+  const auto ones = loom::full<float, 1, loom::host>({samples}, x);
+  loom::host_tensor<float, 1> y({samples});
+  y = loom::stochastic_round<loom::bf16>(ones, 7, 8);
+  index_t up = 0, other = 0;
+  for (index_t i = 0; i < samples; ++i) {
+    if (y.data()[i] == 1.0f + 0x1p-7f)
+      ++up;
+    else if (y.data()[i] != 1.0f)
+      ++other;
+  }
+  CHECK(other == 0);
+  const double fraction = static_cast<double>(up) / samples;
+  CHECK(std::fabs(fraction - 0.125) < 5 * std::sqrt(0.125 * 0.875 / samples));
+}

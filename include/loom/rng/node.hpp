@@ -69,6 +69,13 @@ struct bernoulli_bits {
   float p;
   LOOM_HD bool operator()(const philox_words& r, int lane) const { return uniform_from_bits(r.w[lane]) < p; }
 };
+
+//! The high 16 bits of the lane's word, as a float (an integer in [0, 65535],
+//! exact): the random part of a stochastic rounding to bf16.
+struct round_bits {
+  using result_type = float;
+  LOOM_HD float operator()(const philox_words& r, int lane) const { return static_cast<float>(r.w[lane] >> 16); }
+};
 }  // namespace fn
 
 namespace detail::rng {

@@ -2,14 +2,16 @@
 #pragma once
 
 // Random numbers inside expressions (rand, randn, bernoulli), dropout and its
-// backward, and the creation helpers (rand<T>(shape, seed), randn, rand_like,
-// randn_like). Every value depends only on (seed, offset, the element's
-// logical index): docs/09_random.md.
+// backward, stochastic rounding to bf16, and the creation helpers
+// (rand<T>(shape, seed), randn, rand_like, randn_like). Every value depends
+// only on (seed, offset, the element's logical index): docs/09_random.md.
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "loom/config.hpp"
 #include "loom/core/dtype.hpp"
@@ -32,6 +34,24 @@ struct dropout_apply {
   template <class T>
   LOOM_HD T operator()(T x, T drop) const {
     return x * (drop != T(0) ? T(0) : static_cast<T>(scale));
+  }
+};
+
+//! Stochastic rounding of float x to bf16 given 16 random bits r (as an
+//! exact float in [0, 65535]): the low 16 bits of x plus r carry into the
+//! bf16 part with probability (low bits) / 2^16, then are cut, so x rounds
+//! away from zero with probability equal to its distance from the bf16 value
+//! towards zero, in units of that bf16 step. NaN and infinities pass through.
+struct stochastic_round_bf16 {
+  using result_type = bf16;
+  LOOM_HD float operator()(float x, float r) const {
+    std::uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    if ((bits & 0x7f800000u) == 0x7f800000u) return x;
+    bits = (bits + static_cast<std::uint32_t>(r)) & 0xffff0000u;
+    float y;
+    memcpy(&y, &bits, sizeof y);
+    return y;
   }
 };
 }  // namespace fn
@@ -101,6 +121,19 @@ template <expression E>
 template <expression E>
 [[nodiscard]] auto dropout_backward(const E& grad, float p, std::uint64_t seed, std::uint64_t offset = 0) {
   return dropout(grad, p, seed, offset);
+}
+
+//! `e` rounded to T = bf16 stochastically: each element (computed in
+//! float) becomes the bf16 value above or below it with probabilities
+//! proportional to its closeness, so the rounding is unbiased on average,
+//! with the random bits of word i (its high 16) of stream (seed, offset) for
+//! element i. Exact bf16 values, NaN and infinities are unchanged. Lazily,
+//! anywhere in an expression; its value type is bf16.
+//! Example: `w_bf16 = loom::stochastic_round<loom::bf16>(w - lr * g, seed, step);`
+template <class T, expression E>
+[[nodiscard]] auto stochastic_round(const E& e, std::uint64_t seed, std::uint64_t offset = 0) {
+  static_assert(std::is_same_v<T, bf16>, "loom: stochastic_round supports bf16 only");
+  return map(fn::stochastic_round_bf16{}, cast<float>(e), random_node<fn::round_bits>(fn::round_bits{}, seed, offset));
 }
 
 //! A new tensor of uniform values in [0, 1) (see rand(seed, offset)): one
