@@ -5,8 +5,9 @@
 #     when it has none);
 #  2. runs them: two fused elementwise expressions (memory-bound a*b+c and
 #     exp-bound) vs op by op vs hand OpenMP loops (with and without simd),
-#     row layers vs hand loops, and the reduction bench when it is there;
-#     the machine (CPU model, cores, ISA extensions) and compiler flags are
+#     row layers vs hand loops, fused bias + dropout + residual vs a hand
+#     loop and op by op, and the reduction bench when it is there; the
+#     machine (CPU model, cores, ISA extensions) and compiler flags are
 #     recorded with them;
 #  3. the compile-time benchmark (nvcc and g++, 1/10/50 distinct expressions);
 #  4. the static evidence report (tests/ptx/check_ptx.py: kernels per
@@ -51,7 +52,7 @@ if [[ ! -f "$LOOM_BUILD_DIR/CMakeCache.txt" ]]; then
     -DCMAKE_CUDA_ARCHITECTURES="$LOOM_CUDA_ARCH" \
     -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_EXAMPLES=OFF -DLOOM_BUILD_BENCH=ON
 fi
-targets=(bench_fused_cpu)
+targets=(bench_fused_cpu bench_dropout_cpu)
 # The reductions bench (another issue's) joins in when it exists.
 [[ -f "$LOOM_ROOT/bench/cpu/bench_reduce_cpu.cpp" ]] && targets+=(bench_reduce_cpu)
 cmake --build "$LOOM_BUILD_DIR" -j "$LOOM_JOBS" --target "${targets[@]}"
@@ -59,6 +60,10 @@ cmake --build "$LOOM_BUILD_DIR" -j "$LOOM_JOBS" --target "${targets[@]}"
 stage "fused elementwise and row layers on the host executor"
 "$LOOM_BUILD_DIR/bench/bench_fused_cpu" "${quick_flag[@]}" --json "$out/cpu.jsonl" | tee "$out/bench_fused_cpu.log" ||
   failures+=("bench_fused_cpu")
+
+stage "fused bias + dropout + residual on the host executor (bench_dropout_cpu)"
+"$LOOM_BUILD_DIR/bench/bench_dropout_cpu" "${quick_flag[@]}" --json "$out/cpu.jsonl" | tee "$out/bench_dropout_cpu.log" ||
+  failures+=("bench_dropout_cpu")
 
 logs=()
 if [[ " ${targets[*]} " == *" bench_reduce_cpu "* ]]; then

@@ -17,7 +17,8 @@ LOOM_JOBS="${LOOM_JOBS:-$(nproc)}"
 section() { printf '\n=== %s [at %d s] ===\n' "$*" "$SECONDS"; }
 die() { printf 'loom: %s\n' "$*" >&2; exit 1; }
 
-# Installs cmake, ninja, Catch2, ccache (not with CCACHE_DISABLE set, as CI
+# Installs cmake, ninja, Catch2, Random123 (tests/rng's oracle for Philox;
+# loom itself does not use it), ccache (not with CCACHE_DISABLE set, as CI
 # sets it) and python3 (for the PTX check; standard library only) from Debian
 # when one is missing: a prepared machine does not touch apt at all.
 loom_install_deps() {
@@ -27,8 +28,9 @@ loom_install_deps() {
   [[ -n "${CCACHE_DISABLE:-}" ]] || command -v ccache >/dev/null 2>&1 || missing+=(ccache)
   command -v python3 >/dev/null 2>&1 || missing+=(python3)
   dpkg -s catch2 >/dev/null 2>&1 || missing+=(catch2)
+  dpkg -s librandom123-dev >/dev/null 2>&1 || missing+=(librandom123-dev)  # a test-only oracle (tests/rng)
   if ((${#missing[@]} == 0)); then
-    echo "cmake, ninja, python3, Catch2 (and ccache unless disabled) are installed"
+    echo "cmake, ninja, python3, Catch2, Random123 (and ccache unless disabled) are installed"
     return
   fi
   echo "installing from Debian: ${missing[*]}"

@@ -4,11 +4,14 @@
 // bandwidth measured in the same run (the ceiling):
 //  - y = gelu(x * w + b) + r   (w, b broadcast rows): a bias + GELU + residual
 //  - y = (a * b + c) * 0.5 - sigmoid(a) * c          (the CPU bench's expression)
+//  - y = dropout(x + b, 0.1, seed, step) + r          (bias + dropout + residual)
 // each as one loom assignment, as an unfused op-by-op chain (each op
 // materialized, as an eager library runs it), and as a thrust::transform
-// with a hand-written functor. PyTorch eager and torch.compile timings of the
-// same expressions come from torch_layers.py. Outputs are checked against a
-// double reference (a sample of elements) before timing.
+// with a hand-written functor (not dropout: its baselines are op by op and
+// the copy). PyTorch eager and torch.compile timings of the first two
+// expressions come from torch_layers.py (PyTorch's dropout + add is not
+// measured). Outputs are checked against a double reference (a sample of
+// elements) before timing.
 // Usage: bench_elementwise [--quick] [--json FILE]; exits 77 without a GPU.
 #include <thrust/execution_policy.h>
 #include <thrust/iterator/counting_iterator.h>
@@ -155,6 +158,49 @@ void six_op(bench_state& st, index_t rows, index_t cols) {
                 },
                 ref);
 }
+
+// Whether element i is dropped by dropout(e, p, seed, step): the counters of docs/09_random.md.
+bool dropped(std::uint64_t seed, std::uint64_t step, float p, std::uint64_t i) {
+  const std::uint64_t blk = i / 4;
+  const loom::philox_words w =
+      loom::philox4x32_10({{static_cast<std::uint32_t>(blk), static_cast<std::uint32_t>(blk >> 32),
+                            static_cast<std::uint32_t>(step), static_cast<std::uint32_t>(step >> 32)}},
+                          static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
+  return (w.w[i % 4] >> 8) * 0x1p-24 < p;
+}
+
+template <class T>
+void bias_dropout_residual(bench_state& st, index_t rows, index_t cols) {
+  const std::string op = "dropout(x+b,0.1)+r", shape = std::to_string(rows) + "x" + std::to_string(cols);
+  const double set_bytes = 3.0 * rows * cols * sizeof(T);
+  const int sets = rotation_sets(set_bytes);
+  std::vector<loom::device_tensor<T, 2>> xs, rs, ys;
+  for (int s = 0; s < sets; ++s) {
+    xs.emplace_back(loom::shape<2>{rows, cols}), rs.emplace_back(loom::shape<2>{rows, cols});
+    ys.emplace_back(loom::shape<2>{rows, cols});
+    hash_fill(xs.back(), seed_x + 100 * s), hash_fill(rs.back(), seed_r + 100 * s);
+  }
+  loom::device_tensor<T, 1> b({cols});
+  hash_fill(b, seed_b);
+  const double bytes = set_bytes + static_cast<double>(cols) * sizeof(T);
+  const float p = 0.1f;
+  const std::uint64_t seed = 2026, step = 33;
+  const double scale = 1.0f / (1.0f - p);
+  auto ref = [&](index_t i) {
+    const auto u = static_cast<std::uint64_t>(i), c = static_cast<std::uint64_t>(i % cols);
+    const double h = static_cast<double>(hashed<T>(seed_x, u)) + hashed<T>(seed_b, c);
+    return (dropped(seed, step, p, u) ? 0.0 : h * scale) + hashed<T>(seed_r, u);
+  };
+  st.measure<T>(op, shape, "loom fused", bytes, sets, ys,
+                [&](int s) { ys[s] = loom::dropout(xs[s] + b, p, seed, step) + rs[s]; }, ref);
+  st.measure<T>(op, shape, "loom op by op", bytes, sets, ys,
+                [&](int s) {
+                  auto biased = loom::materialize(xs[s] + b);
+                  auto kept = loom::materialize(loom::dropout(biased, p, seed, step));
+                  ys[s] = kept + rs[s];
+                },
+                ref);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -172,6 +218,8 @@ int main(int argc, char** argv) {
     bias_gelu_residual<loom::bf16>(st, rows, cols);
     six_op<float>(st, rows, cols);
     six_op<loom::bf16>(st, rows, cols);
+    bias_dropout_residual<float>(st, rows, cols);
+    bias_dropout_residual<loom::bf16>(st, rows, cols);
     if (st.failed) {
       std::printf("FAIL: a result differs from its double reference\n");
       return 1;

@@ -29,6 +29,8 @@
 #include "loom/reduce/reduce.hpp"
 #include "loom/reduce/scan.hpp"
 #include "loom/reduce/sort.hpp"
+#include "loom/rng/philox.hpp"
+#include "loom/rng/random.hpp"
 #include "loom/tensor/copy.hpp"
 #include "loom/tensor/npy.hpp"
 #include "loom/tensor/print.hpp"

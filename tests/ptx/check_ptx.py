@@ -67,6 +67,8 @@ CASES = {
     # bf16 in, float out: a vector step is 8 columns (16 bytes of bf16, two
     # 16-byte float stores), never a half-filled 16-byte access.
     7: ("bf16->f32 rows: y = softmax(x)", 4, 2),
+    # dropout's mask is Philox in registers: no load for it.
+    14: ("bf16   y = dropout(x + b_row) + r", 3, 1),
 }
 ROW_CASES = {5, 6, 7}
 # case: (description of a whole-tensor reduction, the form of its kernel with

@@ -56,6 +56,11 @@ void run(device_tensor<float, 0>& y, const device_tensor<float, 1>& x) { y = sum
 cudaError_t cub_sum(void* tmp, std::size_t& bytes, const float* x, float* out, long long n, cudaStream_t s) {
   return cub::DeviceReduce::Sum(tmp, bytes, x, out, n, s);
 }
+#elif LOOM_PTX_CASE == 14  // bf16 bias + dropout + residual: the mask drawn in the kernel, nothing read for it
+void run(device_tensor<bf16, 2>& y, const device_tensor<bf16, 2>& x, const device_tensor<bf16, 1>& b,
+         const device_tensor<bf16, 2>& r) {
+  y = dropout(x + b, 0.1f, 2026, 33) + r;
+}
 #else
 #error "unknown LOOM_PTX_CASE"
 #endif
