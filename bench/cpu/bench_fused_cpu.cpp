@@ -8,8 +8,8 @@
 //    the same threads: `omp parallel for` and `omp parallel for simd` (the
 //    best way to write it by hand). Targets: fused >= 0.9x the faster hand
 //    loop and >= 2x op by op.
-//  - row layers: softmax and layer_norm over 4096 x 4096 floats, loom
-//    against a hand-written loop parallel over rows.
+//  - row layers: softmax, rms_norm and layer_norm over 4096 x 4096 floats,
+//    loom against hand-written loops parallel over rows.
 // A parallel copy gives the ceiling (% of copy). Every result is checked
 // against a double reference before it is timed. The machine (CPU model,
 // cores, ISA extensions) and the compiler flags are printed and recorded.
@@ -226,6 +226,14 @@ void layer_norm_ref(const float* x, const float* w, const float* b, index_t cols
   for (index_t j = 0; j < cols; ++j) out[j] = (x[j] - mean) / std::sqrt(var + eps) * w[j] + b[j];
 }
 
+void rms_norm_ref(const float* x, const float* w, index_t cols, double eps, std::vector<double>& out) {
+  double ss = 0;
+  for (index_t j = 0; j < cols; ++j) ss += static_cast<double>(x[j]) * x[j];
+  const double r = 1.0 / std::sqrt(ss / static_cast<double>(cols) + eps);
+  out.resize(cols);
+  for (index_t j = 0; j < cols; ++j) out[j] = x[j] * r * w[j];
+}
+
 void rows(runner& run) {
   const index_t nr = run.quick() ? 257 : 4096, nc = run.quick() ? 1023 : 4096;
   const std::string shape = std::to_string(nr) + "x" + std::to_string(nc);
@@ -250,6 +258,8 @@ void rows(runner& run) {
     };
   };
   auto sm_check = check([&](const float* row, std::vector<double>& r) { softmax_ref(row, nc, r); });
+  auto rn_check =
+      check([&](const float* row, std::vector<double>& r) { rms_norm_ref(row, w.data(), nc, eps, r); });
   auto ln_check = check(
       [&](const float* row, std::vector<double>& r) { layer_norm_ref(row, w.data(), b.data(), nc, eps, r); });
 
@@ -273,6 +283,44 @@ void rows(runner& run) {
                                      },
                                      sm_check);
   poison(y);
+  // The best way to write it by hand: exp once (stored in y), 1 / sum once
+  // per row.
+  const double sm_hand1 = run.measure("softmax", shape, "hand loop, exp once (OpenMP)", bytes,
+                                      [&] {
+#if LOOM_HAS_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+                                        for (index_t i = 0; i < nr; ++i) {
+                                          const float* px = x.data() + i * nc;
+                                          float* py = y.data() + i * nc;
+                                          float mx = -INFINITY, s = 0;
+                                          for (index_t j = 0; j < nc; ++j) mx = std::fmax(mx, px[j]);
+                                          for (index_t j = 0; j < nc; ++j) s += (py[j] = std::exp(px[j] - mx));
+                                          const float inv = 1.0f / s;
+                                          for (index_t j = 0; j < nc; ++j) py[j] *= inv;
+                                        }
+                                      },
+                                      sm_check);
+  poison(y);
+  const double rn_loom =
+      run.measure("rms_norm", shape, "loom", bytes, [&] { y = loom::rms_norm(x, w, eps); }, rn_check);
+  poison(y);
+  const double rn_hand = run.measure("rms_norm", shape, "hand loop (OpenMP)", bytes,
+                                     [&] {
+#if LOOM_HAS_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+                                       for (index_t i = 0; i < nr; ++i) {
+                                         const float* px = x.data() + i * nc;
+                                         float* py = y.data() + i * nc;
+                                         float ss = 0;
+                                         for (index_t j = 0; j < nc; ++j) ss += px[j] * px[j];
+                                         const float r = 1.0f / std::sqrt(ss / static_cast<float>(nc) + float(eps));
+                                         for (index_t j = 0; j < nc; ++j) py[j] = px[j] * r * w.data()[j];
+                                       }
+                                     },
+                                     rn_check);
+  poison(y);
   const double ln_loom = run.measure("layer_norm", shape, "loom", bytes,
                                      [&] { y = loom::layer_norm(x, w, b, eps); }, ln_check);
   poison(y);
@@ -294,7 +342,8 @@ void rows(runner& run) {
                                        }
                                      },
                                      ln_check);
-  std::printf("  loom / hand loop speed: softmax %.2fx, layer_norm %.2fx\n", sm_hand / sm_loom, ln_hand / ln_loom);
+  std::printf("  loom / hand loop speed: softmax %.2fx (exp twice), %.2fx (exp once), rms_norm %.2fx, layer_norm %.2fx\n",
+              sm_hand / sm_loom, sm_hand1 / sm_loom, rn_hand / rn_loom, ln_hand / ln_loom);
 }
 }  // namespace
 

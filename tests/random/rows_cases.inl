@@ -274,9 +274,16 @@ TEST_CASE("random row-reduction layers on strided views match double references"
   const auto table = make_layer_table(std::make_index_sequence<std::tuple_size_v<all_dtypes>>{});
   const long n = loom_random::case_count(1500), only = loom_random::only_case();
   loom_random::stats st;
+  // Every other round over the table keeps no computed values (each pass
+  // computes what it uses), so both forms meet the same references.
+  struct values_guard {
+    bool saved = loom::detail::rows::row_cache_values();
+    ~values_guard() { loom::detail::rows::row_cache_values() = saved; }
+  } keep_values;
   for (long k = 0; k < n; ++k) {
     if (only >= 0 && k != only) continue;
     const std::uint64_t seed = loom_random::mix(loom_random::base_seed() ^ 0x1a7e55ull, static_cast<std::uint64_t>(k));
+    loom::detail::rows::row_cache_values() = (static_cast<std::size_t>(k) / table.size()) % 2 == 0;
     table[static_cast<std::size_t>(k) % table.size()].run(seed, k, st);
   }
   st.print(on_device ? "layers [cuda]" : "layers");
@@ -288,6 +295,12 @@ namespace {
 struct budget_guard {
   std::size_t saved = loom::detail::rows::row_cache_budget();
   ~budget_guard() { loom::detail::rows::row_cache_budget() = saved; }
+};
+// Keeps no computed values in the row cache while it lives.
+struct values_off {
+  bool saved = loom::detail::rows::row_cache_values();
+  values_off() { loom::detail::rows::row_cache_values() = false; }
+  ~values_off() { loom::detail::rows::row_cache_values() = saved; }
 };
 
 template <class T, std::size_t R>
@@ -425,4 +438,153 @@ TEST_CASE("LOOM_ROW_CACHE_BYTES is a number of bytes", "[rows][cache]" LOOM_TEST
   CHECK(parse_row_cache_bytes("65536") == 65536);
   CHECK_THROWS_WITH(parse_row_cache_bytes("64k"), Catch::Contains("LOOM_ROW_CACHE_BYTES") && Catch::Contains("'64k'"));
   CHECK_THROWS_AS(parse_row_cache_bytes("-1"), loom::value_error);
+}
+
+namespace {
+// Evaluates `make()` into `out` with computed values kept and recomputed:
+// the results must be bit-identical (a kept value is stored in its compute
+// type). Returns what the kept run reported.
+template <class T, std::size_t R, class Make>
+loom::eval_info values_kept_vs_recomputed(loom::tensor<T, R, space_t>& out, const Make& make) {
+  auto off = loom::empty_like(out);
+  loom::fill(off, loom_test::poison_value<T>());
+  loom::eval_info info_off;
+  {
+    values_off no_values;
+    info_off = loom::assign(off, make());
+  }
+  CHECK(info_off.cached_values == 0);
+  loom::fill(out, loom_test::poison_value<T>());
+  const auto info_on = loom::assign(out, make());
+  CHECK(info_on.vector_width == info_off.vector_width);
+  CHECK(info_off.recomputed_values == info_on.cached_values + info_on.recomputed_values);
+  const auto a = loom::to_host(out), b = loom::to_host(off);
+  for (index_t i = 0; i < a.size(); ++i)
+    if (!loom_test::same_bits(a.data()[i], b.data()[i])) {
+      FAIL_CHECK("element " << i << " differs with computed values kept (" << loom_test::as_double(a.data()[i])
+                            << ") and recomputed (" << loom_test::as_double(b.data()[i]) << ")");
+      break;
+    }
+  return info_on;
+}
+
+// Groups of threads that share a block's cache budget for rows of `cols`.
+std::size_t cache_groups(index_t cols) {
+  if constexpr (on_device) return cols <= 2048 ? 8 : 1;
+  return 1;
+}
+std::size_t round16(std::size_t b) { return (b + 15) / 16 * 16; }
+}  // namespace
+
+TEST_CASE("values that several passes use are computed once per row and kept in the row cache",
+          "[rows][cache]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("row values"));
+  const index_t n = 5;
+  for (index_t cols : {1, 7, 33, 1000, 4099}) {
+    INFO("rows of " << cols);
+    loom::tensor<float, 2, loom::host> xh({n, cols}), dyh({n, cols});
+    loom::tensor<float, 1, loom::host> wh({cols}), bh({cols});
+    for (auto* t : {&xh, &dyh}) loom_test::randomize(t->view(), g);
+    loom_test::randomize(wh.view(), g);
+    loom_test::randomize(bh.view(), g);
+    const auto x = in_space_copy(xh), dy = in_space_copy(dyh);
+    const auto w = in_space_copy(wh), b = in_space_copy(bh);
+    loom::tensor<float, 2, space_t> y({n, cols});
+
+    // softmax: e = exp(x - row_max(x)) is computed by the sum's pass and
+    // read by the output pass; x's row is still read by two passes.
+    auto info = values_kept_vs_recomputed(y, [&] { return loom::softmax(x); });
+    CHECK(info.cached_values == 1);
+    CHECK(info.cached_rows == 1);
+    const auto xs = host_values(x), ys = host_values(y);
+    for (index_t r = 0; r < n; ++r) {
+      double m = -INFINITY, s = 0;
+      for (index_t c = 0; c < cols; ++c) m = std::max(m, xs[static_cast<std::size_t>(r * cols + c)]);
+      for (index_t c = 0; c < cols; ++c) s += std::exp(xs[static_cast<std::size_t>(r * cols + c)] - m);
+      for (index_t c = 0; c < cols; ++c) {
+        const double want = std::exp(xs[static_cast<std::size_t>(r * cols + c)] - m) / s;
+        REQUIRE(std::fabs(ys[static_cast<std::size_t>(r * cols + c)] - want) <= 1e-5 * want + 1e-7);
+      }
+    }
+    // A user layer over placeholders: the same value, kept the same way.
+    constexpr auto my_softmax = loom::layer([](auto z) {
+      auto e = exp(z - row_max(z));
+      return e / row_sum(e);
+    });
+    CHECK(values_kept_vs_recomputed(y, [&] { return my_softmax(x); }).cached_values == 1);
+    CHECK(host_values(y) == ys);
+    // In place: the output pass reads the kept values and x's cached row.
+    auto yi = loom::empty_like(x);
+    loom::assign(yi, x);
+    const auto in_place = loom::assign(yi, loom::softmax(yi));
+    CHECK(in_place.cached_values == 1);
+    CHECK(host_values(yi) == ys);
+    // A broadcast bias and a strided (transposed) input: the values are kept
+    // though the strided row itself is not cached (values alone).
+    CHECK(values_kept_vs_recomputed(y, [&] { return loom::softmax(x, b, 0.7); }).cached_values == 1);
+    loom::tensor<float, 2, space_t> yt({cols, n});
+    const auto xt = x.view().t();
+    const auto strided = values_kept_vs_recomputed(yt, [&] { return loom::softmax(xt); });
+    CHECK(strided.cached_values == 1);
+    // layer_norm's backward keeps xhat = (x - mean) * rstd (two operations
+    // along the row); one operation (layer_norm's x - mean, log_softmax's
+    // x - row_max(x), g = dy * w) is computed again; rms_norm shares nothing.
+    CHECK(values_kept_vs_recomputed(y, [&] { return loom::layer_norm_backward_input(x, w, dy, 1e-5); }).cached_values ==
+          1);
+    for (const auto& one_op : {values_kept_vs_recomputed(y, [&] { return loom::layer_norm(x, w, b, 1e-5); }),
+                               values_kept_vs_recomputed(y, [&] { return loom::log_softmax(x); }),
+                               values_kept_vs_recomputed(y, [&] { return loom::rms_norm(x, w, 1e-6); })}) {
+      CHECK(one_op.cached_values == 0);
+      CHECK(one_op.recomputed_values == 0);
+    }
+  }
+}
+
+TEST_CASE("kept values fall back to recomputing at the cache budget's edge", "[rows][cache]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("row values budget"));
+  const index_t n = 3;
+  for (index_t cols : {7, 1000, 4099}) {
+    INFO("rows of " << cols);
+    loom::tensor<float, 2, loom::host> xh({n, cols});
+    loom_test::randomize(xh.view(), g);
+    const auto x = in_space_copy(xh);
+    loom::tensor<float, 2, space_t> y({n, cols});
+    budget_guard keep;
+    const std::size_t row = round16(static_cast<std::size_t>(cols) * sizeof(float));
+    const std::size_t groups = cache_groups(cols);
+    // x's row and e's row fit exactly: both kept.
+    loom::detail::rows::row_cache_budget() = 2 * row * groups;
+    auto info = values_kept_vs_recomputed(y, [&] { return loom::softmax(x); });
+    CHECK(info.cached_rows == 1);
+    CHECK(info.cached_values == 1);
+    // One byte less: x's row alone (reading memory once counts first), e
+    // computed again in the output pass.
+    loom::detail::rows::row_cache_budget() = 2 * row * groups - 1;
+    info = values_kept_vs_recomputed(y, [&] { return loom::softmax(x); });
+    CHECK(info.cached_rows == 1);
+    CHECK(info.cached_values == 0);
+    CHECK(info.recomputed_values == 1);
+    // Strided rows are never cached; e alone fits exactly, then not.
+    loom::tensor<float, 2, loom::host> wideh({n, 2 * cols});
+    loom_test::randomize(wideh.view(), g);
+    const auto wide = in_space_copy(wideh);
+    const auto xs = wide.view().slice(loom::whole, loom::range(0, loom::none, 2));
+    loom::detail::rows::row_cache_budget() = row * groups;
+    info = values_kept_vs_recomputed(y, [&] { return loom::softmax(xs); });
+    CHECK(info.cached_rows == 0);
+    CHECK(info.cached_values == 1);
+    loom::detail::rows::row_cache_budget() = row * groups - 1;
+    info = values_kept_vs_recomputed(y, [&] { return loom::softmax(xs); });
+    CHECK(info.cached_values == 0);
+    CHECK(info.recomputed_values == 1);
+  }
+}
+
+TEST_CASE("LOOM_ROW_CACHE_VALUES is 0 or 1", "[rows][cache]" LOOM_TEST_TAG) {
+  using loom::detail::rows::parse_row_cache_values;
+  CHECK(parse_row_cache_values(nullptr));
+  CHECK(parse_row_cache_values(""));
+  CHECK(parse_row_cache_values("1"));
+  CHECK_FALSE(parse_row_cache_values("0"));
+  CHECK_THROWS_AS(parse_row_cache_values("yes"), loom::value_error);
 }

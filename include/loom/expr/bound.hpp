@@ -42,7 +42,7 @@ LOOM_HD void vec_load(const T* p, vec_regs<T, V>& r) {
 #pragma unroll
   for (int i = 0; i < k; ++i) dst[i] = src[i];
 #else
-  std::memcpy(&r, p, sizeof(r));
+  std::memcpy(static_cast<void*>(&r), static_cast<const void*>(p), sizeof(r));
 #endif
 }
 
@@ -56,7 +56,7 @@ LOOM_HD void vec_store(T* p, const vec_regs<T, V>& r) {
 #pragma unroll
   for (int i = 0; i < k; ++i) dst[i] = src[i];
 #else
-  std::memcpy(p, &r, sizeof(r));
+  std::memcpy(static_cast<void*>(p), static_cast<const void*>(&r), sizeof(r));
 #endif
 }
 

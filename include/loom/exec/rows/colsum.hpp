@@ -216,6 +216,7 @@ void colsum_rows_host(const B& b, const colsum_sink<O, RO, K>& sink, const row_l
   A* const parts = partials.data();
   const auto cplan = plan_row_cache<RO>(b, cols, lay.rows, reuse, 1, row_cache_budget());
   info.cached_rows = cplan.rows;
+  const bool dense = host_rows_dense(b, cols);
   host_for_each(
       plan.blocks,
       [&](index_t p) {
@@ -223,7 +224,7 @@ void colsum_rows_host(const B& b, const colsum_sink<O, RO, K>& sink, const row_l
         std::fill(acc, acc + width, A(0));
         const index_t first = p * plan.rows_per_block, last = std::min(first + plan.rows_per_block, lay.rows);
         for (index_t row = first; row < last; ++row)
-          host_row<A>(b, cplan, lay, row, reuse,
+          host_row<A>(b, cplan, lay, row, reuse, dense,
                       [&](const B& bc, const index_t* idx, const index_t* lead, index_t c,
                           const row_ctx<slots_of<B>, A>& ctx) { sink.one(bc, idx, lead, c, ctx, acc, cols); });
       },

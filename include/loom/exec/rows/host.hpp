@@ -16,19 +16,50 @@
 #include "loom/expr/row_nodes.hpp"
 
 namespace loom::detail::rows {
+// Columns per step of the host's row loops: the 32 interleaved partial
+// results of a reduction (the order the device's warps use), and the
+// columns the output pass computes before storing them.
+inline constexpr int host_lanes = 32;
+
+// Whether the host's loops may read rows host_lanes columns at a time by
+// pointer (row_load, elem): every leaf read along rows of host_lanes columns
+// or more is dense along the row or one value per row (last stride 1 or 0).
+// Alignment does not matter on the host. Taken from the tree as bound, so
+// the row cache never changes it.
+template <class B>
+bool host_rows_dense(const B& b, index_t cols) {
+  bool ok = true;
+  visit_row_leaves(b, cols, [&](const auto& leaf, int, index_t len, int) {
+    const index_t last = leaf.st[leaf.st.size() - 1];
+    if (len >= host_lanes && last != 0 && last != 1) ok = false;
+  });
+  return ok;
+}
+
 // Host executor: one row at a time (rows in parallel). Each reduction sums 32
 // interleaved partial results and then combines them pairwise, the order the
-// device's warps use, so long rows keep float accuracy.
+// device's warps use, so long rows keep float accuracy. Dense rows are read
+// 32 columns at a time by pointer, in a loop over the 32 partial results that
+// the compiler can vectorize; the same order either way.
 template <class B, class Ctx, std::size_t R, class Reduction>
-void host_reduce_slot(const Reduction& red, const index_t* lead, Ctx& ctx) {
+void host_reduce_slot(const Reduction& red, const index_t* lead, Ctx& ctx, bool dense) {
   using A = typename Reduction::acc;
   const typename Reduction::op op{};
-  constexpr int lanes = 32;
+  constexpr int lanes = host_lanes;
   A part[lanes];
   for (int l = 0; l < lanes; ++l) part[l] = op.identity();
+  index_t c = 0;
+  if (dense) {
+    const index_t full = red.cols / lanes * lanes;
+    for (; c < full; c += lanes) {
+      typename decltype(red.arg)::template regs<lanes> r;
+      red.arg.template row_load<lanes>(lead, c, r);
+      for (int l = 0; l < lanes; ++l) part[l] = op(part[l], op.lift(red.arg.template elem<lanes>(r, l, ctx), c + l));
+    }
+  }
   index_t idx[R];
   for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
-  for (index_t c = 0; c < red.cols; ++c) {
+  for (; c < red.cols; ++c) {
     idx[R - 1] = c;
     part[c % lanes] = op(part[c % lanes], op.lift(red.arg.at(idx, ctx), c));
   }
@@ -39,7 +70,7 @@ void host_reduce_slot(const Reduction& red, const index_t* lead, Ctx& ctx) {
 }
 
 template <class B, class Ctx, std::size_t R, std::size_t S>
-void host_reduce_one(const B& b, const index_t* lead, Ctx& ctx, std::uint64_t reuse) {
+void host_reduce_one(const B& b, const index_t* lead, Ctx& ctx, std::uint64_t reuse, bool dense) {
   constexpr std::size_t t = first_same_slot<B, S>();
   if constexpr (t != S) {
     if ((reuse >> S) & 1) {
@@ -47,12 +78,13 @@ void host_reduce_one(const B& b, const index_t* lead, Ctx& ctx, std::uint64_t re
       return;
     }
   }
-  with_slot<S>(b, [&](const auto& red) { host_reduce_slot<B, Ctx, R>(red, lead, ctx); });
+  with_slot<S>(b, [&](const auto& red) { host_reduce_slot<B, Ctx, R>(red, lead, ctx, dense); });
 }
 
 template <class B, class Ctx, std::size_t R, std::size_t... S>
-void host_reduce_all(const B& b, const index_t* lead, Ctx& ctx, std::uint64_t reuse, std::index_sequence<S...>) {
-  (host_reduce_one<B, Ctx, R, S>(b, lead, ctx, reuse), ...);
+void host_reduce_all(const B& b, const index_t* lead, Ctx& ctx, std::uint64_t reuse, bool dense,
+                     std::index_sequence<S...>) {
+  (host_reduce_one<B, Ctx, R, S>(b, lead, ctx, reuse, dense), ...);
 }
 
 // Host executor: copies the planned rows of `lead` into `cache`.
@@ -66,11 +98,11 @@ void host_fill_cache(const row_cache_plan<Leaves, R>& plan, const index_t* lead,
 }
 
 // Host executor, one row: copies the planned rows of `lead` into this
-// thread's buffer and rebases `bc` onto them, then computes every reduction
-// slot in order into ctx.
+// thread's buffer and rebases `bc` onto them (and its kept values), then
+// computes every reduction slot in order into ctx.
 template <class B, class Ctx, std::size_t Leaves, std::size_t R>
 void host_row_reductions(B& bc, const row_cache_plan<Leaves, R>& plan, const index_t* lead, Ctx& ctx,
-                         std::uint64_t reuse) {
+                         std::uint64_t reuse, bool dense) {
   if (plan.on) {
     thread_local std::vector<std::max_align_t> cache;
     cache.resize((plan.group_bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t));
@@ -78,22 +110,29 @@ void host_row_reductions(B& bc, const row_cache_plan<Leaves, R>& plan, const ind
     host_fill_cache(plan, lead, bytes);
     rebase_leaves(bc, plan, lead, bytes);
   }
-  host_reduce_all<B, Ctx, R>(bc, lead, ctx, reuse, std::make_index_sequence<slots_of<B>>{});
+  host_reduce_all<B, Ctx, R>(bc, lead, ctx, reuse, dense, std::make_index_sequence<slots_of<B>>{});
 }
 
-// Host executor, one whole row: its reductions, then one(bc, idx, lead, c,
-// ctx) for each column c, bc being the tree rebased onto the cached rows.
-template <class A, class B, std::size_t Leaves, std::size_t R, class One>
+// Host executor, one whole row: its reductions, then the output pass, bc
+// being the tree rebased onto the cached rows: vec(bc, lead, c0, ctx) for
+// host_lanes columns at a time when `dense` and vec is not nullptr, then
+// one(bc, idx, lead, c, ctx) for each remaining column c.
+template <class A, class B, std::size_t Leaves, std::size_t R, class One, class Vec = std::nullptr_t>
 void host_row(const B& b, const row_cache_plan<Leaves, R>& plan, const row_layout<R>& lay, index_t row,
-              std::uint64_t reuse, One&& one) {
+              std::uint64_t reuse, bool dense, One&& one, Vec&& vec = nullptr) {
   index_t lead[R > 1 ? R - 1 : 1];
   lay.lead_of(row, lead);
   B bc = b;
   row_ctx<slots_of<B>, A> ctx;
-  host_row_reductions(bc, plan, lead, ctx, reuse);
+  host_row_reductions(bc, plan, lead, ctx, reuse, dense);
+  index_t c = 0;
+  if constexpr (!std::is_null_pointer_v<std::remove_cvref_t<Vec>>) {
+    if (dense)
+      for (; c + host_lanes <= lay.cols; c += host_lanes) vec(bc, lead, c, ctx);
+  }
   index_t idx[R];
   for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
-  for (index_t c = 0; c < lay.cols; ++c) {
+  for (; c < lay.cols; ++c) {
     idx[R - 1] = c;
     one(bc, idx, lead, c, ctx);
   }

@@ -23,6 +23,7 @@
 #include "loom/core/shape.hpp"
 #include "loom/core/space.hpp"
 #include "loom/detail/fast_divmod.hpp"
+#include "loom/exec/rows/values.hpp"
 #include "loom/expr/bound.hpp"
 #include "loom/expr/row_nodes.hpp"
 #include "loom/expr/traverse.hpp"
@@ -79,6 +80,8 @@ template <class O, std::size_t R>
 struct row_sink1 {
   static constexpr std::size_t smallest = sizeof(O);
   row_out<O, R> o;
+  //! Whether the host may store host_lanes columns at once (vec): last stride 1.
+  bool host_vector_ok() const { return o.st[R - 1] == 1; }
   template <class B, class Ctx>
   LOOM_HD void one(const B& b, const index_t* idx, const index_t* lead, index_t c, const Ctx& ctx) const {
     o.p[o.offset(lead, c)] = convert<O>(b.at(idx, ctx));
@@ -101,6 +104,7 @@ struct row_sink2 {
   static constexpr std::size_t smallest = sizeof(O1) < sizeof(O2) ? sizeof(O1) : sizeof(O2);
   row_out<O1, R> o1;
   row_out<O2, R> o2;
+  bool host_vector_ok() const { return o1.st[R - 1] == 1 && o2.st[R - 1] == 1; }
   template <class B, class Ctx>
   LOOM_HD void one(const B& b, const index_t* idx, const index_t* lead, index_t c, const Ctx& ctx) const {
     const O1 v1 = convert<O1>(detail::get<0>(b.ch).at(idx, ctx));
@@ -176,7 +180,9 @@ index_t longest_row(const B& b, index_t at_least, std::index_sequence<S...>) {
 // per-thread buffer on the host) and the passes read it there, so device
 // memory is read once per element. The tree is not compiled twice: its
 // leaves are rebased onto the cached row (a pointer into the cache, leading
-// strides 0, last stride 1), so the same code reads either memory.
+// strides 0, last stride 1), so the same code reads either memory. After
+// the input rows, the cache holds the computed values that a pass keeps for
+// later passes (values.hpp).
 
 // Number of leaf occurrences in a bound tree.
 template <class B>
@@ -186,10 +192,12 @@ inline constexpr std::size_t leaf_count = tree_sum_v<B, is_bound_leaf>;
 // f(leaf, k, len, pass): k numbers the occurrences, len is the length of the
 // rows the leaf is read along (`cols` at the top, a reduction's own inside
 // it) and pass the slot of the innermost enclosing reduction (-1: the output
-// pass).
+// pass; not_read: under a kept subtree whose pass reads the kept value).
+inline constexpr int not_read = -2;
 struct row_read {
   index_t len;
   int pass;
+  bool live;
 };
 template <class F>
 struct row_leaf_step {
@@ -197,9 +205,12 @@ struct row_leaf_step {
   int& k;
   template <class N>
   LOOM_HD row_read operator()(N& n, const row_read& at) const {
-    if constexpr (is_bound_leaf<std::remove_cv_t<N>>::value) f(n, k++, at.len, at.pass);
-    if constexpr (is_bound_row_reduce<std::remove_cv_t<N>>::value)
-      return row_read{n.cols, static_cast<int>(N::slot)};
+    using M = std::remove_cv_t<N>;
+    if constexpr (is_bound_leaf<M>::value) f(n, k++, at.len, at.live ? at.pass : not_read);
+    if constexpr (is_bound_row_reduce<M>::value)
+      return row_read{n.cols, static_cast<int>(M::slot), true};
+    else if constexpr (is_bound_kept<M>::value)
+      return row_read{at.len, at.pass, at.live && n.mode != kept_mode::read};
     else
       return at;
   }
@@ -207,7 +218,7 @@ struct row_leaf_step {
 template <class B, class F>
 LOOM_HD void visit_row_leaves(B& b, index_t cols, F&& f) {
   int k = 0;
-  visit_down(b, row_read{cols, -1}, row_leaf_step<std::remove_reference_t<F>>{f, k});
+  visit_down(b, row_read{cols, -1, true}, row_leaf_step<std::remove_reference_t<F>>{f, k});
 }
 
 // Whether the vector form (vector_width columns per step) can serve a bound tree over
@@ -239,6 +250,9 @@ struct row_cache_plan {
   index_t lead_bytes[n][R > 1 ? R - 1 : 1] = {};  // per distinct row: leading strides in bytes
   index_t bytes[n] = {};                          // per distinct row: bytes of one row
   std::uint32_t to[n] = {};                       // per distinct row: byte offset in the cache
+  std::size_t need = 0;                           // bytes the rows that qualify take (planning only)
+  int values = 0;                                 // computed values kept after the rows (values.hpp)
+  int values_recomputed = 0;                      // values that could be kept but are computed again
 };
 
 template <class T>
@@ -264,16 +278,17 @@ inline std::size_t& row_cache_budget() {
   return bytes;
 }
 
-// Plans the cache for a bound tree over output rows of rank R: a leaf's row
-// is cached when it is contiguous along the row (last stride 1), is not the
-// same row for every row of a multi-row output, and is read by two or more
-// passes that run (a reduction skipped as a duplicate reads nothing). Leaves
-// of one type over the same pointer, strides and row length share one cached
-// row. The plan is off when nothing qualifies or `groups` rows exceed
-// `budget` bytes.
+// Plans the cache of input rows for a bound tree over output rows of rank
+// R: a leaf's row is cached when it is contiguous along the row (last stride
+// 1), is not the same row for every row of a multi-row output, and is read
+// by two or more passes that run (a reduction skipped as a duplicate reads
+// nothing; a kept subtree that reads its value reads none of its leaves).
+// Leaves of one type over the same pointer, strides and row length share one
+// cached row. The plan is off when nothing qualifies or the rows of one
+// group take more than `cap` bytes; `need` says what they take.
 template <std::size_t R, class B>
-row_cache_plan<leaf_count<B>, R> plan_row_cache(const B& b, index_t cols, index_t rows, std::uint64_t reuse,
-                                                std::size_t groups, std::size_t budget) {
+row_cache_plan<leaf_count<B>, R> plan_row_inputs(const B& b, index_t cols, index_t rows, std::uint64_t reuse,
+                                                 std::size_t cap) {
   constexpr std::size_t Leaves = leaf_count<B>;
   row_cache_plan<Leaves, R> plan;
   struct row_key {
@@ -291,6 +306,7 @@ row_cache_plan<leaf_count<B>, R> plan_row_cache(const B& b, index_t cols, index_
     using T = std::remove_cvref_t<decltype(*leaf.p)>;
     static_assert(std::tuple_size_v<std::remove_cvref_t<decltype(leaf.st)>> == R);
     which[kk] = -1;
+    if (pass == not_read) return;
     bool per_row = rows <= 1;
     for (std::size_t d = 0; d + 1 < R; ++d) per_row = per_row || leaf.st[d] != 0;
     if (leaf.st[R - 1] != 1 || !per_row || len <= 0) return;
@@ -319,10 +335,13 @@ row_cache_plan<leaf_count<B>, R> plan_row_cache(const B& b, index_t cols, index_
     plan.bytes[j] = keys[i].len * static_cast<index_t>(keys[i].elem);
     plan.to[j] = static_cast<std::uint32_t>(total);
     total += (static_cast<std::size_t>(plan.bytes[j]) + 15) / 16 * 16;
-    if (total > budget) break;
   }
-  if (total == 0 || total > budget / (groups > 0 ? groups : 1) || total > std::numeric_limits<std::uint32_t>::max())
-    return row_cache_plan<Leaves, R>{};
+  if (total == 0 || total > cap || total > std::numeric_limits<std::uint32_t>::max()) {
+    row_cache_plan<Leaves, R> off;
+    off.need = total;
+    return off;
+  }
+  plan.need = total;
   plan.on = true;
   plan.group_bytes = static_cast<std::uint32_t>(total);
   for (std::size_t kk = 0; kk < Leaves; ++kk) {
@@ -333,9 +352,56 @@ row_cache_plan<leaf_count<B>, R> plan_row_cache(const B& b, index_t cols, index_
   return plan;
 }
 
+// The cache plan of input rows for `groups` groups of threads sharing
+// `budget` bytes (computed values left computing).
+template <std::size_t R, class B>
+row_cache_plan<leaf_count<B>, R> plan_row_cache(const B& b, index_t cols, index_t rows, std::uint64_t reuse,
+                                                std::size_t groups, std::size_t budget) {
+  return plan_row_inputs<R>(b, cols, rows, reuse, budget / (groups > 0 ? groups : 1));
+}
+
+// The plan of a row kernel's cache, input rows and computed values, for
+// `groups` groups of threads sharing `budget` bytes. `b` (a tree from
+// keep_values) gets the modes and offsets of its kept subtrees. In order of
+// preference: the input rows and the values; the input rows alone (the
+// values computed again: reading memory once counts more than computing
+// once); the values alone; nothing. Values are kept only while
+// row_cache_values() is on.
+template <std::size_t R, class B>
+row_cache_plan<leaf_count<B>, R> plan_row_chip(B& b, index_t cols, index_t rows, std::uint64_t reuse,
+                                               std::size_t groups, std::size_t budget) {
+  const std::size_t cap =
+      std::min<std::size_t>(budget / (groups > 0 ? groups : 1), std::numeric_limits<std::uint32_t>::max());
+  const row_values_plan values = plan_row_values(b, cols, reuse, 0);
+  const bool keep = values.kept > 0 && row_cache_values() && values.bytes <= cap;
+  if (keep) {
+    auto both = plan_row_inputs<R>(b, cols, rows, reuse, cap - values.bytes);
+    if (both.on || both.need == 0) {
+      plan_row_values(b, cols, reuse, both.group_bytes);  // the same choices, after the input rows
+      both.on = true;
+      both.group_bytes += static_cast<std::uint32_t>(values.bytes);
+      both.values = values.kept;
+      return both;
+    }
+  }
+  compute_all_values(b);
+  auto inputs = plan_row_inputs<R>(b, cols, rows, reuse, cap);
+  if (!inputs.on && keep) {
+    plan_row_values(b, cols, reuse, 0);
+    row_cache_plan<leaf_count<B>, R> alone;
+    alone.on = true;
+    alone.group_bytes = static_cast<std::uint32_t>(values.bytes);
+    alone.values = values.kept;
+    return alone;
+  }
+  inputs.values_recomputed = values.kept;
+  return inputs;
+}
+
 // Points the cached leaves of `bc` at their rows in `cache` for the output
-// row `lead`. Only the pointer changes (strides stay): it is moved so that
-// the leaf's offset of column 0 in this row lands on the cached row.
+// row `lead`, and its kept subtrees at their values. Only a leaf's pointer
+// changes (strides stay): it is moved so that the leaf's offset of column 0
+// in this row lands on the cached row.
 template <class B, std::size_t Leaves, std::size_t R>
 LOOM_HD void rebase_leaves(B& bc, const row_cache_plan<Leaves, R>& plan, const index_t* lead, unsigned char* cache) {
   auto f = [&](auto& leaf, int kk, index_t, int) {
@@ -347,6 +413,11 @@ LOOM_HD void rebase_leaves(B& bc, const row_cache_plan<Leaves, R>& plan, const i
     leaf.p = reinterpret_cast<const T*>(at - static_cast<std::uintptr_t>(off) * sizeof(T));
   };
   visit_row_leaves(bc, 0, f);
+  if constexpr (tree_any_v<B, is_bound_kept>) {
+    visit(bc, [&](auto& n) {
+      if constexpr (is_bound_kept<std::remove_cvref_t<decltype(n)>>::value) n.row = cache + n.off;
+    });
+  }
 }
 
 // What every row kernel of a bound tree decides the same way: which

@@ -29,8 +29,12 @@
 namespace loom::detail {
 namespace rows {
 // Runs the rows path for a bound tree and a sink over the output layout.
-template <class S, class Sink, class B, std::size_t RO>
-eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool sink_vector_ok) {
+// The tree runs with its shareable subtrees wrapped (keep_values), each
+// computed once per row where the cache holds it (plan_row_chip).
+template <class S, class Sink, class B0, std::size_t RO>
+eval_info run_rows(const Sink& sink, const B0& b0, const row_layout<RO>& lay, bool sink_vector_ok) {
+  using B = decltype(keep_values<RO>(b0));
+  B b = keep_values<RO>(b0);
   using A = std::conditional_t<uses_double<B>, double, float>;
   eval_info info;
   info.path = eval_path::rows;
@@ -41,14 +45,26 @@ eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool
   if constexpr (std::is_same_v<S, host>) {
     (void)sink_vector_ok;
     info.threads_per_row = 1;
-    const auto plan = plan_row_cache<RO>(b, lay.cols, lay.rows, reuse, 1, row_cache_budget());
+    const bool dense = host_rows_dense(b, lay.cols);
+    const bool dense_out = dense && sink.host_vector_ok();
+    const auto plan = plan_row_chip<RO>(b, lay.cols, lay.rows, reuse, 1, row_cache_budget());
     info.cached_rows = plan.rows;
+    info.cached_values = plan.values;
+    info.recomputed_values = plan.values_recomputed;
+    using ctx_t = row_ctx<slots_of<B>, A>;
+    auto one = [&](const B& bc, const index_t* idx, const index_t* lead, index_t c, const ctx_t& ctx) {
+      sink.one(bc, idx, lead, c, ctx);
+    };
+    auto vec = [&](const B& bc, const index_t* lead, index_t c0, const ctx_t& ctx) {
+      sink.template vec<host_lanes>(bc, lead, c0, ctx);
+    };
     host_for_each(
         lay.rows,
         [&](index_t row) {
-          host_row<A>(b, plan, lay, row, reuse,
-                      [&](const B& bc, const index_t* idx, const index_t* lead, index_t c,
-                          const row_ctx<slots_of<B>, A>& ctx) { sink.one(bc, idx, lead, c, ctx); });
+          if (dense_out)
+            host_row<A>(b, plan, lay, row, reuse, dense, one, vec);
+          else
+            host_row<A>(b, plan, lay, row, reuse, dense, one);
         },
         lay.cols * static_cast<index_t>(slots_of<B> + 1));
   } else {
@@ -58,16 +74,19 @@ eval_info run_rows(const Sink& sink, const B& b, const row_layout<RO>& lay, bool
     const stream_ref s = current_stream();
     const index_t groups = 256 / threads_per_row;
     const std::size_t budget = std::min(row_cache_budget(), smem_per_block(s.device()));
-    const auto plan = plan_row_cache<RO>(b, lay.cols, lay.rows, reuse, static_cast<std::size_t>(groups), budget);
-    const std::size_t smem = plan.on ? static_cast<std::size_t>(groups) * plan.group_bytes : 0;
     // Whether the cache is on never changes the vector form (it would change
-    // each lane's order of summation, hence the bits of the results).
+    // each lane's order of summation, hence the bits of the results): it is
+    // taken from the tree before the cache's plan.
     const bool vec = sink_vector_ok && rows_vector_ok<vector_width>(b, lay.cols);
+    const auto plan = plan_row_chip<RO>(b, lay.cols, lay.rows, reuse, static_cast<std::size_t>(groups), budget);
+    const std::size_t smem = plan.on ? static_cast<std::size_t>(groups) * plan.group_bytes : 0;
     const index_t want = (lay.rows + groups - 1) / groups;
     const unsigned grid = grid_size(want, threads_per_row == 32 ? 8 : 4, s.device());
     info.threads_per_row = threads_per_row;
     info.vector_width = vec ? vector_width : 1;
     info.cached_rows = plan.rows;
+    info.cached_values = plan.values;
+    info.recomputed_values = plan.values_recomputed;
     if (lay.rows > 0) {
       auto kernel = vec ? row_kernel<vector_width, true, A, RO, Sink, B, leaf_count<B>>
                         : row_kernel<vector_width, false, A, RO, Sink, B, leaf_count<B>>;

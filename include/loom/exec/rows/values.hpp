@@ -1,0 +1,340 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Computed values in the row cache. A row kernel makes one pass over each
+// row per reduction and one for the output; a subtree that two passes
+// evaluate (e = exp(x - row_max(x)) under row_sum(e) and again in e /
+// row_sum(e)) is computed by the first, stored in the row cache, and read
+// back by the later ones instead of being computed again.
+//
+// Which subtrees can be kept is decided from the tree's type: a map of two
+// or more operations that change along the row, whose type (slot numbers
+// aside) occurs two or more times in the tree, is wrapped in a bound_kept
+// node.
+// At launch, plan_row_values decides per occurrence, in the order the passes
+// run: the first live occurrence stores, a later one in another pass that
+// computes the same value of the same data (same_as, same row length) reads.
+// The values are kept in the subtree's compute type, so a read gives the bits
+// the computation would give.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "loom/config.hpp"
+#include "loom/core/error.hpp"
+#include "loom/expr/bound.hpp"
+#include "loom/expr/row_nodes.hpp"
+#include "loom/expr/traverse.hpp"
+
+namespace loom::detail::rows {
+//! What an occurrence of a kept subtree does in its pass.
+enum class kept_mode : std::uint8_t {
+  compute,  // computes the value (the value is not kept)
+  store,    // computes the value and stores it in the row cache
+  read      // reads the value a earlier pass stored
+};
+
+// The run-time state of a kept subtree, set by plan_row_values (mode, off)
+// and per row by rebase_row (row).
+struct kept_state {
+  unsigned char* row = nullptr;  // this row's values in the cache of its group of threads
+  std::uint32_t off = 0;         // byte offset of the values in the cache of a group
+  kept_mode mode = kept_mode::compute;
+};
+
+// A subtree of a row kernel's tree whose value one pass may keep for later
+// passes. R is the rank of the output (its last index is the column).
+template <std::size_t R, class B>
+struct bound_kept : kept_state {
+  using compute = typename B::compute;
+  template <int vector_width>
+  struct regs {
+    typename B::template regs<vector_width> in;
+    index_t c0;
+  };
+  static constexpr std::size_t slots = slots_of<B>;
+  B in;
+
+  template <class Ctx>
+  LOOM_HD compute at(const index_t* idx, const Ctx& ctx) const {
+    compute* const values = reinterpret_cast<compute*>(row);
+    if (mode == kept_mode::read) return values[idx[R - 1]];
+    const compute v = in.at(idx, ctx);
+    if (mode == kept_mode::store) values[idx[R - 1]] = v;
+    return v;
+  }
+  template <int vector_width>
+  LOOM_HD void row_load(const index_t* lead, index_t c0, regs<vector_width>& r) const {
+    r.c0 = c0;
+    if (mode != kept_mode::read) in.template row_load<vector_width>(lead, c0, r.in);
+  }
+  template <int vector_width, class Ctx>
+  LOOM_HD compute elem(const regs<vector_width>& r, int j, const Ctx& ctx) const {
+    compute* const values = reinterpret_cast<compute*>(row);
+    if (mode == kept_mode::read) return values[r.c0 + j];
+    const compute v = in.template elem<vector_width>(r.in, j, ctx);
+    if (mode == kept_mode::store) values[r.c0 + j] = v;
+    return v;
+  }
+  //! The same subtree over the same data.
+  template <class B2>
+  bool same_as(const bound_kept<R, B2>& o) const {
+    return in.same_as(o.in);
+  }
+};
+}  // namespace loom::detail::rows
+
+namespace loom::detail {
+template <std::size_t R, class B>
+struct children_of<rows::bound_kept<R, B>> {
+  using types = type_list<B>;
+  template <std::size_t, class M>
+  LOOM_HD static auto& get(M& n) {
+    return n.in;
+  }
+  template <class C>
+  using rebind = rows::bound_kept<R, C>;
+};
+}  // namespace loom::detail
+
+namespace loom::detail::rows {
+
+template <class N>
+struct is_bound_kept : std::false_type {};
+template <std::size_t R, class B>
+struct is_bound_kept<bound_kept<R, B>> : std::true_type {};
+
+template <class N>
+struct is_bound_map_node : std::false_type {};
+template <class F, class Cin, class... B>
+struct is_bound_map_node<bound_map<F, Cin, B...>> : std::true_type {};
+
+// A node that reads something along the row: a node without children that
+// is not a scalar (a leaf, the column index, a random leaf).
+template <class N>
+struct reads_row : std::bool_constant<child_count_v<N> == 0> {};
+template <class C>
+struct reads_row<bound_scalar<C>> : std::false_type {};
+
+template <class E>
+struct erased_as {
+  template <class N>
+  struct test : std::bool_constant<std::is_same_v<erase_slots_t<N>, E>> {};
+};
+
+// Whether node N's value changes along the row in its own pass: it reads
+// the row below it, not counting what a row reduction below it reads (a
+// reduction's result is one value per row).
+template <class N, class L = child_types_t<N>>
+struct varies_along_row;
+template <class N, class... C>
+struct varies_along_row<N, type_list<C...>>
+    : std::bool_constant<!is_bound_row_reduce<N>::value &&
+                         (reads_row<N>::value || (false || ... || varies_along_row<C>::value))> {};
+
+// The number of maps in N that change along the row, in N's own pass.
+template <class N, class L = child_types_t<N>>
+struct row_varying_maps;
+template <class N, class... C>
+struct row_varying_maps<N, type_list<C...>>
+    : std::integral_constant<std::size_t, is_bound_row_reduce<N>::value
+                                              ? 0
+                                              : std::size_t{is_bound_map_node<N>::value && varies_along_row<N>::value} +
+                                                    (std::size_t{0} + ... + row_varying_maps<C>::value)> {};
+
+// Whether map N of tree Root is wrapped: it computes two or more operations
+// that change along the row (one operation on rows read from the cache
+// costs about what reading its value back does, and a kept value takes
+// cache and registers), and its type, slots aside, occurs two or more times
+// in Root.
+template <class Root, class N>
+constexpr bool value_candidate() {
+  if constexpr (row_varying_maps<N>::value < 2)
+    return false;
+  else
+    return tree_sum_v<Root, erased_as<erase_slots_t<N>>::template test> >= 2;
+}
+
+// Rebuilds a bound tree with its candidates wrapped in bound_kept, every
+// occurrence alike (also one inside another), so that equal subtrees keep
+// equal types and identical reductions are still found. Node kinds other
+// than maps and row reductions are kept whole.
+template <class Root, std::size_t R>
+struct value_keeper {
+  template <class N>
+  static auto wrap(const N& n) {
+    if constexpr (value_candidate<Root, N>())
+      return bound_kept<R, decltype(descend(n))>{{}, descend(n)};
+    else
+      return descend(n);
+  }
+  template <class N>
+  static N descend(const N& n) {
+    return n;
+  }
+  template <class F, class Cin, class... B>
+  static auto descend(const bound_map<F, Cin, B...>& m) {
+    return descend_map(m, std::index_sequence_for<B...>{});
+  }
+  template <class Op, class A, std::size_t Slot, class B>
+  static auto descend(const bound_row_reduce<Op, A, Slot, B>& r) {
+    using W = decltype(wrap(r.arg));
+    return bound_row_reduce<Op, A, Slot, W>{wrap(r.arg), r.cols};
+  }
+  template <class F, class Cin, class... B, std::size_t... I>
+  static auto descend_map(const bound_map<F, Cin, B...>& m, std::index_sequence<I...>) {
+    using result = bound_map<F, Cin, decltype(wrap(detail::get<I>(m.ch)))...>;
+    return result{m.f, tuple<decltype(wrap(detail::get<I>(m.ch)))...>(wrap(detail::get<I>(m.ch))...)};
+  }
+};
+
+//! A bound row tree with the subtrees that passes may share wrapped in
+//! bound_kept (all computing until plan_row_values says otherwise). R is
+//! the rank of the output.
+template <std::size_t R, class B>
+auto keep_values(const B& b) {
+  return value_keeper<B, R>::wrap(b);
+}
+
+// Whether computed values may be kept, from LOOM_ROW_CACHE_VALUES: unset,
+// empty or 1 keeps them, 0 computes every value in every pass that uses it,
+// anything else throws.
+inline bool parse_row_cache_values(const char* e) {
+  if (e == nullptr || *e == '\0' || std::string(e) == "1") return true;
+  if (std::string(e) == "0") return false;
+  throw value_error(std::string("loom: LOOM_ROW_CACHE_VALUES must be 0 or 1, got '") + e + "'");
+}
+
+// Whether computed values may be kept: read from the environment once; tests
+// may set it.
+inline bool& row_cache_values() {
+  static bool on = parse_row_cache_values(std::getenv("LOOM_ROW_CACHE_VALUES"));
+  return on;
+}
+
+// The position of a node in a row kernel: the length of the row it is read
+// along, the pass that evaluates it (the slot of the innermost enclosing
+// reduction, -1 for the output pass) and whether that pass evaluates it (its
+// pass runs and no enclosing kept subtree reads its value instead).
+struct row_place {
+  index_t len;
+  int pass;
+  bool live;
+};
+// The place of the children of node n placed at `at`, given the reuse mask.
+template <class N>
+row_place child_place(const N& n, const row_place& at, std::uint64_t reuse) {
+  if constexpr (is_bound_row_reduce<N>::value) {
+    constexpr int slot = static_cast<int>(N::slot);
+    return row_place{n.cols, slot, ((reuse >> slot) & 1) == 0};
+  } else if constexpr (is_bound_kept<N>::value) {
+    return row_place{at.len, at.pass, at.live && n.mode != kept_mode::read};
+  } else {
+    return at;
+  }
+}
+
+// What plan_row_values found: the distinct values kept (each stored once per
+// row and read by a later pass) and the cache bytes they take per row.
+struct row_values_plan {
+  int kept = 0;
+  std::size_t bytes = 0;
+};
+
+// One live occurrence of a kept subtree.
+struct kept_occurrence {
+  kept_state* node;
+  const void* type;
+  int pass;
+  index_t len;
+  std::size_t bytes;  // of one row of values
+  int source;         // a reader: the index of the occurrence it reads
+  bool read_later;    // a storer: some later pass reads it
+};
+
+template <class T>
+struct kept_type_key {
+  static constexpr char id = 0;
+};
+
+// Sets every kept subtree of `b` to compute its value.
+template <class B>
+void compute_all_values(B& b) {
+  visit(b, [](auto& n) {
+    if constexpr (is_bound_kept<std::remove_cvref_t<decltype(n)>>::value) n.mode = kept_mode::compute;
+  });
+}
+
+// Decides, in the order the passes run (slots ascending, skipping reused
+// ones, then the output pass), which occurrences of kept subtrees store their
+// value and which read it, and lays the stored rows out from byte `base` of a
+// group's cache (16-byte aligned each). Occurrences in the same pass as the
+// first one compute.
+template <class B>
+row_values_plan plan_row_values(B& b, index_t cols, std::uint64_t reuse, std::size_t base) {
+  compute_all_values(b);
+  row_values_plan plan;
+  if constexpr (tree_any_v<B, is_bound_kept>) {
+    std::vector<kept_occurrence> occ;
+    auto plan_pass = [&](int pass) {
+      visit_down(b, row_place{cols, -1, true}, [&](auto& n, const row_place& at) -> row_place {
+        using N = std::remove_cvref_t<decltype(n)>;
+        if constexpr (is_bound_kept<N>::value) {
+          if (at.live && at.pass == pass) {
+            using key = erase_slots_t<N>;
+            int source = -1;
+            for (std::size_t i = 0; i < occ.size() && source < 0; ++i) {
+              const kept_occurrence& o = occ[i];
+              if (o.type != &kept_type_key<key>::id || o.source >= 0 || o.pass == pass || o.len != at.len) continue;
+              // The stored occurrence's node, by its address, to compare the data.
+              visit(b, [&](auto& m) {
+                using M = std::remove_cvref_t<decltype(m)>;
+                if constexpr (is_bound_kept<M>::value) {
+                  if constexpr (std::is_same_v<erase_slots_t<M>, key>)
+                    if (static_cast<kept_state*>(&m) == o.node && n.same_as(m)) source = static_cast<int>(i);
+                }
+              });
+            }
+            const std::size_t bytes = (static_cast<std::size_t>(at.len) * sizeof(typename N::compute) + 15) / 16 * 16;
+            occ.push_back({&n, &kept_type_key<key>::id, pass, at.len, bytes, source, false});
+            if (source >= 0) {
+              occ[static_cast<std::size_t>(source)].read_later = true;
+              n.mode = kept_mode::read;
+            } else {
+              n.mode = kept_mode::store;
+            }
+          }
+        }
+        return child_place(n, at, reuse);
+      });
+    };
+    [&]<std::size_t... S>(std::index_sequence<S...>) {
+      ((((reuse >> S) & 1) == 0 ? plan_pass(static_cast<int>(S)) : void()), ...);
+    }(std::make_index_sequence<slots_of<B>>{});
+    plan_pass(-1);
+    std::size_t at = base;
+    for (kept_occurrence& o : occ) {
+      if (o.source >= 0) {
+        o.node->off = occ[static_cast<std::size_t>(o.source)].node->off;
+      } else if (o.read_later) {
+        o.node->off = static_cast<std::uint32_t>(at);
+        at += o.bytes;
+        ++plan.kept;
+      } else {
+        o.node->mode = kept_mode::compute;
+      }
+    }
+    plan.bytes = at - base;
+  } else {
+    (void)cols;
+    (void)reuse;
+    (void)base;
+  }
+  return plan;
+}
+}  // namespace loom::detail::rows
