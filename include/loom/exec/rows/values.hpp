@@ -9,8 +9,8 @@
 //
 // Which subtrees can be kept is decided from the tree's type: a map of two
 // or more operations that change along the row, whose type (slot numbers
-// aside) occurs two or more times in the tree, is wrapped in a bound_kept
-// node.
+// aside) occurs in two or more passes of the tree, is wrapped in a
+// bound_kept node.
 // At launch, plan_row_values decides per occurrence, in the order the passes
 // run: the first live occurrence stores, a later one in another pass that
 // computes the same value of the same data (same_as, same row length) reads.
@@ -147,17 +147,75 @@ struct row_varying_maps<N, type_list<C...>>
                                               : std::size_t{is_bound_map_node<N>::value && varies_along_row<N>::value} +
                                                     (std::size_t{0} + ... + row_varying_maps<C>::value)> {};
 
-// Whether map N of tree Root is wrapped: it computes two or more operations
-// that change along the row (one operation on rows read from the cache
-// costs about what reading its value back does, and a kept value takes
-// cache and registers), and its type, slots aside, occurs two or more times
-// in Root.
+// The passes that evaluate the occurrences of a subtree whose type, slots
+// aside, is E: each occurrence is named by the type, slots aside, of its
+// innermost enclosing row reduction (Out for the output pass), so that
+// identical reductions, which run once, count as one pass.
+struct output_pass {};
+template <class L>
+struct first_non_void {
+  using type = void;
+};
+template <class T, class... Rest>
+struct first_non_void<type_list<T, Rest...>> {
+  using type = std::conditional_t<std::is_void_v<T>, typename first_non_void<type_list<Rest...>>::type, T>;
+};
+template <class E, class Pass, class N, class L = child_types_t<N>>
+struct passes_of;
+template <class E, class Pass, class N, class... C>
+struct passes_of<E, Pass, N, type_list<C...>> {
+  using inner = std::conditional_t<is_bound_row_reduce<N>::value, erase_slots_t<N>, Pass>;
+  // Whether an occurrence lies in a pass other than `First`.
+  template <class First>
+  static constexpr bool other_than() {
+    if constexpr (std::is_same_v<erase_slots_t<N>, E>)
+      return !std::is_same_v<Pass, First>;
+    else
+      return (false || ... || passes_of<E, inner, C>::template other_than<First>());
+  }
+  // The pass of the first occurrence (void: none).
+  using first = typename first_non_void<std::conditional_t<std::is_same_v<erase_slots_t<N>, E>, type_list<Pass>,
+                                                           type_list<typename passes_of<E, inner, C>::first...>>>::type;
+};
+
+// Whether map N of tree Root may be kept: it computes two or more
+// operations that change along the row (one operation on rows read from the
+// cache costs about what reading its value back does, and a kept value
+// takes cache and registers), and its type, slots aside, occurs in two or
+// more passes of Root (identical reductions count once). A subtree that
+// occurs in one pass only, such as `c * c` in each copy of layer_norm's
+// variance `row_mean(c * c)`, is computed by that pass alone.
+template <class Root, class N>
+constexpr bool shared_by_passes() {
+  if constexpr (row_varying_maps<N>::value < 2) {
+    return false;
+  } else {
+    using E = erase_slots_t<N>;
+    using first = typename passes_of<E, output_pass, Root>::first;
+    return passes_of<E, output_pass, Root>::template other_than<first>();
+  }
+}
+
+// Whether Root has a subtree that may be kept (shared_by_passes) and holds a
+// subtree of type E (slots aside) without being one.
+template <class Root, class E>
+struct held_by_shared {
+  template <class M>
+  struct test : std::bool_constant<!std::is_same_v<erase_slots_t<M>, E> &&
+                                   (tree_sum_v<M, erased_as<E>::template test> > 0) && shared_by_passes<Root, M>()> {};
+};
+
+// Whether map N of tree Root is wrapped: it may be kept (shared_by_passes)
+// and no subtree that may be kept holds it. Only the outermost values are
+// kept: a softmax with a bias keeps e = exp(z - row_max(z)), not also z
+// inside it; each kept value takes registers in every pass that stores or
+// reads it, and two nested ones made the vector kernel spill on sm_90.
 template <class Root, class N>
 constexpr bool value_candidate() {
-  if constexpr (row_varying_maps<N>::value < 2)
+  if constexpr (!shared_by_passes<Root, N>())
     return false;
   else
-    return tree_sum_v<Root, erased_as<erase_slots_t<N>>::template test> >= 2;
+    return !tree_any_v<Root, held_by_shared<Root, erase_slots_t<N>>::template test>;
 }
 
 // Rebuilds a bound tree with its candidates wrapped in bound_kept, every
@@ -193,12 +251,26 @@ struct value_keeper {
   }
 };
 
+// The most leaf occurrences a tree may have and keep values. A kept value
+// costs registers in every pass that stores or reads it (its state, and in
+// the vector form the values of the pass that stores it next to those it
+// computes); with more leaves the vector form already holds vector_width
+// values per leaf in registers, and keeping a value made ptxas spill on
+// sm_90 where the kernel computing it again did not, or spill more
+// (softmax with a bias and a temperature: 8 leaves; cross_entropy_backward's
+// gradient: 9; layer_norm_backward_input: 38). Such a tree runs as written.
+inline constexpr std::size_t max_kept_tree_leaves = 4;
+
 //! A bound row tree with the subtrees that passes may share wrapped in
-//! bound_kept (all computing until plan_row_values says otherwise). R is
+//! bound_kept (all computing until plan_row_values says otherwise), or `b`
+//! itself when it has more than max_kept_tree_leaves leaf occurrences. R is
 //! the rank of the output.
 template <std::size_t R, class B>
 auto keep_values(const B& b) {
-  return value_keeper<B, R>::wrap(b);
+  if constexpr (tree_sum_v<B, is_bound_leaf> > max_kept_tree_leaves)
+    return b;
+  else
+    return value_keeper<B, R>::wrap(b);
 }
 
 // Whether computed values may be kept, from LOOM_ROW_CACHE_VALUES: unset,
