@@ -9,8 +9,9 @@
 //
 // Which subtrees can be kept is decided from the tree's type: a map of two
 // or more operations that change along the row, whose type (slot numbers
-// aside) occurs in two or more passes of the tree, is wrapped in a
-// bound_kept node.
+// aside) occurs in two or more passes of the tree and that no such subtree
+// holds, is wrapped in a bound_kept node, in trees of at most
+// max_kept_tree_leaves leaf occurrences.
 // At launch, plan_row_values decides per occurrence, in the order the passes
 // run: the first live occurrence stores, a later one in another pass that
 // computes the same value of the same data (same_as, same row length) reads.
