@@ -11,6 +11,7 @@
 #include <loom/linalg/matmul.hpp>
 #include <loom/ops/arithmetic.hpp>
 #include <loom/ops/math.hpp>
+#include <loom/rng/random.hpp>
 
 namespace ld = loom::detail;
 using loom::index_t;
@@ -27,6 +28,10 @@ template <class N>
 struct is_map : std::false_type {};
 template <class F, class... C>
 struct is_map<loom::map_node<F, C...>> : std::true_type {};
+template <class N>
+struct is_random : std::false_type {};
+template <class D>
+struct is_random<loom::random_node<D>> : std::true_type {};
 
 // Counts the nodes of each kind that a visit reaches.
 struct kinds {
@@ -158,4 +163,23 @@ TEST_CASE("transform rebuilds a tree with nodes replaced", "[expr]") {
   // The found node is the tree's own (a reference, not a copy).
   const auto withmm = loom::matmul(x, z.t()) * 2.0f;
   CHECK(&ld::find_matmul(withmm) == &ld::child<0>(withmm));
+}
+
+TEST_CASE("the random leaf states no children and every walk sees it, under row reductions too", "[expr]") {
+  loom::host_tensor<float, 2> x({3, 5});
+  static_assert(ld::child_count_v<std::remove_cvref_t<decltype(loom::rand(1))>> == 0);
+  static_assert(ld::child_count_v<ld::bound_random<loom::fn::uniform_bits<float>, 2>> == 0);
+  const auto e = x * loom::rand(1) + loom::row_sum(x * loom::randn(2));
+  using E = std::remove_cvref_t<decltype(e)>;
+  static_assert(ld::tree_sum_v<E, is_random> == 2);
+  static_assert(ld::node_slots<E>::value == 1);
+  int randoms = 0;
+  ld::visit(e, [&](const auto& m) {
+    if constexpr (is_random<std::remove_cvref_t<decltype(m)>>::value) ++randoms;
+  });
+  CHECK(randoms == 2);
+  // A random leaf reads no memory: the leaves that do are the two reads of x.
+  std::vector<const void*> seen;
+  ld::for_each_leaf(e, [&](const auto& leaf) { seen.push_back(leaf.v.data()); });
+  CHECK(seen == std::vector<const void*>{x.data(), x.data()});
 }

@@ -47,23 +47,23 @@ LOOM_HD void eval_general_at(const general_out<O, R>& out, const B& e, index_t i
 }
 
 #if LOOM_CUDA_COMPILER
-template <int V, class O, class B>
+template <int vector_width, class O, class B>
 __global__ void __launch_bounds__(256) contiguous_kernel(O* out, B e, index_t n) {
-  const index_t nv = n / V;
+  const index_t nv = n / vector_width;
   const index_t tid = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const index_t step = static_cast<index_t>(gridDim.x) * blockDim.x;
   // Not unrolled: one iteration already has a 16-byte load per input in flight,
   // and the code stays one loop body per expression.
 #pragma unroll 1
   for (index_t v = tid; v < nv; v += step) {
-    typename B::template regs<V> r;
-    e.template load<V, true>(v * V, r);
-    vec_regs<O, V> o;
+    typename B::template regs<vector_width> r;
+    e.template load<vector_width, true>(v * vector_width, r);
+    vec_regs<O, vector_width> o;
 #pragma unroll
-    for (int j = 0; j < V; ++j) o.v[j] = convert<O>(e.template elem<V>(r, j));
-    vec_store<O, V>(out + v * V, o);
+    for (int j = 0; j < vector_width; ++j) o.v[j] = convert<O>(e.template elem<vector_width>(r, j));
+    vec_store<O, vector_width>(out + v * vector_width, o);
   }
-  const index_t t = nv * V + tid;
+  const index_t t = nv * vector_width + tid;
   if (t < n) out[t] = convert<O>(e.template at_linear<true>(t));
 }
 
@@ -177,14 +177,14 @@ void run_elementwise(const view<O, RO, S>& out, const N& e, index_t n, eval_info
     const stream_ref s = current_stream();
     const bool aligned = bi.aligned && reinterpret_cast<std::uintptr_t>(out.data()) % 16 == 0;
     constexpr std::size_t smallest = sizeof(O) < min_leaf_size<N>::value ? sizeof(O) : min_leaf_size<N>::value;
-    constexpr int V = static_cast<int>(16 / smallest);
-    // A vector of V elements must not straddle the end of a periodic block.
-    if (contiguous && aligned && bi.period_gcd % V == 0) {
+    constexpr int vector_width = static_cast<int>(16 / smallest);
+    // A vector of vector_width elements must not straddle the end of a periodic block.
+    if (contiguous && aligned && bi.period_gcd % vector_width == 0) {
       info.path = eval_path::contiguous;
-      info.vector_width = V;
-      const index_t nv = n / V;
-      launch_kernel(contiguous_kernel<V, O, std::remove_const_t<decltype(b)>>, grid_for(nv, s.device()), 256, 0,
-                    s.get(), out.data(), b, n);
+      info.vector_width = vector_width;
+      const index_t nv = n / vector_width;
+      launch_kernel(contiguous_kernel<vector_width, O, std::remove_const_t<decltype(b)>>, grid_for(nv, s.device()), 256,
+                    0, s.get(), out.data(), b, n);
     } else {
       info.path = eval_path::general;
       general_out<O, RO> g{out.data(), out.strides(), {}};

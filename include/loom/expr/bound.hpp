@@ -26,14 +26,15 @@
 
 namespace loom::detail {
 
-template <class T, int V>
+template <class T, int vector_width>
 struct alignas(16) vec_regs {
-  T v[V];
+  T v[vector_width];
 };
 
-template <class T, int V>
-LOOM_HD void vec_load(const T* p, vec_regs<T, V>& r) {
-  static_assert(sizeof(T) * V % 16 == 0, "loom: internal error: a vector load must cover whole 16-byte units");
+template <class T, int vector_width>
+LOOM_HD void vec_load(const T* p, vec_regs<T, vector_width>& r) {
+  static_assert(sizeof(T) * vector_width % 16 == 0,
+                "loom: internal error: a vector load must cover whole 16-byte units");
 #if LOOM_DEVICE_CODE
   static_assert(sizeof(r) % 16 == 0);
   constexpr int k = static_cast<int>(sizeof(r) / 16);
@@ -46,9 +47,10 @@ LOOM_HD void vec_load(const T* p, vec_regs<T, V>& r) {
 #endif
 }
 
-template <class T, int V>
-LOOM_HD void vec_store(T* p, const vec_regs<T, V>& r) {
-  static_assert(sizeof(T) * V % 16 == 0, "loom: internal error: a vector store must cover whole 16-byte units");
+template <class T, int vector_width>
+LOOM_HD void vec_store(T* p, const vec_regs<T, vector_width>& r) {
+  static_assert(sizeof(T) * vector_width % 16 == 0,
+                "loom: internal error: a vector store must cover whole 16-byte units");
 #if LOOM_DEVICE_CODE
   constexpr int k = static_cast<int>(sizeof(r) / 16);
   uint4* dst = reinterpret_cast<uint4*>(p);
@@ -107,8 +109,8 @@ inline constexpr std::size_t first_slot_of = tree_min_v<B, slot_number>;
 template <class T, std::size_t R>
 struct bound_leaf {
   using compute = compute_t<T>;
-  template <int V>
-  using regs = vec_regs<T, V>;
+  template <int vector_width>
+  using regs = vec_regs<T, vector_width>;
   static constexpr std::size_t slots = 0;
   const T* p;
   shape<R> st;
@@ -117,12 +119,13 @@ struct bound_leaf {
   fast_divmod period{};
   bool periodic = false;
 
-  // P (periodic-capable): only the elementwise contiguous path passes true.
+  // allow_periodic (the periodic-leaf branch is compiled in): only the
+  // elementwise contiguous path passes true.
   // Reductions and scans read dense operands only, and keeping the branch
   // and the division out of their kernels halves their device compile time.
-  template <bool P = false>
+  template <bool allow_periodic = false>
   LOOM_HD index_t linear_offset(index_t i) const {
-    if constexpr (P) {
+    if constexpr (allow_periodic) {
       if (periodic) {
         const auto u = static_cast<std::uint64_t>(i);
         return static_cast<index_t>(u - period.div(u) * period.d);
@@ -130,9 +133,9 @@ struct bound_leaf {
     }
     return i;
   }
-  template <bool P = false>
+  template <bool allow_periodic = false>
   LOOM_HD compute at_linear(index_t i) const {
-    return static_cast<compute>(p[linear_offset<P>(i)]);
+    return static_cast<compute>(p[linear_offset<allow_periodic>(i)]);
   }
   template <class Ctx = no_ctx>
   LOOM_HD compute at(const index_t* idx, const Ctx& = {}) const {
@@ -140,27 +143,27 @@ struct bound_leaf {
     for (std::size_t d = R; d-- > 0;) off += idx[d] * st[d];
     return static_cast<compute>(p[off]);
   }
-  template <int V, bool P = false>
-  LOOM_HD void load(index_t i0, regs<V>& r) const {
-    vec_load<T, V>(p + linear_offset<P>(i0), r);
+  template <int vector_width, bool allow_periodic = false>
+  LOOM_HD void load(index_t i0, regs<vector_width>& r) const {
+    vec_load<T, vector_width>(p + linear_offset<allow_periodic>(i0), r);
   }
-  //! Loads columns [c0, c0 + V) of the row whose leading coordinates are
+  //! Loads columns [c0, c0 + vector_width) of the row whose leading coordinates are
   //! `lead`: one 16-byte load when the last stride is 1; a repeated value
   //! when it is 0 (an input broadcast along the row).
-  template <int V>
-  LOOM_HD void row_load(const index_t* lead, index_t c0, regs<V>& r) const {
+  template <int vector_width>
+  LOOM_HD void row_load(const index_t* lead, index_t c0, regs<vector_width>& r) const {
     index_t off = 0;
     for (std::size_t d = R - 1; d-- > 0;) off += lead[d] * st[d];
     if (st[R - 1] == 0) {
       const T v = p[off];
       LOOM_UNROLL
-      for (int j = 0; j < V; ++j) r.v[j] = v;
+      for (int j = 0; j < vector_width; ++j) r.v[j] = v;
     } else {
-      vec_load<T, V>(p + off + c0, r);
+      vec_load<T, vector_width>(p + off + c0, r);
     }
   }
   //! True when row_load can serve this leaf for the given row layout (the
-  //! rows executor asks it of each leaf read along rows of V columns or
+  //! rows executor asks it of each leaf read along rows of vector_width columns or
   //! more, rows_vector_ok): last stride 0 (one element read and repeated,
   //! any alignment: a per-row target [N, 1] broadcast along the row), or
   //! last stride 1 with every row start 16-byte aligned.
@@ -172,8 +175,8 @@ struct bound_leaf {
       if ((st[d] * static_cast<index_t>(sizeof(T))) % 16 != 0) return false;
     return true;
   }
-  template <int V, class Ctx = no_ctx>
-  LOOM_HD compute elem(const regs<V>& r, int j, const Ctx& = {}) const {
+  template <int vector_width, class Ctx = no_ctx>
+  LOOM_HD compute elem(const regs<vector_width>& r, int j, const Ctx& = {}) const {
     return static_cast<compute>(r.v[j]);
   }
   //! Same data under the same index map (so the values are the same).
@@ -193,12 +196,12 @@ struct is_bound_leaf<bound_leaf<T, R>> : std::true_type {};
 template <class C>
 struct bound_scalar {
   using compute = C;
-  template <int V>
+  template <int vector_width>
   struct regs {};
   static constexpr std::size_t slots = 0;
   C value;
 
-  template <bool P = false>
+  template <bool allow_periodic = false>
   LOOM_HD C at_linear(index_t) const {
     return value;
   }
@@ -206,12 +209,12 @@ struct bound_scalar {
   LOOM_HD C at(const index_t*, const Ctx& = {}) const {
     return value;
   }
-  template <int V, bool P = false>
-  LOOM_HD void load(index_t, regs<V>&) const {}
-  template <int V>
-  LOOM_HD void row_load(const index_t*, index_t, regs<V>&) const {}
-  template <int V, class Ctx = no_ctx>
-  LOOM_HD C elem(const regs<V>&, int, const Ctx& = {}) const {
+  template <int vector_width, bool allow_periodic = false>
+  LOOM_HD void load(index_t, regs<vector_width>&) const {}
+  template <int vector_width>
+  LOOM_HD void row_load(const index_t*, index_t, regs<vector_width>&) const {}
+  template <int vector_width, class Ctx = no_ctx>
+  LOOM_HD C elem(const regs<vector_width>&, int, const Ctx& = {}) const {
     return value;
   }
   bool same_as(const bound_scalar& o) const { return std::memcmp(&value, &o.value, sizeof(C)) == 0; }
@@ -226,33 +229,33 @@ struct children_of<bound_scalar<C>> {
 template <class F, class Cin, class... B>
 struct bound_map {
   using compute = std::remove_cvref_t<decltype(std::declval<const F&>()(std::declval<repeat_t<B, Cin>>()...))>;
-  template <int V>
+  template <int vector_width>
   struct regs {
-    tuple<typename B::template regs<V>...> c;
+    tuple<typename B::template regs<vector_width>...> c;
   };
   static constexpr std::size_t slots = (std::size_t{0} + ... + slots_of<B>);
   F f;
   tuple<B...> ch;
 
-  template <bool P = false>
+  template <bool allow_periodic = false>
   LOOM_HD compute at_linear(index_t i) const {
-    return linear_impl<P>(i, std::index_sequence_for<B...>{});
+    return linear_impl<allow_periodic>(i, std::index_sequence_for<B...>{});
   }
   template <class Ctx = no_ctx>
   LOOM_HD compute at(const index_t* idx, const Ctx& ctx = {}) const {
     return at_impl(idx, ctx, std::index_sequence_for<B...>{});
   }
-  template <int V, bool P = false>
-  LOOM_HD void load(index_t i0, regs<V>& r) const {
-    load_impl<V, P>(i0, r, std::index_sequence_for<B...>{});
+  template <int vector_width, bool allow_periodic = false>
+  LOOM_HD void load(index_t i0, regs<vector_width>& r) const {
+    load_impl<vector_width, allow_periodic>(i0, r, std::index_sequence_for<B...>{});
   }
-  template <int V>
-  LOOM_HD void row_load(const index_t* lead, index_t c0, regs<V>& r) const {
-    row_load_impl<V>(lead, c0, r, std::index_sequence_for<B...>{});
+  template <int vector_width>
+  LOOM_HD void row_load(const index_t* lead, index_t c0, regs<vector_width>& r) const {
+    row_load_impl<vector_width>(lead, c0, r, std::index_sequence_for<B...>{});
   }
-  template <int V, class Ctx = no_ctx>
-  LOOM_HD compute elem(const regs<V>& r, int j, const Ctx& ctx = {}) const {
-    return elem_impl<V>(r, j, ctx, std::index_sequence_for<B...>{});
+  template <int vector_width, class Ctx = no_ctx>
+  LOOM_HD compute elem(const regs<vector_width>& r, int j, const Ctx& ctx = {}) const {
+    return elem_impl<vector_width>(r, j, ctx, std::index_sequence_for<B...>{});
   }
   //! Same functor state and the same children: the same values.
   template <class... B2>
@@ -263,29 +266,29 @@ struct bound_map {
   }
 
  private:
-  template <bool P, std::size_t... I>
+  template <bool allow_periodic, std::size_t... I>
   LOOM_HD compute linear_impl(index_t i, std::index_sequence<I...>) const {
-    return f(static_cast<Cin>(detail::get<I>(ch).template at_linear<P>(i))...);
+    return f(static_cast<Cin>(detail::get<I>(ch).template at_linear<allow_periodic>(i))...);
   }
   template <class Ctx, std::size_t... I>
   LOOM_HD compute at_impl(const index_t* idx, const Ctx& ctx, std::index_sequence<I...>) const {
     return f(static_cast<Cin>(detail::get<I>(ch).at(idx, ctx))...);
   }
-  template <int V, bool P, std::size_t... I>
-  LOOM_HD void load_impl(index_t i0, regs<V>& r, std::index_sequence<I...>) const {
-    (detail::get<I>(ch).template load<V, P>(i0, detail::get<I>(r.c)), ...);
+  template <int vector_width, bool allow_periodic, std::size_t... I>
+  LOOM_HD void load_impl(index_t i0, regs<vector_width>& r, std::index_sequence<I...>) const {
+    (detail::get<I>(ch).template load<vector_width, allow_periodic>(i0, detail::get<I>(r.c)), ...);
   }
-  template <int V, std::size_t... I>
-  LOOM_HD void row_load_impl(const index_t* lead, index_t c0, regs<V>& r, std::index_sequence<I...>) const {
-    (detail::get<I>(ch).template row_load<V>(lead, c0, detail::get<I>(r.c)), ...);
+  template <int vector_width, std::size_t... I>
+  LOOM_HD void row_load_impl(const index_t* lead, index_t c0, regs<vector_width>& r, std::index_sequence<I...>) const {
+    (detail::get<I>(ch).template row_load<vector_width>(lead, c0, detail::get<I>(r.c)), ...);
   }
   template <class M, std::size_t... I>
   bool same_impl(const M& o, std::index_sequence<I...>) const {
     return (true && ... && detail::get<I>(ch).same_as(detail::get<I>(o.ch)));
   }
-  template <int V, class Ctx, std::size_t... I>
-  LOOM_HD compute elem_impl(const regs<V>& r, int j, const Ctx& ctx, std::index_sequence<I...>) const {
-    return f(static_cast<Cin>(detail::get<I>(ch).template elem<V>(detail::get<I>(r.c), j, ctx))...);
+  template <int vector_width, class Ctx, std::size_t... I>
+  LOOM_HD compute elem_impl(const regs<vector_width>& r, int j, const Ctx& ctx, std::index_sequence<I...>) const {
+    return f(static_cast<Cin>(detail::get<I>(ch).template elem<vector_width>(detail::get<I>(r.c), j, ctx))...);
   }
 };
 template <class F, class Cin, class... B>
@@ -299,25 +302,26 @@ struct children_of<bound_map<F, Cin, B...>> {
   using rebind = bound_map<F, Cin, C...>;
 };
 
-template <std::size_t S, class B, class G>
-LOOM_HD void with_slot(const B& b, G&& g);
-template <std::size_t S, class G>
+template <std::size_t slot, class B, class F>
+LOOM_HD void with_slot(const B& b, F&& g);
+template <std::size_t slot, class F>
 struct with_slot_step {
-  G& g;
-  // Only the child whose slot range holds S is entered: one lookup
+  F& g;
+  // Only the child whose slot range holds `slot` is entered: one lookup
   // instantiates a path through the tree, not every node that holds slots.
   template <class C>
   LOOM_HD void operator()(const C& c) const {
-    if constexpr (slots_of<C> > 0 && first_slot_of<C> <= S && S < first_slot_of<C> + slots_of<C>) with_slot<S>(c, g);
+    if constexpr (slots_of<C> > 0 && first_slot_of<C> <= slot && slot < first_slot_of<C> + slots_of<C>)
+      with_slot<slot>(c, g);
   }
 };
-//! Calls g(node) on the row-reduction node of slot S inside bound tree b.
-template <std::size_t S, class B, class G>
-LOOM_HD void with_slot(const B& b, G&& g) {
-  if constexpr (slot_number<B>::value == S)
+//! Calls g(node) on the row-reduction node of slot `slot` inside bound tree b.
+template <std::size_t slot, class B, class F>
+LOOM_HD void with_slot(const B& b, F&& g) {
+  if constexpr (slot_number<B>::value == slot)
     g(b);
   else
-    for_each_child(b, with_slot_step<S, std::remove_reference_t<G>>{g});
+    for_each_child(b, with_slot_step<slot, std::remove_reference_t<F>>{g});
 }
 
 //! What binding learned about the operands.

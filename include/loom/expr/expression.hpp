@@ -113,29 +113,30 @@ template <class X>
 using node_t = decltype(as_node(std::declval<const X&>()));
 
 // Promotion over the children of a map: tensors first, then scalars.
-template <class P, class... Ch>
+template <class Promoted, class... Ch>
 struct promote_children;
-template <class P>
-struct promote_children<P> {
-  using type = P;
+template <class Promoted>
+struct promote_children<Promoted> {
+  using type = Promoted;
 };
-template <class P, class C, class... Rest>
-struct promote_children<P, C, Rest...> {
-  using next = std::conditional_t<is_scalar_node<C>, P,
-                                  std::conditional_t<std::is_void_v<P>, typename C::value_type,
-                                                     promote_t<std::conditional_t<std::is_void_v<P>, bool, P>,
-                                                               typename C::value_type>>>;
+template <class Promoted, class C, class... Rest>
+struct promote_children<Promoted, C, Rest...> {
+  using next =
+      std::conditional_t<is_scalar_node<C>, Promoted,
+                         std::conditional_t<std::is_void_v<Promoted>, typename C::value_type,
+                                            promote_t<std::conditional_t<std::is_void_v<Promoted>, bool, Promoted>,
+                                                      typename C::value_type>>>;
   using type = typename promote_children<next, Rest...>::type;
 };
-template <class P, class... Ch>
+template <class Promoted, class... Ch>
 struct apply_scalars;
-template <class P>
-struct apply_scalars<P> {
-  using type = P;
+template <class Promoted>
+struct apply_scalars<Promoted> {
+  using type = Promoted;
 };
-template <class P, class C, class... Rest>
-struct apply_scalars<P, C, Rest...> {
-  using next = std::conditional_t<is_scalar_node<C>, apply_scalar_t<P, typename C::value_type>, P>;
+template <class Promoted, class C, class... Rest>
+struct apply_scalars<Promoted, C, Rest...> {
+  using next = std::conditional_t<is_scalar_node<C>, apply_scalar_t<Promoted, typename C::value_type>, Promoted>;
   using type = typename apply_scalars<next, Rest...>::type;
 };
 
@@ -156,8 +157,8 @@ inline constexpr bool floating_op<F, std::void_t<decltype(F::floating)>> = F::fl
 template <class, class T>
 using repeat_t = T;
 
-// The types of a map node: P (the promoted input type), Cin (what the functor
-// receives), value_type (the element type of the result).
+// The types of a map node: promoted (the promoted input type), cin (what the
+// functor receives), value_type (the element type of the result).
 template <class F, class... Ch>
 struct map_types {
   using tensors = typename promote_children<void, Ch...>::type;
@@ -293,8 +294,8 @@ struct children_of<broadcast_node<E, R>> : one_child_e<E> {
 
 //! Calls g(leaf) for every leaf_node (a view of memory) of a tree, under
 //! every node kind, row reductions included.
-template <class N, class G>
-void for_each_leaf(const N& n, G&& g) {
+template <class N, class F>
+void for_each_leaf(const N& n, F&& g) {
   visit(n, [&](const auto& m) {
     if constexpr (is_leaf_node<std::remove_cvref_t<decltype(m)>>) g(m);
   });

@@ -41,10 +41,11 @@ using scalar_element_t = std::conditional_t<
                        std::conditional_t<std::is_integral_v<S>, std::int64_t,
                                           std::conditional_t<std::is_same_v<S, double>, double, float>>>>;
 
-//! Applies a scalar of type S to the tensor-promoted type P.
-template <class P, class S>
-using apply_scalar_t = std::conditional_t<(category<scalar_element_t<S>> > category<P>),
-                                          std::conditional_t<category<scalar_element_t<S>> == 1, std::int64_t, float>, P>;
+//! Applies a scalar of type Scalar to the tensor-promoted type Promoted.
+template <class Promoted, class Scalar>
+using apply_scalar_t =
+    std::conditional_t<(category<scalar_element_t<Scalar>> > category<Promoted>),
+                       std::conditional_t<category<scalar_element_t<Scalar>> == 1, std::int64_t, float>, Promoted>;
 }  // namespace detail
 
 //! The type two tensor element types promote to, e.g. `promote_t<half, float>` is float.

@@ -237,7 +237,7 @@ struct bound_column_index {
   static constexpr std::size_t slots = 0;
   fast_divmod cols;  // for linear indexing: column = i % cols
 
-  template <bool P = false>
+  template <bool allow_periodic = false>
   LOOM_HD std::int64_t at_linear(index_t i) const {
     std::uint64_t q, r;
     cols.divmod(static_cast<std::uint64_t>(i), q, r);
@@ -247,7 +247,7 @@ struct bound_column_index {
   LOOM_HD std::int64_t at(const index_t* idx, const Ctx& = {}) const {
     return idx[R - 1];
   }
-  template <int vector_width, bool P = false>
+  template <int vector_width, bool allow_periodic = false>
   LOOM_HD void load(index_t i0, regs<vector_width>& r) const {
     for (int j = 0; j < vector_width; ++j) r.v[j] = at_linear(i0 + j);
   }

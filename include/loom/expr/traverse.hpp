@@ -66,60 +66,61 @@ LOOM_HD auto& child(N& n) {
 // ---------------------------------------------------------------------------
 // Type-level folds over every node of a tree (the node itself included).
 
-template <class L, template <class> class P>
+template <class List, template <class> class Pred>
 struct sum_over;
-template <class L, template <class> class P>
+template <class List, template <class> class Pred>
 struct any_over;
-template <class L, template <class> class P>
+template <class List, template <class> class Pred>
 struct min_over;
 
-//! Sum of P<M>::value over every node M of tree N.
-template <class N, template <class> class P>
-inline constexpr std::size_t tree_sum_v = std::size_t{P<N>::value} + sum_over<child_types_t<N>, P>::value;
-//! Whether P<M>::value holds for some node M of tree N.
-template <class N, template <class> class P>
-inline constexpr bool tree_any_v = bool{P<N>::value} || any_over<child_types_t<N>, P>::value;
-//! Minimum of P<M>::value over every node M of tree N.
-template <class N, template <class> class P>
-inline constexpr std::size_t tree_min_v = std::min(std::size_t{P<N>::value}, min_over<child_types_t<N>, P>::value);
+//! Sum of Pred<M>::value over every node M of tree N.
+template <class N, template <class> class Pred>
+inline constexpr std::size_t tree_sum_v = std::size_t{Pred<N>::value} + sum_over<child_types_t<N>, Pred>::value;
+//! Whether Pred<M>::value holds for some node M of tree N.
+template <class N, template <class> class Pred>
+inline constexpr bool tree_any_v = bool{Pred<N>::value} || any_over<child_types_t<N>, Pred>::value;
+//! Minimum of Pred<M>::value over every node M of tree N.
+template <class N, template <class> class Pred>
+inline constexpr std::size_t tree_min_v =
+    std::min(std::size_t{Pred<N>::value}, min_over<child_types_t<N>, Pred>::value);
 
-template <class... C, template <class> class P>
-struct sum_over<type_list<C...>, P> {
-  static constexpr std::size_t value = (std::size_t{0} + ... + tree_sum_v<C, P>);
+template <class... C, template <class> class Pred>
+struct sum_over<type_list<C...>, Pred> {
+  static constexpr std::size_t value = (std::size_t{0} + ... + tree_sum_v<C, Pred>);
 };
-template <class... C, template <class> class P>
-struct any_over<type_list<C...>, P> {
-  static constexpr bool value = (false || ... || tree_any_v<C, P>);
+template <class... C, template <class> class Pred>
+struct any_over<type_list<C...>, Pred> {
+  static constexpr bool value = (false || ... || tree_any_v<C, Pred>);
 };
-template <class... C, template <class> class P>
-struct min_over<type_list<C...>, P> {
-  static constexpr std::size_t value = std::min({~std::size_t{0}, tree_min_v<C, P>...});
+template <class... C, template <class> class Pred>
+struct min_over<type_list<C...>, Pred> {
+  static constexpr std::size_t value = std::min({~std::size_t{0}, tree_min_v<C, Pred>...});
 };
 
-//! The first node type M of tree N (pre-order) with P<M>::value, else void.
-template <class N, template <class> class P, class = void>
+//! The first node type M of tree N (pre-order) with Pred<M>::value, else void.
+template <class N, template <class> class Pred, class = void>
 struct tree_find;
-template <class L, template <class> class P>
+template <class List, template <class> class Pred>
 struct find_over {
   using type = void;
 };
-template <class C, class... Rest, template <class> class P>
-struct find_over<type_list<C, Rest...>, P> {
-  using here = typename tree_find<C, P>::type;
-  using type = std::conditional_t<!std::is_void_v<here>, here, typename find_over<type_list<Rest...>, P>::type>;
+template <class C, class... Rest, template <class> class Pred>
+struct find_over<type_list<C, Rest...>, Pred> {
+  using here = typename tree_find<C, Pred>::type;
+  using type = std::conditional_t<!std::is_void_v<here>, here, typename find_over<type_list<Rest...>, Pred>::type>;
 };
-template <class N, template <class> class P, class>
+template <class N, template <class> class Pred, class>
 struct tree_find {
-  using type = std::conditional_t<bool{P<N>::value}, N, typename find_over<child_types_t<N>, P>::type>;
+  using type = std::conditional_t<bool{Pred<N>::value}, N, typename find_over<child_types_t<N>, Pred>::type>;
 };
-template <class N, template <class> class P>
-using tree_find_t = typename tree_find<N, P>::type;
+template <class N, template <class> class Pred>
+using tree_find_t = typename tree_find<N, Pred>::type;
 
 //! Tree N with every node rebuilt bottom-up: each node's children become
 //! their images first, then F<node with new children>::type is taken.
 template <class N, template <class> class F>
 struct tree_map;
-template <class N, template <class> class F, class L>
+template <class N, template <class> class F, class List>
 struct tree_map_impl;
 template <class N, template <class> class F, class... C>
 struct tree_map_impl<N, F, type_list<C...>> {
@@ -205,24 +206,24 @@ auto transform_impl(const N& n, const F& f, std::index_sequence<I...>) {
     return f(children_of<N>::rebuild(n, transform(child<I>(n), f)...));
 }
 
-//! The first node of tree n (pre-order) with P<node>::value; the tree must
+//! The first node of tree n (pre-order) with Pred<node>::value; the tree must
 //! hold one.
-template <template <class> class P, class N>
+template <template <class> class Pred, class N>
 const auto& find_node(const N& n);
-template <template <class> class P, std::size_t I, class N>
+template <template <class> class Pred, std::size_t I, class N>
 const auto& find_node_in_children(const N& n) {
   using C = std::remove_cvref_t<decltype(child<I>(n))>;
-  if constexpr (tree_any_v<C, P>)
-    return find_node<P>(child<I>(n));
+  if constexpr (tree_any_v<C, Pred>)
+    return find_node<Pred>(child<I>(n));
   else
-    return find_node_in_children<P, I + 1>(n);
+    return find_node_in_children<Pred, I + 1>(n);
 }
-template <template <class> class P, class N>
+template <template <class> class Pred, class N>
 const auto& find_node(const N& n) {
-  static_assert(tree_any_v<N, P>, "loom: internal error: find_node on a tree without such a node");
-  if constexpr (P<N>::value)
+  static_assert(tree_any_v<N, Pred>, "loom: internal error: find_node on a tree without such a node");
+  if constexpr (Pred<N>::value)
     return n;
   else
-    return find_node_in_children<P, 0>(n);
+    return find_node_in_children<Pred, 0>(n);
 }
 }  // namespace loom::detail

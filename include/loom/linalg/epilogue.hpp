@@ -43,27 +43,27 @@ struct epilogue_match {
   shape<RO> ext;
 };
 
-template <class N, class M>
-bool match_scaled(const N&, M&) {
+template <class N, class Match>
+bool match_scaled(const N&, Match&) {
   return false;
 }
-template <class T, std::size_t RA, std::size_t RB, class S, class M>
-bool match_scaled(const matmul_node<T, RA, RB, S>&, M&) {
+template <class T, std::size_t RA, std::size_t RB, class S, class Match>
+bool match_scaled(const matmul_node<T, RA, RB, S>&, Match&) {
   return true;
 }
-template <class C, class T, std::size_t RA, std::size_t RB, class S, class M>
-bool match_scaled(const map_node<fn::mul, scalar_node<C>, matmul_node<T, RA, RB, S>>& n, M& m) {
+template <class C, class T, std::size_t RA, std::size_t RB, class S, class Match>
+bool match_scaled(const map_node<fn::mul, scalar_node<C>, matmul_node<T, RA, RB, S>>& n, Match& m) {
   m.alpha *= scalar_value(get<0>(n.children).value);
   return true;
 }
-template <class C, class T, std::size_t RA, std::size_t RB, class S, class M>
-bool match_scaled(const map_node<fn::mul, matmul_node<T, RA, RB, S>, scalar_node<C>>& n, M& m) {
+template <class C, class T, std::size_t RA, std::size_t RB, class S, class Match>
+bool match_scaled(const map_node<fn::mul, matmul_node<T, RA, RB, S>, scalar_node<C>>& n, Match& m) {
   m.alpha *= scalar_value(get<1>(n.children).value);
   return true;
 }
 
-template <class N, class M>
-bool match_addend(const N&, M&, double) {
+template <class N, class Match>
+bool match_addend(const N&, Match&, double) {
   return false;
 }
 template <class T, std::size_t R, class S, class O, std::size_t RO>
@@ -77,45 +77,45 @@ bool match_addend(const leaf_node<T, R, S>& l, epilogue_match<O, RO, S>& m, doub
     return false;
   }
 }
-template <class C, class L, class M>
-bool match_addend(const map_node<fn::mul, scalar_node<C>, L>& n, M& m, double s) {
+template <class C, class Operand, class Match>
+bool match_addend(const map_node<fn::mul, scalar_node<C>, Operand>& n, Match& m, double s) {
   return match_addend(get<1>(n.children), m, s * scalar_value(get<0>(n.children).value));
 }
-template <class C, class L, class M>
-bool match_addend(const map_node<fn::mul, L, scalar_node<C>>& n, M& m, double s) {
+template <class C, class Operand, class Match>
+bool match_addend(const map_node<fn::mul, Operand, scalar_node<C>>& n, Match& m, double s) {
   return match_addend(get<0>(n.children), m, s * scalar_value(get<1>(n.children).value));
 }
 
-template <class N, class M>
-bool match_sum(const N& n, M& m) {
+template <class N, class Match>
+bool match_sum(const N& n, Match& m) {
   return match_scaled(n, m);
 }
-template <class A, class B, class M>
-bool match_sum(const map_node<fn::add, A, B>& n, M& m) {
+template <class A, class B, class Match>
+bool match_sum(const map_node<fn::add, A, B>& n, Match& m) {
   if constexpr (matmul_count<A>::value > 0)
     return match_sum(get<0>(n.children), m) && match_addend(get<1>(n.children), m, 1.0);
   else
     return match_sum(get<1>(n.children), m) && match_addend(get<0>(n.children), m, 1.0);
 }
-template <class A, class B, class M>
-bool match_sum(const map_node<fn::sub, A, B>& n, M& m) {
+template <class A, class B, class Match>
+bool match_sum(const map_node<fn::sub, A, B>& n, Match& m) {
   if constexpr (matmul_count<A>::value > 0)
     return match_sum(get<0>(n.children), m) && match_addend(get<1>(n.children), m, -1.0);
   else
     return false;
 }
 
-template <class N, class M>
-bool match_root(const N& n, M& m) {
+template <class N, class Match>
+bool match_root(const N& n, Match& m) {
   return match_sum(n, m);
 }
-template <class X, class M>
-bool match_root(const map_node<fn::relu, X>& n, M& m) {
+template <class X, class Match>
+bool match_root(const map_node<fn::relu, X>& n, Match& m) {
   m.act = matmul_activation::relu;
   return match_sum(get<0>(n.children), m);
 }
-template <class X, class M>
-bool match_root(const map_node<fn::gelu, X>& n, M& m) {
+template <class X, class Match>
+bool match_root(const map_node<fn::gelu, X>& n, Match& m) {
   // cuBLASLt's GELU epilogue is the tanh form; exact GELU takes two kernels.
   if (!n.f.tanh_form) return false;
   m.act = matmul_activation::gelu_tanh;

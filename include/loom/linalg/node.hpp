@@ -161,8 +161,8 @@ const auto& find_matmul(const N& n) {
 }
 
 // The tree with its matmul node replaced by a leaf (the output, or a zero).
-template <class L, class N>
-auto replace_matmul(const N& n, const L& leaf) {
+template <class Leaf, class N>
+auto replace_matmul(const N& n, const Leaf& leaf) {
   return transform(n, [&](const auto& m) {
     if constexpr (is_matmul<std::remove_cvref_t<decltype(m)>>::value)
       return leaf;

@@ -79,8 +79,8 @@ struct sum_op {
   using acc = accumulate_t<T>;
   using result = sum_result_t<T>;
   LOOM_HD acc identity() const { return acc(0); }
-  template <class V>
-  LOOM_HD acc lift(V v, index_t) const {
+  template <class Value>
+  LOOM_HD acc lift(Value v, index_t) const {
     return static_cast<acc>(v);
   }
   LOOM_HD acc operator()(acc a, acc b) const { return wrapping_add(a, b); }
@@ -110,8 +110,8 @@ struct mean_op {
   using result = float_result_t<T>;
   using acc = mean_acc_t<T>;
   LOOM_HD acc identity() const { return acc(0); }
-  template <class V>
-  LOOM_HD acc lift(V v, index_t) const {
+  template <class Value>
+  LOOM_HD acc lift(Value v, index_t) const {
     return static_cast<acc>(v);
   }
   LOOM_HD acc operator()(acc a, acc b) const { return wrapping_add(a, b); }
@@ -130,8 +130,8 @@ struct extreme_op {
   using acc = compute_t<T>;
   using result = T;
   LOOM_HD acc identity() const { return Max ? lowest_of<acc>() : highest_of<acc>(); }
-  template <class V>
-  LOOM_HD acc lift(V v, index_t) const {
+  template <class Value>
+  LOOM_HD acc lift(Value v, index_t) const {
     return static_cast<acc>(v);
   }
   LOOM_HD acc operator()(acc a, acc b) const { return nan_extreme<acc, Max>(a, b); }
@@ -171,8 +171,8 @@ struct arg_op {
   LOOM_HD acc identity() const {
     return {Max ? lowest_of<compute_t<T>>() : highest_of<compute_t<T>>(), std::numeric_limits<index_t>::max()};
   }
-  template <class V>
-  LOOM_HD acc lift(V v, index_t i) const {
+  template <class Value>
+  LOOM_HD acc lift(Value v, index_t i) const {
     return {static_cast<compute_t<T>>(v), i};
   }
   LOOM_HD acc operator()(const acc& a, const acc& b) const { return arg_combine<compute_t<T>, Max>(a, b); }
@@ -189,9 +189,9 @@ struct any_op {
   using acc = bool;
   using result = bool;
   LOOM_HD acc identity() const { return false; }
-  template <class V>
-  LOOM_HD acc lift(V v, index_t) const {
-    return v != V(0);
+  template <class Value>
+  LOOM_HD acc lift(Value v, index_t) const {
+    return v != Value(0);
   }
   LOOM_HD acc operator()(acc a, acc b) const { return a || b; }
   LOOM_HD result finalize(acc a, index_t) const { return a; }
@@ -207,9 +207,9 @@ struct count_nonzero_op {
   using acc = std::int64_t;
   using result = std::int64_t;
   LOOM_HD acc identity() const { return 0; }
-  template <class V>
-  LOOM_HD acc lift(V v, index_t) const {
-    return v != V(0) ? 1 : 0;
+  template <class Value>
+  LOOM_HD acc lift(Value v, index_t) const {
+    return v != Value(0) ? 1 : 0;
   }
   LOOM_HD acc operator()(acc a, acc b) const { return a + b; }
   LOOM_HD result finalize(acc a, index_t) const { return a; }
@@ -224,8 +224,8 @@ struct norm_op {
   using result = float_result_t<T>;
   using acc = compute_t<result>;
   LOOM_HD acc identity() const { return acc(0); }
-  template <class V>
-  LOOM_HD acc lift(V v, index_t) const {
+  template <class Value>
+  LOOM_HD acc lift(Value v, index_t) const {
     const acc x = static_cast<acc>(v);
     return norm_p == 2 ? x * x : ::loom::math::fabs(x);
   }
@@ -265,8 +265,8 @@ struct var_op {
   // m2 starts as f - f: 0 for a finite value, NaN for an infinity or a NaN,
   // so a range holding one has a NaN variance whatever its length, position
   // or correction (as in PyTorch), not 0 for one element or inf for a last one.
-  template <class V>
-  LOOM_HD acc lift(V v, index_t) const {
+  template <class Value>
+  LOOM_HD acc lift(Value v, index_t) const {
     const F f = static_cast<F>(v);
     return {1, f, f - f};
   }
@@ -308,8 +308,8 @@ struct logsumexp_op {
   using F = compute_t<result>;
   using acc = max_sumexp<F>;
   LOOM_HD acc identity() const { return {-inf_of<F>(), F(0)}; }
-  template <class V>
-  LOOM_HD acc lift(V v, index_t) const {
+  template <class Value>
+  LOOM_HD acc lift(Value v, index_t) const {
     return {static_cast<F>(v), F(1)};
   }
   LOOM_HD acc operator()(const acc& a, const acc& b) const {
@@ -341,8 +341,8 @@ struct cum_extreme_op {
   using acc = value_index<compute_t<T>>;
   using result = T;
   LOOM_HD acc identity() const { return {Max ? lowest_of<compute_t<T>>() : highest_of<compute_t<T>>(), -1}; }
-  template <class V>
-  LOOM_HD acc lift(V v, index_t i) const {
+  template <class Value>
+  LOOM_HD acc lift(Value v, index_t i) const {
     return {static_cast<compute_t<T>>(v), i};
   }
   LOOM_HD acc operator()(const acc& a, const acc& b) const {

@@ -9,6 +9,6 @@
 //   reduce/scan/host.hpp      the host executor
 //   reduce/scan/cuda.hpp      the CUDA executor: kernels and their choice
 //   reduce/scan/api.hpp       the public functions
-// The reductions come with it, as they always did.
+// The reductions come with it.
 #include "loom/reduce/reduce.hpp"
 #include "loom/reduce/scan/api.hpp"

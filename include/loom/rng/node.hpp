@@ -134,7 +134,7 @@ struct bound_random {
     return dist(rng::host_block<Dist>(key, u >> 2), static_cast<int>(u & 3));
 #endif
   }
-  template <bool P = false>
+  template <bool allow_periodic = false>
   LOOM_HD compute at_linear(index_t i) const {
     return value_at(i);
   }
@@ -146,7 +146,7 @@ struct bound_random {
   }
   // Values of elements [i0, i0 + vector_width): one Philox block per four
   // elements when i0 starts a block, one per element otherwise.
-  template <int vector_width, bool P = false>
+  template <int vector_width, bool allow_periodic = false>
   LOOM_HD void load(index_t i0, regs<vector_width>& r) const {
     if constexpr (vector_width % 4 == 0) {
       if ((i0 & 3) == 0) {

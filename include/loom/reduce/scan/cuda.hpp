@@ -39,9 +39,10 @@ using reduce::run_cub;
 // See warp_scan_items: a warp per task of whole rows, grid-stride over tasks.
 inline constexpr int warp_scan_block = 256;
 
-template <bool Linear, class Op, class B, class W, std::size_t R>
+template <bool Linear, class Op, class B, class Writer, std::size_t R>
 __global__ void __launch_bounds__(warp_scan_block)
-    warp_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, axis_map<R> m, index_t rows, index_t len, fast_divmod div) {
+    warp_scan_kernel(inclusive_sink<Writer, Op> w, Op op, B b, axis_map<R> m, index_t rows, index_t len,
+                     fast_divmod div) {
   using acc = typename Op::acc;
   constexpr index_t warps = warp_scan_block / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
@@ -72,9 +73,9 @@ __global__ void __launch_bounds__(warp_scan_block)
 
 // Many rows of more than one tile's worth: a block per row (grid-stride over
 // rows), tile after tile.
-template <int Block, bool Linear, class Op, class B, class W, std::size_t R>
+template <int Block, bool Linear, class Op, class B, class Writer, std::size_t R>
 __global__ void __launch_bounds__(Block)
-    row_tile_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, axis_map<R> m, index_t rows, index_t len) {
+    row_tile_scan_kernel(inclusive_sink<Writer, Op> w, Op op, B b, axis_map<R> m, index_t rows, index_t len) {
   using ts = tile_scan<Block, scan_items<Op>, Op>;
   __shared__ typename ts::temp tmp;
   for (index_t r = blockIdx.x; r < rows; r += gridDim.x)
@@ -108,9 +109,9 @@ struct lookback_geometry {
                 "loom: a look-back tile's block is a whole number of warps, at most 1024 threads");
 };
 
-template <bool Linear, class Tiles, class Op, class B, class W, std::size_t R>
+template <bool Linear, class Tiles, class Op, class B, class Writer, std::size_t R>
 __global__ void __launch_bounds__(lookback_geometry<Tiles, Op>::block)
-    lookback_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, axis_map<R> m, index_t len, index_t tiles_per_row,
+    lookback_scan_kernel(inclusive_sink<Writer, Op> w, Op op, B b, axis_map<R> m, index_t len, index_t tiles_per_row,
                          lookback_state<typename Op::acc> st) {
   using acc = typename Op::acc;
   constexpr int Items = lookback_geometry<Tiles, Op>::items;
@@ -158,13 +159,13 @@ __global__ void __launch_bounds__(lookback_geometry<Tiles, Op>::block)
     LOOM_UNROLL
     for (int i = 0; i < Items; ++i) items[i] = op(prefix, items[i]);
   }
-  ts::store(tmp, thrust::make_tabulate_output_iterator(shifted_writer<W, Op>{w, t0, row0, row0 + len}), items,
+  ts::store(tmp, thrust::make_tabulate_output_iterator(shifted_writer<Writer, Op>{w, t0, row0, row0 + len}), items,
             valid);
 }
 
 // Rows: each its own look-back (tiles never look past their row's first).
-template <bool Linear, class Tiles, class Op, class B, class W, std::size_t R>
-void lookback_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& w, index_t rows,
+template <bool Linear, class Tiles, class Op, class B, class Writer, std::size_t R>
+void lookback_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<Writer, Op>& w, index_t rows,
                    index_t len, stream_ref s) {
   using acc = typename Op::acc;
   using geometry = lookback_geometry<Tiles, Op>;
@@ -179,14 +180,14 @@ void lookback_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusi
   std::size_t zero_bytes = 0;
   const state_t st = state_t::at(state.p, tiles, zero, zero_bytes);
   LOOM_CUDA_CHECK(cudaMemsetAsync(zero, 0, zero_bytes, s.get()));
-  launch_kernel(lookback_scan_kernel<Linear, Tiles, Op, B, W, R>, static_cast<unsigned>(tiles), geometry::block, 0,
+  launch_kernel(lookback_scan_kernel<Linear, Tiles, Op, B, Writer, R>, static_cast<unsigned>(tiles), geometry::block, 0,
                 s.get(), w, op, b, m, len, tiles_per_row, st);
 }
 
 // Scans across rows (see cross_scan_run): block x takes lines 32x .. 32x + 31.
-template <class Op, class B, class W>
+template <class Op, class B, class Writer>
 __global__ void __launch_bounds__(cross_scan_warps * 32)
-    cross_scan_kernel(inclusive_sink<W, Op> w, Op op, B b, index_t lines, index_t len, fast_divmod inner) {
+    cross_scan_kernel(inclusive_sink<Writer, Op> w, Op op, B b, index_t lines, index_t len, fast_divmod inner) {
   using acc = typename Op::acc;
   __shared__ acc totals[cross_scan_warps][32];
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -215,9 +216,9 @@ __global__ void __launch_bounds__(cross_scan_warps * 32)
 }
 
 // See cross_chunk_steps. Warp w walks lines w and w + 16 of its group.
-template <class Op, class B, class W>
+template <class Op, class B, class Writer>
 __global__ void __launch_bounds__(cross_scan_warps * 32)
-    cross_lookback_kernel(inclusive_sink<W, Op> w, Op op, B b, index_t lines, index_t len, fast_divmod inner,
+    cross_lookback_kernel(inclusive_sink<Writer, Op> w, Op op, B b, index_t lines, index_t len, fast_divmod inner,
                           index_t groups, index_t chunks, lookback_state<typename Op::acc> st) {
   using acc = typename Op::acc;
   constexpr unsigned poll_ns = lookback_tiles::poll_ns;
@@ -286,8 +287,8 @@ __global__ void __launch_bounds__(cross_scan_warps * 32)
 }
 
 // Few long lines across rows: every chunk of every group of 32 lines a block.
-template <class Op, class B, class W>
-void cross_lookback_scan(const Op& op, const B& b, const inclusive_sink<W, Op>& w, index_t lines, index_t len,
+template <class Op, class B, class Writer>
+void cross_lookback_scan(const Op& op, const B& b, const inclusive_sink<Writer, Op>& w, index_t lines, index_t len,
                          index_t inner, stream_ref s) {
   using state_t = lookback_state<typename Op::acc>;
   const index_t groups = (lines + 31) / 32, chunks = (len + cross_chunk - 1) / cross_chunk, tiles = groups * chunks;
@@ -300,33 +301,33 @@ void cross_lookback_scan(const Op& op, const B& b, const inclusive_sink<W, Op>& 
   std::size_t zero_bytes = 0;
   const state_t st = state_t::at(state.p, states, zero, zero_bytes);
   LOOM_CUDA_CHECK(cudaMemsetAsync(zero, 0, zero_bytes, s.get()));
-  launch_kernel(cross_lookback_kernel<Op, B, W>, static_cast<unsigned>(tiles), cross_scan_warps * 32, 0, s.get(), w,
-                op, b, lines, len, fast_divmod(static_cast<std::uint64_t>(inner)), groups, chunks, st);
+  launch_kernel(cross_lookback_kernel<Op, B, Writer>, static_cast<unsigned>(tiles), cross_scan_warps * 32, 0, s.get(),
+                w, op, b, lines, len, fast_divmod(static_cast<std::uint64_t>(inner)), groups, chunks, st);
 }
 
-template <class Op, class B, class W>
-void device_cross_scan(const Op& op, const B& b, const inclusive_sink<W, Op>& w, index_t lines, index_t len,
+template <class Op, class B, class Writer>
+void device_cross_scan(const Op& op, const B& b, const inclusive_sink<Writer, Op>& w, index_t lines, index_t len,
                        index_t inner, stream_ref s) {
   const index_t tiles = (lines + 31) / 32;
   if (tiles < static_cast<index_t>(sm_count(s.device())) * 4 && len > cross_chunk) {
     cross_lookback_scan(op, b, w, lines, len, inner, s);
     return;
   }
-  launch_kernel(cross_scan_kernel<Op, B, W>, grid_size(tiles, 4, s.device()), cross_scan_warps * 32, 0, s.get(), w, op,
-                b, lines, len, fast_divmod(static_cast<std::uint64_t>(inner)));
+  launch_kernel(cross_scan_kernel<Op, B, Writer>, grid_size(tiles, 4, s.device()), cross_scan_warps * 32, 0, s.get(), w,
+                op, b, lines, len, fast_divmod(static_cast<std::uint64_t>(inner)));
 }
 
-template <bool Linear, class Op, class B, class W, std::size_t R>
-void launch_warp_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& w, index_t rows,
+template <bool Linear, class Op, class B, class Writer, std::size_t R>
+void launch_warp_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<Writer, Op>& w, index_t rows,
                       index_t len, stream_ref s) {
   const index_t per = warp_scan_rows(len), tasks = (rows + per - 1) / per;
   const index_t want = (tasks + warp_scan_block / 32 - 1) / (warp_scan_block / 32);
-  launch_kernel(warp_scan_kernel<Linear, Op, B, W, R>, grid_size(want, 2048 / warp_scan_block, s.device()),
+  launch_kernel(warp_scan_kernel<Linear, Op, B, Writer, R>, grid_size(want, 2048 / warp_scan_block, s.device()),
                 warp_scan_block, 0, s.get(), w, op, b, m, rows, len, fast_divmod(static_cast<std::uint64_t>(len)));
 }
 
-template <bool Linear, class Tiles, class Op, class B, class W, std::size_t R>
-void device_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& w, index_t rows,
+template <bool Linear, class Tiles, class Op, class B, class Writer, std::size_t R>
+void device_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<Writer, Op>& w, index_t rows,
                  index_t len, stream_ref s) {
   // Rows too few for a block each to fill the GPU (fewer than 8 per SM)
   // take the look-back, whose tiles spread every row over the whole GPU;
@@ -336,7 +337,7 @@ void device_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive
     if (rows == 1) {
       auto in = thrust::make_transform_iterator(thrust::counting_iterator<index_t>(0),
                                                 lift_scan_item<Op, B, Linear, R>{op, b, m});
-      auto out = thrust::make_tabulate_output_iterator(shifted_writer<W, Op>{w, 0, 0, len});
+      auto out = thrust::make_tabulate_output_iterator(shifted_writer<Writer, Op>{w, 0, 0, len});
       run_cub(
           [&](void* tmp, std::size_t& bytes) {
             return cub::DeviceScan::InclusiveScan(tmp, bytes, in, out, op, len, s.get());
@@ -350,8 +351,8 @@ void device_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive
     return;
   }
   if (len > 1024)
-    launch_kernel(row_tile_scan_kernel<256, Linear, Op, B, W, R>, grid_size(rows, 32, s.device()), 256, 0, s.get(), w,
-                  op, b, m, rows, len);
+    launch_kernel(row_tile_scan_kernel<256, Linear, Op, B, Writer, R>, grid_size(rows, 32, s.device()), 256, 0, s.get(),
+                  w, op, b, m, rows, len);
   else
     launch_warp_scan<Linear>(op, b, m, w, rows, len, s);
 }
@@ -360,8 +361,8 @@ void device_scan(const Op& op, const B& b, const axis_map<R>& m, const inclusive
 //! order of `m`, `linear` when that is b's linear order) into `sink`: rows
 //! along the map's last axis, or, for a contiguous input scanned along an
 //! axis that is not its last, lines across rows.
-template <class Tiles, class Op, class B, class W, std::size_t R>
-void device_scan_axis(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<W, Op>& sink,
+template <class Tiles, class Op, class B, class Writer, std::size_t R>
+void device_scan_axis(const Op& op, const B& b, const axis_map<R>& m, const inclusive_sink<Writer, Op>& sink,
                       const bind_info& info, bool linear, const shape<R>& ext, std::size_t axis, index_t rows,
                       index_t len, stream_ref s) {
   index_t inner = 1;

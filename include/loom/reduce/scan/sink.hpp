@@ -61,9 +61,9 @@ struct scan_writer {
 // result at k + 1), with the identity at the row's first position. So on the
 // device inclusive and exclusive share every kernel (compile time):
 // `exclusive` is a run-time flag. The host loop writes through it too.
-template <class W, class Op>
+template <class Writer, class Op>
 struct inclusive_sink {
-  W w;
+  Writer w;
   Op op;
   bool exclusive;
   // Position j of the row [row0, row_end) has the inclusive result a.

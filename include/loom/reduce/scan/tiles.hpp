@@ -90,9 +90,9 @@ struct lift_scan_at {
   LOOM_HD typename Op::acc operator()(index_t j) const { return op.lift(read_at<Linear>(b, m, j), j - row0); }
 };
 
-template <class W, class Op>
+template <class Writer, class Op>
 struct shifted_writer {
-  inclusive_sink<W, Op> w;
+  inclusive_sink<Writer, Op> w;
   index_t t0, row0, row_end;
   template <class A>
   LOOM_HD void operator()(index_t i, const A& a) const {
@@ -131,8 +131,8 @@ struct tile_scan {
   }
 
   // Scans positions [begin, end) of the row [row0, row_end) starting from `start`.
-  template <bool Linear, class B, class W, std::size_t R>
-  __device__ static void run(temp& tmp, const inclusive_sink<W, Op>& w, const Op& op, const B& b,
+  template <bool Linear, class B, class Writer, std::size_t R>
+  __device__ static void run(temp& tmp, const inclusive_sink<Writer, Op>& w, const Op& op, const B& b,
                              const axis_map<R>& m, index_t begin, index_t end, index_t row0, index_t row_end,
                              const acc& start) {
     running_prefix<Op> prefix{op, start};
@@ -145,7 +145,7 @@ struct tile_scan {
       __syncthreads();
       scan_t(tmp.scan).InclusiveScan(items, items, op, prefix);
       __syncthreads();
-      store(tmp, thrust::make_tabulate_output_iterator(shifted_writer<W, Op>{w, t0, row0, row_end}), items, valid);
+      store(tmp, thrust::make_tabulate_output_iterator(shifted_writer<Writer, Op>{w, t0, row0, row_end}), items, valid);
       __syncthreads();
     }
   }
