@@ -154,7 +154,8 @@ void assign_one(const G& g, const view<O, RI, S>& out, grad_info& gi) {
       if constexpr (!std::is_same_v<std::remove_cvref_t<decltype(g.adjoint)>, no_grad>) {
         using T = typename node_t<decltype(g.adjoint)>::value_type;
         const view<T, RO, S> rows_shape(nullptr, g.out_shape);
-        const auto ci = assign_with_column_sums<false>(rows_shape, g.adjoint, last_axis_view(o), g.adjoint);
+        // The row output is not written: a scalar stands for it.
+        const auto ci = assign_with_column_sums<false>(rows_shape, T(0), last_axis_view(o), g.adjoint);
         gi.rows = ci.rows;
         gi.kernels += ci.kernels;
         gi.column_sum_groups += 1;
@@ -293,7 +294,7 @@ struct gradients {
       using Sp = typename std::remove_cvref_t<decltype(std::get<0>(sums))>::space;
       const view<T, RO, Sp> rows_shape(nullptr, g0.out_shape);
       ci = std::apply(
-          [&](const auto&... a) { return detail::assign_with_column_sums<false>(rows_shape, g0.adjoint, a...); }, sums);
+          [&](const auto&... a) { return detail::assign_with_column_sums<false>(rows_shape, T(0), a...); }, sums);
     } else {
       const auto& g = std::get<p>(parts);
       detail::autodiff::check_gradient_output(g, std::get<p>(outs));
