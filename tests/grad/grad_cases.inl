@@ -140,7 +140,7 @@ TEST_CASE("grad: binary ops, broadcast weights and scalar parameters match finit
   const auto x = random_host<double, 2>(loom::shape<2>{n, c}, g, 0.5, 2);
   const auto w = random_host<double, 1>(loom::shape<1>{c}, g, 0.5, 2);
   const auto r = random_host<double, 2>(loom::shape<2>{n, 1}, g, 0.5, 2);
-  const auto s = random_host<double, 1>(loom::shape<1>{1}, g, 0.5, 2);  // a scalar parameter
+  const auto s = random_host<double, 0>(loom::shape<0>{}, g, 0.5, 2);
   const auto dy = random_host<double, 2>(x.extents(), g, -1, 1);
   constexpr auto lay = loom::layer([](auto x, auto w, auto r, auto s) {
     return (x * w - r) / (w + s) + x % (w + 3.0) + cast<double>(x * s);
@@ -148,7 +148,7 @@ TEST_CASE("grad: binary ops, broadcast weights and scalar parameters match finit
   auto dx = poisoned<double, 2>(x.extents());
   auto dw = poisoned<double, 1>(w.extents());
   auto dr = poisoned<double, 2>(r.extents());
-  auto ds = poisoned<double, 1>(s.extents());
+  auto ds = poisoned<double, 0>(s.extents());
   const auto info = loom::grad(lay)(in_space(x), in_space(w), in_space(r), in_space(s), in_space(dy)).into(dx, dw, dr, ds);
   // dx and dw share a row kernel and the kernel adding the column sums; the
   // row sums of dr take one kernel, the whole sum of ds three.
@@ -165,6 +165,11 @@ TEST_CASE("grad: row reductions and repeated uses match finite differences " LOO
   const auto x = random_host<double, 2>(loom::shape<2>{5, 13}, g, -2, 2);  // distinct values: one max per row
   check_unary(loom::layer([](auto v) { return v * row_sum(v * v) + row_mean(sin(v)) * v; }), x, g);
   check_unary(loom::layer([](auto v) { return exp(v - row_max(v)) * 2.0 + row_min(v) * v; }), x, g);
+  check_unary(loom::layer([](auto v) {
+                auto e = exp(v - row_max(v));
+                return log(row_sum(e)) - v * row_mean(e / row_sum(e));
+              }),
+              x, g);
 }
 
 TEST_CASE("grad: row_max shares the gradient evenly among ties, as amax " LOOM_TEST_TAG, "[grad]") {
@@ -181,7 +186,7 @@ TEST_CASE("grad: row_max shares the gradient evenly among ties, as amax " LOOM_T
   for (int i = 0; i < 8; ++i) CHECK(h.data()[i] == want[i]);
 }
 
-TEST_CASE("grad: derived backward of softmax and log_softmax match the built-in ones " LOOM_TEST_TAG,
+TEST_CASE("grad: derived backward of softmax, log_softmax and cross-entropy rows match the built-in ones " LOOM_TEST_TAG,
           "[grad]") {
   std::mt19937_64 g(loom_test::seed_for("grad softmax"));
   const index_t n = 7, c = 37;
@@ -204,6 +209,19 @@ TEST_CASE("grad: derived backward of softmax and log_softmax match the built-in 
   const auto ly = loom::materialize(loom::log_softmax(x));
   check_close(on_host(dx), on_host(loom::materialize(loom::log_softmax_backward(ly, dy))), 2e-5);
 
+  // Cross-entropy rows: the layer of loom::cross_entropy_rows, with integer
+  // targets as a second input that has no gradient.
+  loom::host_tensor<std::int64_t, 2> th({n, 1});
+  for (index_t i = 0; i < n; ++i) th(i, 0) = static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(c));
+  const auto t = in_space(th);
+  loom::host_tensor<float, 2> ones({n, 1});
+  loom::fill(ones, 1.0f);
+  dx = loom::grad<0>(loom::layer([](auto z, auto tt) { return loom::cross_entropy_rows(z, tt); }))(x, t, in_space(ones));
+  const loom::cross_entropy_options sum_reduction{-100, 0.0, loom::loss_reduction::sum};
+  check_close(on_host(dx), on_host(loom::cross_entropy_backward(x, loom::view<const std::int64_t, 1, space_t>(
+                                                                         t.data(), loom::shape<1>{n}),
+                                                                1.0, sum_reduction)),
+              2e-5);
 }
 
 TEST_CASE("grad: derived backward of layer_norm and rms_norm match the built-in ones, two kernels " LOOM_TEST_TAG,
@@ -225,12 +243,9 @@ TEST_CASE("grad: derived backward of layer_norm and rms_norm match the built-in 
     auto c = v - row_mean(v);
     return c * rsqrt(row_mean(c * c) + 1e-5) * wt + bs;
   });
-  // dx and db share the kernels; dw takes its own (the three adjoints in one
-  // row kernel hold more row reductions than one assignment takes).
-  const auto info = loom::grad(ln)(x, w, b, dy).into(dx, loom::skip, db);
+  const auto info = loom::grad(ln)(x, w, b, dy).into(dx, dw, db);
   CHECK(info.kernels == 2);
   CHECK(info.column_sum_groups == 1);
-  dw = loom::grad<1>(ln)(x, w, b, dy);
   const auto ref = loom::layer_norm_backward(x, w, dy, 1e-5);
   check_close(on_host(dx), on_host(ref.dx), 1e-3);
   check_close(on_host(dw), on_host(ref.dweight), 1e-3);
@@ -273,13 +288,8 @@ TEST_CASE("grad: RMSNorm + SwiGLU and a causal softmax with temperature, bf16 an
   auto dgate = poisoned<double, 2>(loom::shape<2>{c, n});
   auto dw = poisoned<double, 1>(wh.extents());
   auto dgate_t = dgate.view().t();
-  // dx and dgate here, dw on its own: the three adjoints in one row kernel
-  // would hold more row reductions than one assignment takes.
-  const auto info =
-      loom::grad(block)(in_space(xh), gate.view().t(), in_space(wh), in_space(dyh)).into(dx, dgate_t, loom::skip);
-  CHECK(info.kernels == 2);
-  dw = loom::grad<2>(block)(in_space(xh), gate.view().t(), in_space(wh), in_space(dyh));
-  CHECK(loom::last_grad().kernels == 2);
+  const auto info = loom::grad(block)(in_space(xh), gate.view().t(), in_space(wh), in_space(dyh)).into(dx, dgate_t, dw);
+  CHECK(info.kernels == 3);  // dx with dw (2), then dgate (1)
   check_close(on_host(dx), want_x, 1e-6);
   check_close(on_host(loom::materialize(dgate.view().t())), want_g, 1e-6);
   check_close(on_host(dw), want_w, 1e-6);
@@ -305,11 +315,11 @@ TEST_CASE("grad: RMSNorm + SwiGLU and a causal softmax with temperature, bf16 an
     auto e = exp(z - row_max(z));
     return e / row_sum(e);
   });
-  const auto th = random_host<double, 1>(loom::shape<1>{1}, g, 0.5, 1.5);
+  const auto th = random_host<double, 0>(loom::shape<0>{}, g, 0.5, 1.5);
   loom::host_tensor<std::int64_t, 2> rows({n, 1});
   for (index_t i = 0; i < n; ++i) rows(i, 0) = i;
   auto ds = poisoned<double, 2>(xh.extents());
-  auto dt = poisoned<double, 1>(th.extents());
+  auto dt = poisoned<double, 0>(th.extents());
   loom::grad<0, 1>(causal)(in_space(xh), in_space(th), in_space(rows), in_space(dyh)).into(ds, dt);
   check_close(on_host(ds), finite_differences<0>(causal, dyh, xh, th, rows), 1e-6);
   check_close(on_host(dt), finite_differences<1>(causal, dyh, xh, th, rows), 1e-6);

@@ -331,26 +331,26 @@ LOOM_ROW_REDUCTION(row_min, row_min_op)
 
 namespace loom::detail {
 // Derivative rules of the row reductions (loom::grad, docs/08_gradients.md):
-// of(y, a) is the adjoint of y's argument given the adjoint `a` of y, which
-// has the layer output's shape; the result broadcasts along the row.
+// of(y, e, a) is the adjoint of the argument e of y = reduction(e), given the
+// adjoint `a` of y, which has the layer output's shape; the result
+// broadcasts along the row.
 template <class Op>
 struct row_grad;
 //! row_sum: every element of the row gets the row's summed adjoint.
 template <>
 struct row_grad<fn::row_sum_op> {
-  template <class Y, class A>
-  static auto of(const Y&, const A& a) {
+  template <class Y, class E, class A>
+  static auto of(const Y&, const E&, const A& a) {
     return row_sum(a);
   }
 };
 //! row_mean: the summed adjoint over the row length.
 template <>
 struct row_grad<fn::row_mean_op> {
-  template <class Y, class A>
-  static auto of(const Y& y, const A& a) {
-    constexpr std::size_t R = std::remove_cvref_t<decltype(y.e)>::rank;
+  template <class Y, class E, class A>
+  static auto of(const Y&, const E& e, const A& a) {
     index_t n = 1;
-    if constexpr (R > 0) n = y.e.extents()[R - 1];
+    if constexpr (E::rank > 0) n = e.extents()[E::rank - 1];
     return row_sum(a) * (1.0 / static_cast<double>(n));
   }
 };
@@ -359,9 +359,9 @@ struct row_grad<fn::row_mean_op> {
 //! holding NaN gives NaN.
 template <class Op>
 struct row_extreme_grad {
-  template <class Y, class A>
-  static auto of(const Y& y, const A& a) {
-    const auto hit = cast<row_acc_t<typename Y::value_type>>(y.e == y);
+  template <class Y, class E, class A>
+  static auto of(const Y& y, const E& e, const A& a) {
+    const auto hit = cast<row_acc_t<typename Y::value_type>>(e == y);
     return row_sum(a) * hit / row_sum(hit);
   }
 };

@@ -10,15 +10,20 @@
 // for the row reductions), and a subtree that uses input I several times
 // gets the sum of the adjoints. Adjoints are expressions at the layer
 // output's shape; forward values a rule needs are the forward subtrees
-// themselves, recomputed in the gradient's kernel.
+// themselves, recomputed in the gradient's kernel. Every row reduction, of
+// the forward tree and of an adjoint, is marked shared (expr/shared_rows.hpp)
+// with its place in the derivation, so the row kernel reduces it once
+// however many rules copy it.
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
 #include "loom/core/dtype.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/expr/row_nodes.hpp"
+#include "loom/expr/shared_rows.hpp"
 #include "loom/expr/traverse.hpp"
 #include "loom/ops/arithmetic.hpp"
 #include "loom/ops/compare.hpp"
@@ -74,13 +79,61 @@ inline constexpr bool is_map = false;
 template <class F, class... C>
 inline constexpr bool is_map<map_node<F, C...>> = true;
 template <class X>
-inline constexpr bool is_row = false;
-template <class Op, class E>
-inline constexpr bool is_row<row_reduce_node<Op, E>> = true;
-template <class X>
 inline constexpr bool is_broadcast = false;
 template <class E, std::size_t R>
 inline constexpr bool is_broadcast<broadcast_node<E, R>> = true;
+
+// Names of the shared row reductions of one derivation: row_tag<K, 0> is the
+// forward tree's K-th row reduction (post-order); row_tag<K, J> (J >= 1) the
+// J-th that the derivative rule of that reduction makes.
+template <std::size_t K, std::size_t J>
+struct row_tag {};
+struct forward_ids {
+  template <std::size_t K>
+  using id = row_tag<K, 0>;
+};
+template <std::size_t P>
+struct rule_ids {
+  template <std::size_t K>
+  using id = row_tag<P, K + 1>;
+};
+
+template <class N, std::size_t Next>
+struct tagged {
+  static constexpr std::size_t next = Next;
+  N node;
+};
+template <std::size_t Next, class N>
+tagged<N, Next> make_tagged(const N& n) {
+  return tagged<N, Next>{n};
+}
+
+template <class Ids, std::size_t K, class N>
+auto tag_rows(const N& n, std::uint64_t origin);
+
+template <class Ids, std::size_t J, std::size_t K, class N, class... Done>
+auto tag_children(const N& n, std::uint64_t origin, const Done&... done) {
+  if constexpr (J == child_count_v<N>) {
+    const auto m = children_of<N>::rebuild(n, done.node...);
+    if constexpr (is_row_reduction<N>::value)
+      return make_tagged<K + 1>(shared_row_node<typename Ids::template id<K>, std::remove_cvref_t<decltype(m)>>(m, origin));
+    else
+      return make_tagged<K>(m);
+  } else {
+    const auto c = tag_rows<Ids, K>(child<J>(n), origin);
+    return tag_children<Ids, J + 1, std::remove_cvref_t<decltype(c)>::next>(n, origin, done..., c);
+  }
+}
+
+//! Tree n with every row reduction not yet shared wrapped in a
+//! shared_row_node named Ids::id<k> (k counting them in post-order from K).
+template <class Ids, std::size_t K, class N>
+auto tag_rows(const N& n, std::uint64_t origin) {
+  if constexpr (is_shared_row<N>::value || !tree_any_v<N, is_row_reduction>)
+    return make_tagged<K>(n);
+  else
+    return tag_children<Ids, 0, K>(n, origin);
+}
 
 // The sum of two adjoints, either possibly absent.
 template <class A, class B>
@@ -175,6 +228,15 @@ auto map_adjoint(const map_node<F, C...>& y, const A& a, std::index_sequence<J..
   }(one(std::integral_constant<std::size_t, J>{})...);
 }
 
+// A forward row reduction y = reduction(e) (shared as row_tag<P, 0>): its
+// rule's new reductions are shared as row_tag<P, J>, the same for every
+// input differentiated in this derivation.
+template <std::size_t I, std::size_t P, class M, class A>
+auto shared_row_adjoint(const shared_row_node<row_tag<P, 0>, M>& y, const A& a) {
+  const auto g = row_grad<typename row_op<M>::type>::of(y, y.n.e, a);
+  return adjoint<I>(y.n.e, tag_rows<rule_ids<P>, 0>(g, y.origin).node);
+}
+
 //! The adjoint of input I in tree n, given n's adjoint a (no_grad if n does
 //! not use input I or carries no gradient).
 template <std::size_t I, class N, class A>
@@ -185,8 +247,8 @@ auto adjoint(const N& n, const A& a) {
     return a;
   } else if constexpr (is_map<N>) {
     return map_adjoint<I>(n, a, std::make_index_sequence<child_count_v<N>>{});
-  } else if constexpr (is_row<N>) {
-    return adjoint<I>(n.e, row_grad<typename row_op<N>::type>::of(n, a));
+  } else if constexpr (is_shared_row<N>::value) {
+    return shared_row_adjoint<I>(n, a);
   } else if constexpr (is_broadcast<N>) {
     return adjoint<I>(n.e, a);
   } else {

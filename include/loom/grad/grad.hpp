@@ -59,7 +59,7 @@ inline grad_info last_grad() { return detail::last_grad_slot(); }
 template <class Adj, std::size_t RO, std::size_t RI>
 struct input_gradient {
   Adj adjoint;           //!< d loss / d input, broadcast to the output's shape (detail::autodiff::no_grad if 0)
-  shape<RO> out_shape;   //!< the layer output's shape
+  shape<RO> out_shape;   //!< the adjoint's shape: the layer output's (its rows' where the layer ends in a row reduction)
   shape<RI> in_shape;    //!< the input's shape
 
   //! How the adjoint reduces to the input's shape; shape_error if loom does
@@ -354,10 +354,11 @@ struct grad_fn {
     constexpr std::size_t n = sizeof...(K);
     static_assert(((I < n) && ...), "loom: grad: an input position is past the layer's inputs");
     (check_input<K, std::remove_cvref_t<std::tuple_element_t<K, Args>>>(), ...);
-    const auto y = body_of(f)(mark<K>(as_node(std::get<K>(args)))...);
-    using Y = std::remove_cvref_t<decltype(y)>;
+    const auto forward = body_of(f)(mark<K>(as_node(std::get<K>(args)))...);
+    using Y = std::remove_cvref_t<decltype(forward)>;
     static_assert(is_node<Y>, "loom: grad: the layer must return an expression");
     static_assert(Y::rank >= 1, "loom: grad: the layer's output needs a rank of 1 or more");
+    const auto y = tag_rows<forward_ids, 0>(forward, next_derivation()).node;
     const auto dy = as_node(std::get<n>(args));
     using D = std::remove_cvref_t<decltype(dy)>;
     static_assert(D::rank == Y::rank, "loom: grad: dy must have the layer output's rank");
@@ -377,7 +378,12 @@ struct grad_fn {
       const auto in = as_node(std::get<k>(args));
       using G = input_gradient<decltype(plain), Y::rank, decltype(in)::rank>;
       static_assert(decltype(in)::rank <= Y::rank, "loom: grad: an input has a higher rank than the layer's output");
-      return G{plain, out_shape, in.extents()};
+      // The adjoint's own shape: the output's, or more where the layer
+      // reduces (a layer ending in row_max(x) gives x's rows an adjoint).
+      if constexpr (std::is_same_v<decltype(plain), no_grad>)
+        return G{plain, out_shape, in.extents()};
+      else
+        return G{plain, plain.extents(), in.extents()};
     };
     if constexpr (sizeof...(I) == 1)
       return one(std::integral_constant<std::size_t, I...>{});

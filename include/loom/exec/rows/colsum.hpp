@@ -23,6 +23,7 @@
 #include "loom/exec/rows/run.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/expr/row_nodes.hpp"
+#include "loom/expr/shared_rows.hpp"
 #include "loom/tensor/tensor.hpp"
 #include "loom/tensor/view.hpp"
 
@@ -376,7 +377,7 @@ column_sums_info assign_with_column_sums(Out&& out_in, const E& e, SumsAndExtras
 
   column_sums_info ci;
   bind_info bi;
-  const auto b = binder::bind<0>(root, out, bi);
+  const auto b = bind_root(root, out, bi);
   using A = std::conditional_t<uses_double<std::remove_const_t<decltype(b)>>, double, float>;
   tensor<A, 3, S> partials(shape<3>{0, static_cast<index_t>(K), cols});
   if (out.size() > 0) {
