@@ -170,6 +170,13 @@ TEST_CASE("grad: row reductions and repeated uses match finite differences " LOO
                 return log(row_sum(e)) - v * row_mean(e / row_sum(e));
               }),
               x, g);
+  // A reduction inside another's argument whose adjoint is constant along
+  // the row: the inner reduction must sum it over every column.
+  check_unary(loom::layer([](auto v) {
+                auto m = row_mean(v);
+                return (m + row_sum(v - m * 1.5)) * v;
+              }),
+              x, g);
 }
 
 TEST_CASE("grad: row_max shares the gradient evenly among ties, as amax " LOOM_TEST_TAG, "[grad]") {
@@ -236,13 +243,9 @@ TEST_CASE("grad: derived backward of layer_norm and rms_norm match the built-in 
   auto dw = poisoned<float, 1>(w.extents());
   auto db = poisoned<float, 1>(w.extents());
 
-  // layer_norm written with the plain mean (loom::layer_norm refines its
-  // mean with a second pass, and its derived backward needs more row
-  // reductions than one assignment holds, docs/08_gradients.md).
-  constexpr auto ln = loom::layer([](auto v, auto wt, auto bs) {
-    auto c = v - row_mean(v);
-    return c * rsqrt(row_mean(c * c) + 1e-5) * wt + bs;
-  });
+  // loom::layer_norm itself: its mean is refined by a second reduction over
+  // the differences from the first, reductions inside reductions.
+  constexpr auto ln = loom::layer([](auto v, auto wt, auto bs) { return loom::layer_norm(v, wt, bs, 1e-5); });
   const auto info = loom::grad(ln)(x, w, b, dy).into(dx, dw, db);
   CHECK(info.kernels == 2);
   CHECK(info.column_sum_groups == 1);

@@ -68,7 +68,7 @@ template <class Id, class N>
 struct children_of<shared_row_node<Id, N>> {
   using types = type_list<N>;
   template <std::size_t, class M>
-  static auto& get(M& s) {
+  LOOM_HD static auto& get(M& s) {
     return s.n;
   }
   template <class C>

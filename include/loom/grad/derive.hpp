@@ -231,10 +231,21 @@ auto map_adjoint(const map_node<F, C...>& y, const A& a, std::index_sequence<J..
 // A forward row reduction y = reduction(e) (shared as row_tag<P, 0>): its
 // rule's new reductions are shared as row_tag<P, J>, the same for every
 // input differentiated in this derivation.
+// The rule's result is constant along the row: it is presented at the
+// argument's shape (a broadcast, no work), so that a reduction of it further
+// down (the argument of a reduction inside another's) sums every element.
 template <std::size_t I, std::size_t P, class M, class A>
 auto shared_row_adjoint(const shared_row_node<row_tag<P, 0>, M>& y, const A& a) {
-  const auto g = row_grad<typename row_op<M>::type>::of(y, y.n.e, a);
-  return adjoint<I>(y.n.e, tag_rows<rule_ids<P>, 0>(g, y.origin).node);
+  const auto& e = y.n.e;
+  const auto g = tag_rows<rule_ids<P>, 0>(row_grad<typename row_op<M>::type>::of(y, e, a), y.origin).node;
+  using G = std::remove_cvref_t<decltype(g)>;
+  using E = std::remove_cvref_t<decltype(e)>;
+  constexpr std::size_t R = G::rank > E::rank ? G::rank : E::rank;
+  shape<R> s{};
+  bool first = true;
+  broadcast_into(s, g.extents(), first);
+  broadcast_into(s, e.extents(), first);
+  return adjoint<I>(e, broadcast_node<G, R>(g, s));
 }
 
 //! The adjoint of input I in tree n, given n's adjoint a (no_grad if n does

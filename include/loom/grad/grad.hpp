@@ -5,6 +5,7 @@
 // expression at compile time (grad/derive.hpp) and assigned in the fewest
 // kernels the data allows (docs/08_gradients.md).
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -62,21 +63,38 @@ struct input_gradient {
   shape<RO> out_shape;   //!< the adjoint's shape: the layer output's (its rows' where the layer ends in a row reduction)
   shape<RI> in_shape;    //!< the input's shape
 
+  static constexpr std::size_t out_rank = RO;
+  static constexpr std::size_t in_rank = RI;
+
   //! How the adjoint reduces to the input's shape; shape_error if loom does
-  //! not sum over that pattern of axes in one pass.
+  //! not sum over that pattern of axes in one pass. The kinds an input can
+  //! have follow from its rank (so only those are compiled): an input of the
+  //! adjoint's rank is same-shape or per-row ([..., 1]); one of lower rank is
+  //! broadcast over the leading axes, its gradient a column sum ([C]) or a
+  //! whole sum (every extent 1, rank 0 too).
   gradient_kind kind() const {
     if constexpr (std::is_same_v<Adj, detail::autodiff::no_grad>) return gradient_kind::zero;
     const shape<RO> in = lifted();
-    if (in == out_shape) return gradient_kind::same_shape;
     bool lead_ones = true, lead_same = true;
     for (std::size_t d = 0; d + 1 < RO; ++d) {
       lead_ones = lead_ones && in[d] == 1;
       lead_same = lead_same && in[d] == out_shape[d];
     }
     const index_t last = RO > 0 ? in[RO - 1] : 1, out_last = RO > 0 ? out_shape[RO - 1] : 1;
-    if (lead_ones && last == out_last) return gradient_kind::column_sums;
-    if (lead_same && last == 1) return gradient_kind::row_sums;
-    if (lead_ones && last == 1) return gradient_kind::whole_sum;
+    if constexpr (RI == RO) {
+      if (in == out_shape) return gradient_kind::same_shape;
+      if (lead_same && last == 1) return gradient_kind::row_sums;
+      if (lead_ones)
+        throw shape_error("loom: grad: an input of shape " + shape_string(in_shape) +
+                          " has the rank of the layer's output " + shape_string(out_shape) +
+                          " and is broadcast over its rows; pass it without the leading 1s (a view of shape [" +
+                          std::to_string(last) + "], or rank 0 for one value): its gradient is then a column or "
+                          "whole sum");
+    } else {
+      if constexpr (RI > 0)
+        if (lead_ones && last == out_last) return gradient_kind::column_sums;
+      if (lead_ones && last == 1) return gradient_kind::whole_sum;
+    }
     throw shape_error("loom: grad: an input of shape " + shape_string(in_shape) +
                       " is broadcast to the layer's output shape " + shape_string(out_shape) +
                       " along axes that one pass cannot sum; loom::grad reduces to the output's shape, [..., 1] "
@@ -92,6 +110,8 @@ struct input_gradient {
 };
 
 namespace detail::autodiff {
+template <class G>
+inline constexpr bool has_adjoint = !std::is_same_v<std::remove_cvref_t<decltype(G::adjoint)>, no_grad>;
 template <class X>
 inline constexpr bool is_input_gradient = false;
 template <class Adj, std::size_t RO, std::size_t RI>
@@ -127,53 +147,54 @@ void check_gradient_output(const G& g, const Out& out) {
                       "; give it the input's shape");
 }
 
-// One gradient on its own: the reduction its kind asks for.
+// One gradient on its own: the reduction its kind asks for (only the kinds
+// its rank allows are compiled: input_gradient::kind).
 template <class G, class O, std::size_t RI, class S>
 void assign_one(const G& g, const view<O, RI, S>& out, grad_info& gi) {
   check_gradient_output(g, out);
-  constexpr std::size_t RO = std::tuple_size_v<std::remove_cvref_t<decltype(g.out_shape)>>;
+  constexpr std::size_t RO = G::out_rank;
   const auto o = lift_view<RO>(out);
-  switch (g.kind()) {
-    case gradient_kind::zero:
-      fill(out, O(0));
-      gi.kernels += 1;
-      return;
-    case gradient_kind::same_shape:
-      if constexpr (!std::is_same_v<std::remove_cvref_t<decltype(g.adjoint)>, no_grad>) {
+  const gradient_kind kind = g.kind();
+  if (kind == gradient_kind::zero) {
+    fill(out, O(0));
+    gi.kernels += 1;
+    return;
+  }
+  if constexpr (has_adjoint<G>) {
+    using T = typename node_t<decltype(g.adjoint)>::value_type;
+    if constexpr (G::in_rank == RO) {
+      if (kind == gradient_kind::same_shape) {
         gi.rows = assign(o, g.adjoint);
         gi.kernels += 1;
+        return;
       }
-      return;
-    case gradient_kind::row_sums:
-      if constexpr (!std::is_same_v<std::remove_cvref_t<decltype(g.adjoint)>, no_grad>) {
+      if (kind == gradient_kind::row_sums) {
         gi.rows = assign(o, row_sum(g.adjoint));
         gi.kernels += 1;
+        return;
       }
-      return;
-    case gradient_kind::column_sums:
-      if constexpr (!std::is_same_v<std::remove_cvref_t<decltype(g.adjoint)>, no_grad>) {
-        using T = typename node_t<decltype(g.adjoint)>::value_type;
+    }
+    if constexpr (G::in_rank > 0 && G::in_rank < RO) {
+      if (kind == gradient_kind::column_sums) {
         const view<T, RO, S> rows_shape(nullptr, g.out_shape);
         // The row output is not written: a scalar stands for it.
         const auto ci = assign_with_column_sums<false>(rows_shape, T(0), last_axis_view(o), g.adjoint);
         gi.rows = ci.rows;
         gi.kernels += ci.kernels;
         gi.column_sum_groups += 1;
+        return;
       }
-      return;
-    case gradient_kind::whole_sum:
-      if constexpr (!std::is_same_v<std::remove_cvref_t<decltype(g.adjoint)>, no_grad>) {
-        // Per-row sums (O(rows) memory), then their sum: deterministic.
-        shape<RO> per_row = g.out_shape;
-        if constexpr (RO > 0) per_row[RO - 1] = 1;
-        using T = typename node_t<decltype(g.adjoint)>::value_type;
-        using A = std::conditional_t<std::is_same_v<compute_t<T>, double>, double, float>;
-        tensor<A, RO, S> partial(per_row);
-        gi.rows = assign(partial, row_sum(g.adjoint));
-        assign(o, sum(partial));
-        gi.kernels += 3;
-      }
-      return;
+    }
+    if constexpr (G::in_rank < RO) {
+      // A whole sum: per-row sums (O(rows) memory), then their sum: deterministic.
+      shape<RO> per_row = g.out_shape;
+    if constexpr (RO > 0) per_row[RO - 1] = 1;
+      using A = std::conditional_t<std::is_same_v<compute_t<T>, double>, double, float>;
+      tensor<A, RO, S> partial(per_row);
+      gi.rows = assign(partial, row_sum(g.adjoint));
+      assign(o, sum(partial));
+      gi.kernels += 3;
+    }
   }
 }
 }  // namespace detail::autodiff
@@ -188,8 +209,6 @@ auto output_of(X&& x) {
   else
     return as_view(x);
 }
-template <class G>
-inline constexpr bool has_adjoint = !std::is_same_v<std::remove_cvref_t<decltype(G::adjoint)>, no_grad>;
 }  // namespace detail::autodiff
 
 //! Stands for a gradient that is not wanted in gradients::into.
@@ -208,11 +227,13 @@ struct gradients {
   }
 
   //! Assigns every gradient to its output (a tensor or view of the input's
-  //! shape, or loom::skip). The first same-shape gradient and the first two
-  //! column-sum gradients share kernels: a row kernel that writes the one
-  //! and sums the others per block of rows, then the kernel that adds the
-  //! partial sums (2 in all, as layer_norm_backward). The others take their
-  //! own (gradient_kind). Returns what ran (also loom::last_grad()).
+  //! shape, or loom::skip). The first gradient of an input of the output's
+  //! rank and the first two of inputs of lower rank (weights [C]) share
+  //! kernels when the shapes make them a same-shape gradient and column sums:
+  //! a row kernel that writes the one and sums the others per block of rows,
+  //! then the kernel that adds the partial sums (2 in all, as
+  //! layer_norm_backward). The others take their own (gradient_kind).
+  //! Returns what ran (also loom::last_grad()).
   template <class... Out>
   grad_info into(Out&&... outs) const {
     static_assert(sizeof...(Out) == sizeof...(G),
@@ -228,40 +249,53 @@ struct gradients {
   static constexpr bool wanted = !std::is_same_v<std::tuple_element_t<K, Outs>, detail::autodiff::skip_t> &&
                                  detail::autodiff::has_adjoint<std::tuple_element_t<K, std::tuple<G...>>>;
 
+  // The shared kernel's plan, fixed at compile time so that one row kernel
+  // is compiled for it: the row output is the first wanted gradient of an
+  // input of the adjoint's rank, the column sums the first two of inputs of
+  // lower rank (weights [C], broadcast over the rows).
+  template <std::size_t K>
+  using part_t = std::tuple_element_t<K, std::tuple<G...>>;
+  template <class Outs, std::size_t K>
+  static constexpr bool may_lead = wanted<Outs, K> && part_t<K>::in_rank == part_t<K>::out_rank;
+  template <class Outs, std::size_t K>
+  static constexpr bool may_sum = wanted<Outs, K> && part_t<K>::in_rank > 0 && part_t<K>::in_rank < part_t<K>::out_rank;
   template <class Outs, std::size_t... K>
-  void run(grad_info& gi, const Outs& outs, std::index_sequence<K...>) const {
-    gradient_kind kinds[sizeof...(K)] = {kind_of<Outs, K>()...};
-    bool done[sizeof...(K)] = {};
-    std::size_t primary = none, cs[2] = {none, none};
-    int ncs = 0;
+  static constexpr auto plan(std::index_sequence<K...>) {
+    std::array<std::size_t, 3> p{none, none, none};  // row output, first sum, second sum
+    const bool lead[] = {may_lead<Outs, K>...};
+    const bool summed[] = {may_sum<Outs, K>...};
+    int n = 0;
     for (std::size_t k = 0; k != sizeof...(K); ++k) {
-      if (kinds[k] == gradient_kind::same_shape && primary == none) primary = k;
-      if (kinds[k] == gradient_kind::column_sums && ncs < 2) cs[ncs++] = k;
+      if (lead[k] && p[0] == none) p[0] = k;
+      if (summed[k] && n < 2) p[1 + n++] = k;
     }
-    if (ncs > 0) {
-      // Every (row output, sum, sum) choice the types allow is compiled; the
-      // shapes pick one.
-      const auto with_sums = [&](auto p, auto... s) { group(gi, outs, done, p, s...); };
-      const auto sums = [&](auto p) {
-        if (ncs == 1) {
-          ((cs[0] == K ? pick<Outs, K>(with_sums, p) : (void)0), ...);
-        } else {
-          const auto second = [&](auto a) { ((cs[1] == K ? pick<Outs, K>(with_sums, p, a) : (void)0), ...); };
-          ((cs[0] == K ? pick<Outs, K>(second) : (void)0), ...);
-        }
-      };
-      if (primary == none)
-        sums(std::integral_constant<std::size_t, none>{});
-      else
-        ((primary == K ? pick<Outs, K>(sums) : (void)0), ...);
+    return p;
+  }
+
+  template <class Outs, std::size_t... K>
+  void run(grad_info& gi, const Outs& outs, std::index_sequence<K...> ks) const {
+    constexpr auto p = plan<Outs>(ks);
+    bool done[sizeof...(K)] = {};
+    if constexpr (p[1] != none) {
+      // The plan runs when the shapes agree with it: the row output is a
+      // same-shape gradient, the sums column sums, all over one adjoint shape.
+      const gradient_kind kinds[sizeof...(K)] = {kind_of<Outs, K>()...};
+      const std::array shapes{std::get<K>(parts).out_shape...};
+      const std::size_t first = p[0] != none ? p[0] : p[1];
+      bool fits = p[0] == none || kinds[p[0]] == gradient_kind::same_shape;
+      for (int j = 1; j < 3; ++j)
+        if (p[j] != none) fits = fits && kinds[p[j]] == gradient_kind::column_sums && shapes[p[j]] == shapes[first];
+      if (fits) {
+        if constexpr (p[2] != none)
+          group(gi, outs, done, constant<p[0]>{}, constant<p[1]>{}, constant<p[2]>{});
+        else
+          group(gi, outs, done, constant<p[0]>{}, constant<p[1]>{});
+      }
     }
     (rest<K>(gi, std::get<K>(outs), done[K]), ...);
   }
-  // Calls f(a..., K) if gradient K is wanted (a compile-time fact).
-  template <class Outs, std::size_t K, class F, class... A>
-  static void pick(const F& f, A... a) {
-    if constexpr (wanted<Outs, K>) f(a..., std::integral_constant<std::size_t, K>{});
-  }
+  template <std::size_t K>
+  using constant = std::integral_constant<std::size_t, K>;
   template <class Outs, std::size_t K>
   gradient_kind kind_of() const {
     if constexpr (std::is_same_v<std::tuple_element_t<K, Outs>, detail::autodiff::skip_t>)

@@ -447,12 +447,10 @@ bool may_overlap(const view<A, RA, S>& a, const view<B, RB, S>& b) {
   if (a.empty() || b.empty()) return false;
   auto bounds = [](auto& v, const char*& lo, const char*& hi) {
     index_t mn = 0, mx = 0;
-    constexpr std::size_t rank = std::remove_cvref_t<decltype(v)>::rank;
-    if constexpr (rank > 0)
-      for (std::size_t d = 0; d < rank; ++d) {
-        const index_t span = (v.extent(d) - 1) * v.stride(d);
-        (span < 0 ? mn : mx) += span;
-      }
+    for (std::size_t d = 0; d != std::remove_cvref_t<decltype(v)>::rank; ++d) {
+      const index_t span = (v.extent(d) - 1) * v.stride(d);
+      (span < 0 ? mn : mx) += span;
+    }
     using E = typename std::remove_cvref_t<decltype(v)>::value_type;
     lo = reinterpret_cast<const char*>(v.data() + mn);
     hi = reinterpret_cast<const char*>(v.data() + mx) + sizeof(E);
