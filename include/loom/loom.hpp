@@ -16,6 +16,7 @@
 #include "loom/exec/rows.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/expr/promote.hpp"
+#include "loom/grad/grad.hpp"
 #include "loom/linalg/matmul.hpp"
 #include "loom/memory/memory.hpp"
 #include "loom/nn/layer.hpp"

@@ -329,6 +329,11 @@ namespace fn {
 template <class T>
 struct cast_to {
   using result_type = T;
+  //! The gradient passes through a cast to a floating type unchanged.
+  template <std::size_t, class Y, class A>
+  static auto grad(const Y&, const A& a) {
+    return a;
+  }
   template <class U>
   LOOM_HD compute_t<T> operator()(U x) const {
     if constexpr (std::is_same_v<T, bool>)
@@ -339,7 +344,10 @@ struct cast_to {
 };
 
 //! cond ? a : b, with cond already promoted with a and b (non-zero is true).
+//! The gradient goes to the branch taken (0 to the other).
 struct where {
+  template <std::size_t I, class Y, class A>
+  static auto grad(const Y& y, const A& a);
   template <class T>
   LOOM_HD T operator()(T c, T a, T b) const {
     return c != T(0) ? a : b;
@@ -373,5 +381,14 @@ template <operand C, operand A, operand B>
   } else {
     return map(fn::where{}, cast<bool>(cond), a, b);
   }
+}
+
+template <std::size_t I, class Y, class A>
+auto fn::where::grad(const Y& y, const A& a) {
+  static_assert(I == 1 || I == 2, "loom: where's condition has no gradient");
+  if constexpr (I == 1)
+    return loom::where(detail::get<0>(y.children), a, 0);
+  else
+    return loom::where(detail::get<0>(y.children), 0, a);
 }
 }  // namespace loom

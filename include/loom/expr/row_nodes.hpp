@@ -328,3 +328,45 @@ LOOM_ROW_REDUCTION(row_max, row_max_op)
 LOOM_ROW_REDUCTION(row_min, row_min_op)
 #undef LOOM_ROW_REDUCTION
 }  // namespace loom
+
+namespace loom::detail {
+// Derivative rules of the row reductions (loom::grad, docs/08_gradients.md):
+// of(y, e, a) is the adjoint of the argument e of y = reduction(e), given the
+// adjoint `a` of y, which has the layer output's shape; the result
+// broadcasts along the row.
+template <class Op>
+struct row_grad;
+//! row_sum: every element of the row gets the row's summed adjoint.
+template <>
+struct row_grad<fn::row_sum_op> {
+  template <class Y, class E, class A>
+  static auto of(const Y&, const E&, const A& a) {
+    return row_sum(a);
+  }
+};
+//! row_mean: the summed adjoint over the row length.
+template <>
+struct row_grad<fn::row_mean_op> {
+  template <class Y, class E, class A>
+  static auto of(const Y&, const E& e, const A& a) {
+    index_t n = 1;
+    if constexpr (E::rank > 0) n = e.extents()[E::rank - 1];
+    return row_sum(a) * (1.0 / static_cast<double>(n));
+  }
+};
+//! row_max / row_min: the summed adjoint goes to the elements equal to the
+//! result, shared evenly among ties (as torch.amax / torch.amin). A row
+//! holding NaN gives NaN.
+template <class Op>
+struct row_extreme_grad {
+  template <class Y, class E, class A>
+  static auto of(const Y& y, const E& e, const A& a) {
+    const auto hit = cast<row_acc_t<typename Y::value_type>>(e == y);
+    return row_sum(a) * hit / row_sum(hit);
+  }
+};
+template <>
+struct row_grad<fn::row_max_op> : row_extreme_grad<fn::row_max_op> {};
+template <>
+struct row_grad<fn::row_min_op> : row_extreme_grad<fn::row_min_op> {};
+}  // namespace loom::detail

@@ -24,6 +24,10 @@ struct ce_weighted {
   LOOM_HD X operator()(X x) const {
     return w == 0 ? X(0) : static_cast<X>(w) * x;
   }
+  template <int, class X>
+  LOOM_HD X derivative(X) const {
+    return static_cast<X>(w);
+  }
 };
 // The smoothed target distribution in the logits' compute type C (a where of
 // two C++ scalars on a bool condition alone would be float).

@@ -8,8 +8,12 @@
 
 namespace loom {
 namespace fn {
-//! max(x, 0); NaN stays NaN (as torch.relu).
+//! max(x, 0); NaN stays NaN (as torch.relu). Derivative 0 at 0 (as PyTorch).
 struct relu {
+  template <int, class T>
+  LOOM_HD T derivative(T x) const {
+    return x > T(0) ? T(1) : T(0);
+  }
   template <class T>
   LOOM_HD T operator()(T x) const {
     return x < T(0) ? T(0) : x;
@@ -23,6 +27,11 @@ struct leaky_relu {
   LOOM_HD T operator()(T x) const {
     return x < T(0) ? x * T(slope) : x;
   }
+  //! 1 for x > 0, slope otherwise (at 0 too, as PyTorch).
+  template <int, class T>
+  LOOM_HD T derivative(T x) const {
+    return x > T(0) ? T(1) : T(slope);
+  }
 };
 //! GELU: exact, x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)); or with `tanh_form`
 //! the approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
@@ -35,6 +44,17 @@ struct gelu {
       return T(0.5) * x * (T(1) + math::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x)));
     return T(0.5) * x * (T(1) + math::erf(x * T(0.70710678118654752440)));
   }
+  template <int, class T>
+  LOOM_HD T derivative(T x) const {
+    if (tanh_form) {
+      const T k = T(0.79788456080286535588), u = k * (x + T(0.044715) * x * x * x);
+      const T t = math::tanh(u);
+      return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3 * 0.044715) * x * x);
+    }
+    // Phi(x) + x phi(x), phi the standard normal density.
+    return T(0.5) * (T(1) + math::erf(x * T(0.70710678118654752440))) +
+           x * T(0.39894228040143267794) * math::exp(T(-0.5) * x * x);
+  }
 };
 //! 1 / (1 + exp(-x)).
 struct sigmoid {
@@ -43,6 +63,11 @@ struct sigmoid {
   LOOM_HD T operator()(T x) const {
     return T(1) / (T(1) + math::exp(-x));
   }
+  template <int, class T>
+  LOOM_HD T derivative(T x) const {
+    const T s = T(1) / (T(1) + math::exp(-x));
+    return s * (T(1) - s);
+  }
 };
 //! SiLU (swish): x * sigmoid(x).
 struct silu {
@@ -50,6 +75,11 @@ struct silu {
   template <class T>
   LOOM_HD T operator()(T x) const {
     return x / (T(1) + math::exp(-x));
+  }
+  template <int, class T>
+  LOOM_HD T derivative(T x) const {
+    const T s = T(1) / (T(1) + math::exp(-x));
+    return s * (T(1) + x * (T(1) - s));
   }
 };
 //! log(1 + exp(beta x)) / beta, linear above `threshold` (torch.nn.functional.softplus).
@@ -62,6 +92,12 @@ struct softplus {
     const T bx = x * T(beta);
     return bx > T(threshold) ? x : math::log1p(math::exp(bx)) / T(beta);
   }
+  //! 1 above the threshold, sigmoid(beta x) below it (as PyTorch).
+  template <int, class T>
+  LOOM_HD T derivative(T x) const {
+    const T bx = x * T(beta);
+    return bx > T(threshold) ? T(1) : T(1) / (T(1) + math::exp(-bx));
+  }
 };
 //! Mish: x * tanh(softplus(x)).
 struct mish {
@@ -69,6 +105,11 @@ struct mish {
   template <class T>
   LOOM_HD T operator()(T x) const {
     return x * math::tanh(softplus{}(x));
+  }
+  template <int, class T>
+  LOOM_HD T derivative(T x) const {
+    const T t = math::tanh(softplus{}(x));
+    return t + x * (T(1) - t * t) / (T(1) + math::exp(-x));
   }
 };
 }  // namespace fn

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <cstddef>
 #include <type_traits>
 
 #include "loom/config.hpp"
@@ -10,8 +11,15 @@
 
 namespace loom {
 namespace fn {
+// Each op states its derivative rule for loom::grad (docs/08_gradients.md):
+// `grad<I>(y, a)` is the adjoint of operand I of node y given y's adjoint a.
+
 //! a + b (integers wrap in their type, as PyTorch's do).
 struct add {
+  template <std::size_t I, class Y, class A>
+  static auto grad(const Y&, const A& a) {
+    return a;
+  }
   template <class T>
   LOOM_HD T operator()(T a, T b) const {
     using W = detail::wrapping_t<T>;
@@ -20,6 +28,13 @@ struct add {
 };
 //! a - b.
 struct sub {
+  template <std::size_t I, class Y, class A>
+  static auto grad(const Y&, const A& a) {
+    if constexpr (I == 0)
+      return a;
+    else
+      return -a;
+  }
   template <class T>
   LOOM_HD T operator()(T a, T b) const {
     using W = detail::wrapping_t<T>;
@@ -28,6 +43,10 @@ struct sub {
 };
 //! a * b.
 struct mul {
+  template <std::size_t I, class Y, class A>
+  static auto grad(const Y& y, const A& a) {
+    return a * detail::get<1 - I>(y.children);
+  }
   template <class T>
   LOOM_HD T operator()(T a, T b) const {
     using W = detail::wrapping_t<T>;
@@ -37,6 +56,14 @@ struct mul {
 //! True division: integer operands give float32, as in PyTorch.
 struct div {
   static constexpr bool floating = true;
+  //! d/da = 1 / b; d/db = -(a / b) / b.
+  template <std::size_t I, class Y, class A>
+  static auto grad(const Y& y, const A& a) {
+    if constexpr (I == 0)
+      return a / detail::get<1>(y.children);
+    else
+      return -(a * (detail::get<0>(y.children) / detail::get<1>(y.children))) / detail::get<1>(y.children);
+  }
   template <class T>
   LOOM_HD T operator()(T a, T b) const {
     return a / b;
@@ -45,6 +72,14 @@ struct div {
 //! Python-style remainder: the result has the sign of the divisor (PyTorch's
 //! remainder). Integer remainder by zero gives 0 (a kernel cannot raise).
 struct mod {
+  //! d/da = 1; d/db = -floor(a / b) (as PyTorch's remainder).
+  template <int I, class T>
+  LOOM_HD T derivative(T a, T b) const {
+    if constexpr (I == 0)
+      return T(1);
+    else
+      return -math::floor(a / b);
+  }
   template <class T>
   LOOM_HD T operator()(T a, T b) const {
     if constexpr (std::is_same_v<T, bool>) {
@@ -64,6 +99,10 @@ struct mod {
 };
 //! -a.
 struct neg {
+  template <std::size_t, class Y, class A>
+  static auto grad(const Y&, const A& a) {
+    return -a;
+  }
   template <class T>
   LOOM_HD T operator()(T a) const {
     static_assert(!std::is_same_v<T, bool>, "loom: negation of a bool tensor; use logical_not (operator!)");

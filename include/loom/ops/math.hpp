@@ -12,29 +12,39 @@ namespace loom {
 namespace fn {
 // Floating-point functions: integer and bool inputs are computed in float32
 // (PyTorch's rule); half and bf16 in float.
-#define LOOM_FLOAT_FN(name, body)          \
+// Each states its derivative (loom::grad, docs/08_gradients.md): `derivative`
+// gives d f / d x at x.
+#define LOOM_FLOAT_FN(name, body, slope)   \
   struct name {                            \
     static constexpr bool floating = true; \
     template <class T>                     \
     LOOM_HD T operator()(T x) const {      \
       return body;                         \
     }                                      \
+    template <int, class T>                \
+    LOOM_HD T derivative(T x) const {      \
+      return slope;                        \
+    }                                      \
   };
-LOOM_FLOAT_FN(exp, math::exp(x))
-LOOM_FLOAT_FN(exp2, math::exp2(x))
-LOOM_FLOAT_FN(log, math::log(x))
-LOOM_FLOAT_FN(log1p, math::log1p(x))
-LOOM_FLOAT_FN(log2, math::log2(x))
-LOOM_FLOAT_FN(sqrt, math::sqrt(x))
-LOOM_FLOAT_FN(rsqrt, math::rsqrt(x))
-LOOM_FLOAT_FN(sin, math::sin(x))
-LOOM_FLOAT_FN(cos, math::cos(x))
-LOOM_FLOAT_FN(tanh, math::tanh(x))
-LOOM_FLOAT_FN(erf, math::erf(x))
+LOOM_FLOAT_FN(exp, math::exp(x), math::exp(x))
+LOOM_FLOAT_FN(exp2, math::exp2(x), math::exp2(x) * T(0.69314718055994530942))
+LOOM_FLOAT_FN(log, math::log(x), T(1) / x)
+LOOM_FLOAT_FN(log1p, math::log1p(x), T(1) / (T(1) + x))
+LOOM_FLOAT_FN(log2, math::log2(x), T(1) / (x * T(0.69314718055994530942)))
+LOOM_FLOAT_FN(sqrt, math::sqrt(x), T(0.5) / math::sqrt(x))
+LOOM_FLOAT_FN(rsqrt, math::rsqrt(x), T(-0.5) * math::rsqrt(x) / x)
+LOOM_FLOAT_FN(sin, math::sin(x), math::cos(x))
+LOOM_FLOAT_FN(cos, math::cos(x), -math::sin(x))
+LOOM_FLOAT_FN(tanh, math::tanh(x), T(1) - math::tanh(x) * math::tanh(x))
+LOOM_FLOAT_FN(erf, math::erf(x), T(1.12837916709551257390) * math::exp(-x * x))
 #undef LOOM_FLOAT_FN
 
-//! |x|.
+//! |x|. Derivative: sign(x), 0 at 0 (as PyTorch).
 struct abs {
+  template <int, class T>
+  LOOM_HD T derivative(T x) const {
+    return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
+  }
   template <class T>
   LOOM_HD T operator()(T x) const {
     if constexpr (std::is_floating_point_v<T>)
@@ -45,8 +55,10 @@ struct abs {
       return x < 0 ? static_cast<T>(detail::wrapping_t<T>(0) - static_cast<detail::wrapping_t<T>>(x)) : x;
   }
 };
-//! -1, 0 or 1; NaN gives NaN (as NumPy; PyTorch currently gives 0).
+//! -1, 0 or 1; NaN gives NaN (as NumPy; PyTorch currently gives 0). No
+//! gradient flows through it (its derivative is 0 where it exists).
 struct sign {
+  static constexpr bool piecewise_constant = true;
   template <class T>
   LOOM_HD T operator()(T x) const {
     if constexpr (std::is_floating_point_v<T>) {
@@ -59,6 +71,7 @@ struct sign {
 };
 #define LOOM_ROUNDING_FN(name, call)                  \
   struct name {                                       \
+    static constexpr bool piecewise_constant = true;  \
     template <class T>                                \
     LOOM_HD T operator()(T x) const {                 \
       if constexpr (std::is_floating_point_v<T>)      \
@@ -74,8 +87,16 @@ LOOM_ROUNDING_FN(round, rint)
 #undef LOOM_ROUNDING_FN
 
 //! a ** b. Integers stay integers; a negative integer exponent gives 0 unless
-//! |a| == 1 (PyTorch raises instead).
+//! |a| == 1 (PyTorch raises instead). Derivatives as PyTorch's: d/da is 0
+//! where b == 0; d/db is 0 where a == 0 and b >= 0.
 struct pow {
+  template <int I, class T>
+  LOOM_HD T derivative(T a, T b) const {
+    if constexpr (I == 0)
+      return b == T(0) ? T(0) : b * math::pow(a, b - T(1));
+    else
+      return (a == T(0) && b >= T(0)) ? T(0) : math::pow(a, b) * math::log(a);
+  }
   template <class T>
   LOOM_HD T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
@@ -94,8 +115,14 @@ struct pow {
     }
   }
 };
-//! The smaller of a and b; NaN if either is NaN (torch.minimum).
+//! The smaller of a and b; NaN if either is NaN (torch.minimum). A tie
+//! sends half the gradient to each operand (as PyTorch).
 struct minimum {
+  template <int I, class T>
+  LOOM_HD T derivative(T a, T b) const {
+    const T mine = I == 0 ? a : b, other = I == 0 ? b : a;
+    return mine < other ? T(1) : (mine == other ? T(0.5) : T(0));
+  }
   template <class T>
   LOOM_HD T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>)
@@ -103,8 +130,14 @@ struct minimum {
     return b < a ? b : a;
   }
 };
-//! The larger of a and b; NaN if either is NaN (torch.maximum).
+//! The larger of a and b; NaN if either is NaN (torch.maximum). A tie
+//! sends half the gradient to each operand (as PyTorch).
 struct maximum {
+  template <int I, class T>
+  LOOM_HD T derivative(T a, T b) const {
+    const T mine = I == 0 ? a : b, other = I == 0 ? b : a;
+    return mine > other ? T(1) : (mine == other ? T(0.5) : T(0));
+  }
   template <class T>
   LOOM_HD T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>)
@@ -112,8 +145,18 @@ struct maximum {
     return a < b ? b : a;
   }
 };
-//! min(max(x, lo), hi), NaN-propagating (torch.clamp).
+//! min(max(x, lo), hi), NaN-propagating (torch.clamp). The gradient goes
+//! to x where lo <= x <= hi, to lo where x < lo, to hi where x > hi (as PyTorch).
 struct clamp {
+  template <int I, class T>
+  LOOM_HD T derivative(T x, T lo, T hi) const {
+    if constexpr (I == 0)
+      return (x >= lo && x <= hi) ? T(1) : T(0);
+    else if constexpr (I == 1)
+      return x < lo ? T(1) : T(0);
+    else
+      return x > hi ? T(1) : T(0);
+  }
   template <class T>
   LOOM_HD T operator()(T x, T lo, T hi) const {
     return minimum{}(maximum{}(x, lo), hi);

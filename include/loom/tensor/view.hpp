@@ -447,7 +447,7 @@ bool may_overlap(const view<A, RA, S>& a, const view<B, RB, S>& b) {
   if (a.empty() || b.empty()) return false;
   auto bounds = [](auto& v, const char*& lo, const char*& hi) {
     index_t mn = 0, mx = 0;
-    for (std::size_t d = 0; d < std::remove_cvref_t<decltype(v)>::rank; ++d) {
+    for (std::size_t d = 0; d != std::remove_cvref_t<decltype(v)>::rank; ++d) {
       const index_t span = (v.extent(d) - 1) * v.stride(d);
       (span < 0 ? mn : mx) += span;
     }

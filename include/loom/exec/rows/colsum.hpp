@@ -23,6 +23,7 @@
 #include "loom/exec/rows/run.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/expr/row_nodes.hpp"
+#include "loom/expr/shared_rows.hpp"
 #include "loom/tensor/tensor.hpp"
 #include "loom/tensor/view.hpp"
 
@@ -104,17 +105,22 @@ inline colsum_plan plan_colsum(index_t rows, index_t per_block, index_t cap) {
 }
 
 // Evaluates output and extras at one element (`one`) or vector_width elements (`vec`),
-// adds extra k into acc[k * cols + column], then stores the output.
-template <class O, std::size_t R, std::size_t K>
+// adds extra k into acc[k * cols + column], then stores the output (unless
+// Store is false: only the column sums are wanted).
+template <class O, std::size_t R, std::size_t K, bool Store = true>
 struct colsum_sink {
   row_out<O, R> o;
 
   template <class A, class B, class Ctx>
   LOOM_HD void one(const B& b, const index_t* idx, const index_t* lead, index_t c, const Ctx& ctx, A* acc,
                    index_t cols) const {
-    const O v = convert<O>(detail::get<0>(b.ch).at(idx, ctx));
-    add_one(b, idx, c, ctx, acc, cols, std::make_index_sequence<K>{});
-    o.p[o.offset(lead, c)] = v;
+    if constexpr (Store) {
+      const O v = convert<O>(detail::get<0>(b.ch).at(idx, ctx));
+      add_one(b, idx, c, ctx, acc, cols, std::make_index_sequence<K>{});
+      o.p[o.offset(lead, c)] = v;
+    } else {
+      add_one(b, idx, c, ctx, acc, cols, std::make_index_sequence<K>{});
+    }
   }
   template <int vector_width, class A, class B, class Ctx>
   LOOM_HD void vec(const B& b, const index_t* lead, index_t c0, const Ctx& ctx, A* acc, index_t cols) const {
@@ -123,10 +129,11 @@ struct colsum_sink {
     vec_regs<O, vector_width> v;
     LOOM_UNROLL
     for (int j = 0; j < vector_width; ++j) {
-      v.v[j] = convert<O>(detail::get<0>(b.ch).template elem<vector_width>(detail::get<0>(r.c), j, ctx));
+      if constexpr (Store)
+        v.v[j] = convert<O>(detail::get<0>(b.ch).template elem<vector_width>(detail::get<0>(r.c), j, ctx));
       add_vec<vector_width>(b, r, j, c0, ctx, acc, cols, std::make_index_sequence<K>{});
     }
-    vec_store<O, vector_width>(o.p + o.offset(lead, c0), v);
+    if constexpr (Store) vec_store<O, vector_width>(o.p + o.offset(lead, c0), v);
   }
 
  private:
@@ -202,8 +209,8 @@ __global__ void __launch_bounds__(256)
 
 // Kernel 1 on the host: blocks of consecutive rows in parallel, each
 // accumulating its partial column sums in its row of `partials`.
-template <class A, std::size_t K, class S, class O, std::size_t RO, class B>
-void colsum_rows_host(const B& b, const colsum_sink<O, RO, K>& sink, const row_layout<RO>& lay,
+template <class A, std::size_t K, class S, class O, std::size_t RO, class B, bool Store>
+void colsum_rows_host(const B& b, const colsum_sink<O, RO, K, Store>& sink, const row_layout<RO>& lay,
                       const row_passes_plan& passes, tensor<A, 3, S>& partials, column_sums_info& ci, eval_info& info) {
   const std::uint64_t reuse = passes.reuse;
   const index_t cols = lay.cols, width = static_cast<index_t>(K) * cols;
@@ -234,8 +241,8 @@ void colsum_rows_host(const B& b, const colsum_sink<O, RO, K>& sink, const row_l
 #if LOOM_CUDA_COMPILER
 // Kernel 1 on the device: one row kernel whose blocks accumulate their
 // partial column sums in shared memory (or, for long rows, in `partials`).
-template <class A, std::size_t K, class S, class O, std::size_t RO, class B>
-void colsum_rows_device(const view<O, RO, S>& out, const B& b, const colsum_sink<O, RO, K>& sink,
+template <class A, std::size_t K, class S, class O, std::size_t RO, class B, bool Store>
+void colsum_rows_device(const view<O, RO, S>& out, const B& b, const colsum_sink<O, RO, K, Store>& sink,
                         const row_layout<RO>& lay, const row_passes_plan& passes, tensor<A, 3, S>& partials,
                         column_sums_info& ci, eval_info& info) {
   const std::uint64_t reuse = passes.reuse;
@@ -265,8 +272,9 @@ void colsum_rows_device(const view<O, RO, S>& out, const B& b, const colsum_sink
   const int threads = threads_per_row == 32 ? 32 * groups : 256;
   const bool vec = row_out_vector_ok(out) && rows_vector_ok<vector_width>(b, cols);  // as run_rows: never by the cache
   constexpr std::size_t Leaves = leaf_count<B>;
-  auto kernel = vec ? row_colsum_kernel<vector_width, true, A, RO, K, colsum_sink<O, RO, K>, B, Leaves>
-                    : row_colsum_kernel<vector_width, false, A, RO, K, colsum_sink<O, RO, K>, B, Leaves>;
+  using Sink = colsum_sink<O, RO, K, Store>;
+  auto kernel = vec ? row_colsum_kernel<vector_width, true, A, RO, K, Sink, B, Leaves>
+                    : row_colsum_kernel<vector_width, false, A, RO, K, Sink, B, Leaves>;
   // About one wave: as many blocks as fit on the SMs at once, which the
   // occupancy calculator gives from the kernel's registers, its threads and
   // the shared memory of its accumulators (the general form uses about 120
@@ -300,11 +308,11 @@ void colsum_rows_device(const view<O, RO, S>& out, const B& b, const colsum_sink
 
 // Kernel 1: the output rows and the partial column sums of the K extras,
 // partials [P, K, cols] (allocated here, P from the plan).
-template <class A, std::size_t K, class S, class O, std::size_t RO, class B>
+template <class A, std::size_t K, bool Store = true, class S, class O, std::size_t RO, class B>
 eval_info run_rows_colsum(const view<O, RO, S>& out, const B& b, tensor<A, 3, S>& partials, column_sums_info& ci) {
   static_assert(std::is_same_v<A, std::conditional_t<uses_double<B>, double, float>>);
   const row_layout<RO> lay = layout_of(out);
-  const colsum_sink<O, RO, K> sink{{out.data(), out.strides()}};
+  const colsum_sink<O, RO, K, Store> sink{{out.data(), out.strides()}};
   eval_info info;
   info.path = eval_path::rows;
   info.on_device = std::is_same_v<S, device>;
@@ -336,8 +344,10 @@ void check_column_sum_output(const SumView& sum, index_t cols) {
 // Evaluates `e` into `out` and sum_rows(x_k) into sum_k (k < K, K = 1 or 2,
 // each of shape [C] for an output [..., C]) in two kernels; see the top of
 // this file. The extras share the output's row reductions: a reduction of
-// the same type over the same data is computed once per row.
-template <class Out, class E, class... SumsAndExtras>
+// the same type over the same data is computed once per row. With Store
+// false, `out` gives only the shape of the rows (its data is not touched and
+// may be null) and `e` is not evaluated.
+template <bool Store = true, class Out, class E, class... SumsAndExtras>
 column_sums_info assign_with_column_sums(Out&& out_in, const E& e, SumsAndExtras&&... se) {
   constexpr std::size_t K = sizeof...(SumsAndExtras) / 2;
   static_assert(sizeof...(SumsAndExtras) % 2 == 0 && (K == 1 || K == 2),
@@ -368,11 +378,11 @@ column_sums_info assign_with_column_sums(Out&& out_in, const E& e, SumsAndExtras
 
   column_sums_info ci;
   bind_info bi;
-  const auto b = binder::bind<0>(root, out, bi);
+  const auto b = bind_root(root, out, bi);
   using A = std::conditional_t<uses_double<std::remove_const_t<decltype(b)>>, double, float>;
   tensor<A, 3, S> partials(shape<3>{0, static_cast<index_t>(K), cols});
   if (out.size() > 0) {
-    ci.rows = rows::run_rows_colsum<A, K>(out, b, partials, ci);
+    ci.rows = rows::run_rows_colsum<A, K, Store>(out, b, partials, ci);
     ci.kernels = 1;
   } else {
     ci.rows.on_device = std::is_same_v<S, device>;

@@ -82,8 +82,8 @@ void host_reduce_one(const B& b, const index_t* lead, Ctx& ctx, std::uint64_t re
 }
 
 template <class B, class Ctx, std::size_t R, std::size_t... S>
-void host_reduce_all(const B& b, const index_t* lead, Ctx& ctx, std::uint64_t reuse, bool dense,
-                     std::index_sequence<S...>) {
+void host_reduce_all([[maybe_unused]] const B& b, [[maybe_unused]] const index_t* lead, [[maybe_unused]] Ctx& ctx,
+                     [[maybe_unused]] std::uint64_t reuse, [[maybe_unused]] bool dense, std::index_sequence<S...>) {
   (host_reduce_one<B, Ctx, R, S>(b, lead, ctx, reuse, dense), ...);
 }
 

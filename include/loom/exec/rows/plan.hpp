@@ -151,7 +151,7 @@ template <class B, std::size_t... S>
 std::uint64_t reuse_mask(const B& b, std::index_sequence<S...>) {
   static_assert(sizeof...(S) <= 64, "loom: more than 64 row reductions in one assignment");
   std::uint64_t mask = 0;
-  auto one = [&](auto s_const) {
+  [[maybe_unused]] auto one = [&](auto s_const) {
     constexpr std::size_t s = decltype(s_const)::value;
     constexpr std::size_t t = first_same_slot<B, s>();
     if constexpr (t != s) {

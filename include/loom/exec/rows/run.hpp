@@ -24,6 +24,7 @@
 #include "loom/exec/rows/plan.hpp"
 #include "loom/expr/bound.hpp"
 #include "loom/expr/row_nodes.hpp"
+#include "loom/expr/shared_rows.hpp"
 #include "loom/tensor/view.hpp"
 
 namespace loom::detail {
@@ -106,7 +107,7 @@ template <class O, std::size_t RO, class S, class N>
 eval_info row_assign_impl(const view<O, RO, S>& out, const N& e) {
   static_assert(RO >= 1, "loom: row reductions need an output of rank 1 or more");
   bind_info bi;
-  const auto b = binder::bind<0>(e, out, bi);
+  const auto b = bind_root(e, out, bi);
   const rows::row_sink1<O, RO> sink{{out.data(), out.strides()}};
   return rows::run_rows<S>(sink, b, rows::layout_of(out), rows::sink_vector_ok(out));
 }
@@ -174,7 +175,7 @@ eval_info assign_pair(O1&& out1, const E1& e1, O2&& out2, const E2& e2) {
                            ") overlaps an input under a different index map; evaluate into a new tensor first");
   });
   detail::bind_info bi;
-  const auto b = detail::binder::bind<0>(both, v1, bi);
+  const auto b = detail::bind_root(both, v1, bi);
   const detail::rows::row_sink2<typename V1::value_type, typename V2::value_type, RO> sink{{v1.data(), v1.strides()},
                                                                                            {v2.data(), v2.strides()}};
   return detail::last_eval_slot() =

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+// The gradient of a user's layer, derived by loom::grad from the layer's
+// expression: RMSNorm scaled by a swish gate with its own derivative rule.
+// Checked against central finite differences of the forward in double.
+#include <loom/loom.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+// A user op with its derivative, so loom::grad can differentiate through it.
+struct swish {
+  static constexpr bool floating = true;
+  float beta = 1.0f;
+  template <class T>
+  LOOM_HD T operator()(T x) const {
+    return x / (T(1) + loom::math::exp(-T(beta) * x));
+  }
+  template <int I, class T>
+  LOOM_HD T derivative(T x) const {
+    const T s = T(1) / (T(1) + loom::math::exp(-T(beta) * x));
+    return s + T(beta) * x * s * (T(1) - s);
+  }
+};
+
+constexpr auto gated_rms = loom::layer([](auto x, auto w) {
+  return loom::map(swish{1.5f}, x) * (x * loom::rsqrt(loom::row_mean(x * x) + 1e-6) * w);
+});
+
+template <class Space>
+int run() {
+  const loom::index_t rows = 6, width = 37;
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<double> dist(-2.0, 2.0);
+  loom::host_tensor<double, 2> x_h({rows, width}), dy_h({rows, width});
+  loom::host_tensor<double, 1> w_h({width});
+  for (loom::index_t i = 0; i < x_h.size(); ++i) x_h.data()[i] = dist(gen), dy_h.data()[i] = dist(gen);
+  for (loom::index_t i = 0; i < width; ++i) w_h(i) = 1.0 + 0.25 * dist(gen);
+  auto put = [](const auto& h) {
+    if constexpr (std::is_same_v<Space, loom::device>)
+      return loom::to_device(h);
+    else
+      return h;
+  };
+  auto x = put(x_h), dy = put(dy_h);
+  auto w = put(w_h);
+  loom::tensor<double, 2, Space> dx({rows, width});
+  loom::tensor<double, 1, Space> dw({width});
+
+  const auto info = loom::grad<0, 1>(gated_rms)(x, w, dy).into(dx, dw);
+
+  // Finite differences of sum(dy * layer(x, w)) on the host, in double.
+  auto loss = [&] {
+    const auto y = loom::materialize(gated_rms(x_h, w_h));
+    double s = 0;
+    for (loom::index_t i = 0; i < y.size(); ++i) s += dy_h.data()[i] * y.data()[i];
+    return s;
+  };
+  auto fd = [&](double& v) {
+    const double v0 = v, h = 1e-6;
+    v = v0 + h;
+    const double up = loss();
+    v = v0 - h;
+    const double down = loss();
+    v = v0;
+    return (up - down) / (2 * h);
+  };
+  const auto dxh = loom::to_host(dx);
+  const auto dwh = loom::to_host(dw);
+  double worst = 0;
+  for (loom::index_t i = 0; i < x_h.size(); ++i)
+    worst = std::fmax(worst, std::fabs(dxh.data()[i] - fd(x_h.data()[i])));
+  for (loom::index_t i = 0; i < width; ++i) worst = std::fmax(worst, std::fabs(dwh(i) - fd(w_h(i))));
+  std::printf("grad of gated_rms on %s: %d kernels for dx and dw; worst difference from finite differences %.3g\n",
+              std::is_same_v<Space, loom::device> ? "the GPU" : "the host executor", info.kernels, worst);
+  return (info.kernels == 2 && worst <= 1e-6) ? 0 : 1;
+}
+
+// The spellings of docs/08_gradients.md, on the host.
+void spellings(const loom::host_tensor<float, 2>& x, const loom::host_tensor<float, 1>& w,
+               const loom::host_tensor<float, 2>& dy, loom::host_tensor<float, 2>& dx,
+               loom::host_tensor<float, 1>& dw) {
+constexpr auto rms = loom::layer([](auto x, auto w) { return x * rsqrt(row_mean(x * x) + 1e-6) * w; });
+
+dx = loom::grad<0>(rms)(x, w, dy);              // one row kernel
+loom::grad<0, 1>(rms)(x, w, dy).into(dx, dw);   // dx and dw: 2 kernels
+loom::grad<0, 1>(rms)(x, w, dy).into(loom::skip, dw);  // dw alone: 2 kernels
+loom::grad(rms)(x, w, dy).into(dx, dw);         // every input
+}
+
+int main() {
+  try {
+    loom::host_tensor<float, 2> x({3, 5}), dy({3, 5}), dx({3, 5});
+    loom::host_tensor<float, 1> w({5}), dw({5});
+    loom::fill(x, 0.5f), loom::fill(dy, 1.0f), loom::fill(w, 2.0f);
+    spellings(x, w, dy, dx, dw);
+    if (loom::gpu::is_available()) return run<loom::device>();
+    std::printf("no GPU (%s): running on the host executor\n", loom::gpu::unavailable_reason().c_str());
+    return run<loom::host>();
+  } catch (const loom::error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Reverse-mode differentiation of an expression tree at compile time. The
+// layer is called with its inputs wrapped in input_node<I> (a leaf that
+// remembers the argument's position); the adjoint of input I is then built
+// by walking the tree from the root with the output gradient: each node
+// hands its children their adjoints through the op's derivative rule (beside
+// the op: `grad<I>(y, a)` or `derivative<I>(x...)` in the functor, row_grad
+// for the row reductions), and a subtree that uses input I several times
+// gets the sum of the adjoints. Adjoints are expressions at the layer
+// output's shape; forward values a rule needs are the forward subtrees
+// themselves, recomputed in the gradient's kernel. Every row reduction, of
+// the forward tree and of an adjoint, is marked shared (expr/shared_rows.hpp)
+// with its place in the derivation, so the row kernel reduces it once
+// however many rules copy it.
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "loom/core/dtype.hpp"
+#include "loom/expr/expression.hpp"
+#include "loom/expr/row_nodes.hpp"
+#include "loom/expr/shared_rows.hpp"
+#include "loom/expr/traverse.hpp"
+#include "loom/ops/arithmetic.hpp"
+#include "loom/ops/compare.hpp"
+
+namespace loom {
+//! Argument I of a layer being differentiated: node N (a leaf, usually)
+//! marked with its position. Exists only while loom::grad derives.
+template <std::size_t I, class N>
+struct input_node : detail::node_tag {
+  using value_type = typename N::value_type;
+  using space = typename N::space;
+  static constexpr std::size_t rank = N::rank;
+  N n;
+
+  explicit input_node(const N& n_) : n(n_) {}
+  shape<rank> extents() const { return n.extents(); }
+};
+
+namespace detail {
+template <std::size_t I, class N>
+struct children_of<input_node<I, N>> {
+  using types = type_list<>;
+  template <class...>
+  using rebind = input_node<I, N>;
+};
+
+namespace autodiff {
+//! No contribution to an adjoint (the structural zero).
+struct no_grad {};
+
+template <std::size_t I>
+struct is_input {
+  template <class N>
+  struct test : std::false_type {};
+  template <class N>
+  struct test<input_node<I, N>> : std::true_type {};
+};
+template <class N, std::size_t I>
+inline constexpr bool uses_input = tree_any_v<N, is_input<I>::template test>;
+
+template <class X>
+inline constexpr bool is_any_input = false;
+template <std::size_t I, class N>
+inline constexpr bool is_any_input<input_node<I, N>> = true;
+template <class X>
+struct row_op;
+template <class Op, class E>
+struct row_op<row_reduce_node<Op, E>> {
+  using type = Op;
+};
+template <class X>
+inline constexpr bool is_map = false;
+template <class F, class... C>
+inline constexpr bool is_map<map_node<F, C...>> = true;
+template <class X>
+inline constexpr bool is_broadcast = false;
+template <class E, std::size_t R>
+inline constexpr bool is_broadcast<broadcast_node<E, R>> = true;
+
+// Names of the shared row reductions of one derivation: row_tag<K, 0> is the
+// forward tree's K-th row reduction (post-order); row_tag<K, J> (J >= 1) the
+// J-th that the derivative rule of that reduction makes.
+template <std::size_t K, std::size_t J>
+struct row_tag {};
+struct forward_ids {
+  template <std::size_t K>
+  using id = row_tag<K, 0>;
+};
+template <std::size_t P>
+struct rule_ids {
+  template <std::size_t K>
+  using id = row_tag<P, K + 1>;
+};
+
+template <class N, std::size_t Next>
+struct tagged {
+  static constexpr std::size_t next = Next;
+  N node;
+};
+template <std::size_t Next, class N>
+tagged<N, Next> make_tagged(const N& n) {
+  return tagged<N, Next>{n};
+}
+
+template <class Ids, std::size_t K, class N>
+auto tag_rows(const N& n, std::uint64_t origin);
+
+template <class Ids, std::size_t J, std::size_t K, class N, class... Done>
+auto tag_children(const N& n, std::uint64_t origin, const Done&... done) {
+  if constexpr (J == child_count_v<N>) {
+    const auto m = children_of<N>::rebuild(n, done.node...);
+    if constexpr (is_row_reduction<N>::value)
+      return make_tagged<K + 1>(shared_row_node<typename Ids::template id<K>, std::remove_cvref_t<decltype(m)>>(m, origin));
+    else
+      return make_tagged<K>(m);
+  } else {
+    const auto c = tag_rows<Ids, K>(child<J>(n), origin);
+    return tag_children<Ids, J + 1, std::remove_cvref_t<decltype(c)>::next>(n, origin, done..., c);
+  }
+}
+
+//! Tree n with every row reduction not yet shared wrapped in a
+//! shared_row_node named Ids::id<k> (k counting them in post-order from K).
+template <class Ids, std::size_t K, class N>
+auto tag_rows(const N& n, std::uint64_t origin) {
+  if constexpr (is_shared_row<N>::value || !tree_any_v<N, is_row_reduction>)
+    return make_tagged<K>(n);
+  else
+    return tag_children<Ids, 0, K>(n, origin);
+}
+
+// The sum of two adjoints, either possibly absent.
+template <class A, class B>
+auto add(const A& a, const B& b) {
+  if constexpr (std::is_same_v<A, no_grad>)
+    return b;
+  else if constexpr (std::is_same_v<B, no_grad>)
+    return a;
+  else
+    return a + b;
+}
+
+template <class X>
+auto sum_all(const X& x) {
+  return x;
+}
+template <class X, class... Rest>
+auto sum_all(const X& x, const Rest&... rest) {
+  return add(x, sum_all(rest...));
+}
+
+// d f / d x_J of an elementwise functor at the same operands: the functor's
+// own `derivative<J>` as a functor for loom::map.
+template <class F, int J>
+struct partial {
+  static constexpr bool floating = floating_op<F>;
+  F f;
+  template <class... T>
+  LOOM_HD auto operator()(T... x) const {
+    return f.template derivative<J>(x...);
+  }
+};
+
+template <class F, std::size_t J, class Y, class A>
+concept has_expression_rule = requires(const Y& y, const A& a) { F::template grad<J>(y, a); };
+template <class F, int J, class... T>
+concept has_scalar_rule = requires(const F& f, T... x) { f.template derivative<J>(x...); };
+template <class F, class = void>
+inline constexpr bool piecewise_constant = false;
+template <class F>
+inline constexpr bool piecewise_constant<F, std::void_t<decltype(F::piecewise_constant)>> = F::piecewise_constant;
+
+//! Fails to compile for a functor F without a derivative rule; the error's
+//! context names F.
+template <class F>
+struct no_derivative_rule {
+  static_assert(always_false<F>,
+                "loom: grad: this functor (named in the lines above) has no derivative rule; give it a member "
+                "`template <int I, class T> LOOM_HD T derivative(T... x) const` returning d f / d x_I "
+                "(docs/08_gradients.md, docs/07_adding_an_op.md)");
+  using type = no_grad;
+};
+
+// The adjoint of child J of map node y, given y's adjoint a.
+template <std::size_t J, class F, class... C, class A>
+auto map_child_adjoint(const map_node<F, C...>& y, const A& a) {
+  using Y = map_node<F, C...>;
+  using cin = typename Y::types::cin;
+  if constexpr (piecewise_constant<F>) {
+    return no_grad{};
+  } else if constexpr (has_expression_rule<F, J, Y, A>) {
+    return F::template grad<J>(y, a);
+  } else if constexpr (has_scalar_rule<F, static_cast<int>(J), repeat_t<C, cin>...>) {
+    return [&]<std::size_t... K>(std::index_sequence<K...>) {
+      return a * map_node<partial<F, static_cast<int>(J)>, C...>(partial<F, static_cast<int>(J)>{y.f},
+                                                                  detail::get<K>(y.children)...);
+    }(std::index_sequence_for<C...>{});
+  } else {
+    return typename no_derivative_rule<F>::type{};
+  }
+}
+
+template <std::size_t I, class N, class A>
+auto adjoint(const N& n, const A& a);
+
+template <std::size_t I, class F, class... C, class A, std::size_t... J>
+auto map_adjoint(const map_node<F, C...>& y, const A& a, std::index_sequence<J...>) {
+  const auto one = [&](auto j) {
+    constexpr std::size_t k = decltype(j)::value;
+    using Ck = std::remove_cvref_t<decltype(detail::get<k>(y.children))>;
+    if constexpr (!uses_input<Ck, I> || !is_floating_v<typename Ck::value_type>)
+      return no_grad{};
+    else
+      return adjoint<I>(detail::get<k>(y.children), map_child_adjoint<k>(y, a));
+  };
+  no_grad none;
+  return [&](const auto&... part) {
+    if constexpr (sizeof...(part) == 0)
+      return none;
+    else
+      return sum_all(part...);
+  }(one(std::integral_constant<std::size_t, J>{})...);
+}
+
+// A forward row reduction y = reduction(e) (shared as row_tag<P, 0>): its
+// rule's new reductions are shared as row_tag<P, J>, the same for every
+// input differentiated in this derivation.
+// The rule's result is constant along the row: it is presented at the
+// argument's shape (a broadcast, no work), so that a reduction of it further
+// down (the argument of a reduction inside another's) sums every element.
+template <std::size_t I, std::size_t P, class M, class A>
+auto shared_row_adjoint(const shared_row_node<row_tag<P, 0>, M>& y, const A& a) {
+  const auto& e = y.n.e;
+  const auto g = tag_rows<rule_ids<P>, 0>(row_grad<typename row_op<M>::type>::of(y, e, a), y.origin).node;
+  using G = std::remove_cvref_t<decltype(g)>;
+  using E = std::remove_cvref_t<decltype(e)>;
+  constexpr std::size_t R = G::rank > E::rank ? G::rank : E::rank;
+  shape<R> s{};
+  bool first = true;
+  broadcast_into(s, g.extents(), first);
+  broadcast_into(s, e.extents(), first);
+  return adjoint<I>(e, broadcast_node<G, R>(g, s));
+}
+
+//! The adjoint of input I in tree n, given n's adjoint a (no_grad if n does
+//! not use input I or carries no gradient).
+template <std::size_t I, class N, class A>
+auto adjoint(const N& n, const A& a) {
+  if constexpr (std::is_same_v<A, no_grad> || !uses_input<N, I> || !is_floating_v<typename N::value_type>) {
+    return no_grad{};
+  } else if constexpr (is_input<I>::template test<N>::value) {
+    return a;
+  } else if constexpr (is_map<N>) {
+    return map_adjoint<I>(n, a, std::make_index_sequence<child_count_v<N>>{});
+  } else if constexpr (is_shared_row<N>::value) {
+    return shared_row_adjoint<I>(n, a);
+  } else if constexpr (is_broadcast<N>) {
+    return adjoint<I>(n.e, a);
+  } else {
+    static_assert(always_false<N>,
+                  "loom: grad: no derivative rule for this node kind (matmul and the reductions that return "
+                  "tensors are not differentiated inside a layer; see docs/08_gradients.md)");
+    return no_grad{};
+  }
+}
+
+//! Tree n with every input_node replaced by the node it marks.
+template <class N>
+auto unmark(const N& n) {
+  return transform(n, [](const auto& m) {
+    if constexpr (is_any_input<std::remove_cvref_t<decltype(m)>>)
+      return m.n;
+    else
+      return m;
+  });
+}
+}  // namespace autodiff
+}  // namespace detail
+}  // namespace loom

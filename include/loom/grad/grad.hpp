@@ -1,0 +1,468 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// loom::grad: the gradients of a layer's inputs, derived from the layer's
+// expression at compile time (grad/derive.hpp) and assigned in the fewest
+// kernels the data allows (docs/08_gradients.md).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "loom/core/error.hpp"
+#include "loom/core/shape.hpp"
+#include "loom/exec/assign.hpp"
+#include "loom/exec/eval_info.hpp"
+#include "loom/exec/row_colsum.hpp"
+#include "loom/exec/rows.hpp"
+#include "loom/grad/derive.hpp"
+#include "loom/nn/layer.hpp"
+#include "loom/reduce/api.hpp"
+#include "loom/tensor/tensor.hpp"
+#include "loom/tensor/view.hpp"
+
+namespace loom {
+//! How an input's gradient is reduced from the layer output's shape to the
+//! input's shape.
+enum class gradient_kind : std::uint8_t {
+  zero,         //!< the output does not depend on the input: the gradient is 0
+  same_shape,   //!< the input has the output's shape: a row expression, no reduction
+  row_sums,     //!< the input is [..., 1] (one value per row): summed along each row
+  column_sums,  //!< the input is [C] (broadcast over the rows): summed over the rows
+  whole_sum,    //!< the input is a scalar (every extent 1): summed over everything
+};
+
+//! What the calling thread's last gradient assignment did.
+struct grad_info {
+  int kernels = 0;             //!< launches in all (a whole sum counts its reduction and its copy)
+  int column_sum_groups = 0;   //!< row kernels that also summed columns (up to two sums each)
+  eval_info rows;              //!< the last row or elementwise kernel
+};
+
+namespace detail {
+inline grad_info& last_grad_slot() {
+  thread_local grad_info info;
+  return info;
+}
+}  // namespace detail
+
+//! The calling thread's last gradient assignment (kernels, column-sum groups).
+inline grad_info last_grad() { return detail::last_grad_slot(); }
+
+//! The gradient of one input of a layer, lazily: its adjoint (an expression
+//! at the layer output's shape, or none) and the reduction to the input's
+//! shape. Assign it to a tensor of the input's shape: `dx = g;`. The
+//! reduction is chosen from the shapes when assigned (gradient_kind).
+template <class Adj, std::size_t RO, std::size_t RI>
+struct input_gradient {
+  Adj adjoint;           //!< d loss / d input, broadcast to the output's shape (detail::autodiff::no_grad if 0)
+  shape<RO> out_shape;   //!< the adjoint's shape: the layer output's (its rows' where the layer ends in a row reduction)
+  shape<RI> in_shape;    //!< the input's shape
+
+  static constexpr std::size_t out_rank = RO;
+  static constexpr std::size_t in_rank = RI;
+
+  //! How the adjoint reduces to the input's shape; shape_error if loom does
+  //! not sum over that pattern of axes in one pass. The kinds an input can
+  //! have follow from its rank (so only those are compiled): an input of the
+  //! adjoint's rank is same-shape or per-row ([..., 1]); one of lower rank is
+  //! broadcast over the leading axes, its gradient a column sum ([C]) or a
+  //! whole sum (every extent 1, rank 0 too).
+  gradient_kind kind() const {
+    if constexpr (std::is_same_v<Adj, detail::autodiff::no_grad>) return gradient_kind::zero;
+    const shape<RO> in = lifted();
+    bool lead_ones = true, lead_same = true;
+    for (std::size_t d = 0; d + 1 < RO; ++d) {
+      lead_ones = lead_ones && in[d] == 1;
+      lead_same = lead_same && in[d] == out_shape[d];
+    }
+    const index_t last = RO > 0 ? in[RO - 1] : 1, out_last = RO > 0 ? out_shape[RO - 1] : 1;
+    if constexpr (RI == RO) {
+      if (in == out_shape) return gradient_kind::same_shape;
+      if (lead_same && last == 1) return gradient_kind::row_sums;
+      if (lead_ones)
+        throw shape_error("loom: grad: an input of shape " + shape_string(in_shape) +
+                          " has the rank of the layer's output " + shape_string(out_shape) +
+                          " and is broadcast over its rows; pass it without the leading 1s (a view of shape [" +
+                          std::to_string(last) + "], or rank 0 for one value): its gradient is then a column or "
+                          "whole sum");
+    } else {
+      if constexpr (RI > 0)
+        if (lead_ones && last == out_last) return gradient_kind::column_sums;
+      if (lead_ones && last == 1) return gradient_kind::whole_sum;
+    }
+    throw shape_error("loom: grad: an input of shape " + shape_string(in_shape) +
+                      " is broadcast to the layer's output shape " + shape_string(out_shape) +
+                      " along axes that one pass cannot sum; loom::grad reduces to the output's shape, [..., 1] "
+                      "(per row), [C] (per column) or a scalar");
+  }
+  //! The input's shape with leading 1s up to the output's rank.
+  shape<RO> lifted() const {
+    shape<RO> s{};
+    s.fill(1);
+    for (std::size_t d = 0; d != RI; ++d) s[RO - RI + d] = in_shape[d];
+    return s;
+  }
+};
+
+namespace detail::autodiff {
+template <class G>
+inline constexpr bool has_adjoint = !std::is_same_v<std::remove_cvref_t<decltype(G::adjoint)>, no_grad>;
+template <class X>
+inline constexpr bool is_input_gradient = false;
+template <class Adj, std::size_t RO, std::size_t RI>
+inline constexpr bool is_input_gradient<input_gradient<Adj, RO, RI>> = true;
+
+//! A view of `v` with rank R (leading axes of extent 1 added).
+template <std::size_t R, class T, std::size_t RI, class S>
+view<T, R, S> lift_view(const view<T, RI, S>& v) {
+  static_assert(RI <= R);
+  shape<R> ext{}, st{};
+  ext.fill(1);
+  st.fill(0);
+  for (std::size_t d = 0; d != RI; ++d) {
+    ext[R - RI + d] = v.extent(d);
+    st[R - RI + d] = v.stride(d);
+  }
+  return view<T, R, S>(v.data(), ext, st);
+}
+//! The last axis of `v` as a rank-1 view (the others have extent 1).
+template <class T, std::size_t R, class S>
+view<T, 1, S> last_axis_view(const view<T, R, S>& v) {
+  if constexpr (R == 0)
+    return view<T, 1, S>(v.data(), shape<1>{1}, shape<1>{1});
+  else
+    return view<T, 1, S>(v.data(), shape<1>{v.extent(R - 1)}, shape<1>{v.stride(R - 1)});
+}
+
+template <class G, class Out>
+void check_gradient_output(const G& g, const Out& out) {
+  if (out.extents() != g.in_shape)
+    throw shape_error("loom: grad: the gradient of an input of shape " + shape_string(g.in_shape) +
+                      " is assigned to a tensor of shape " + shape_string(out.extents()) +
+                      "; give it the input's shape");
+}
+
+// One gradient on its own: the reduction its kind asks for (only the kinds
+// its rank allows are compiled: input_gradient::kind).
+template <class G, class O, std::size_t RI, class S>
+void assign_one(const G& g, const view<O, RI, S>& out, grad_info& gi) {
+  check_gradient_output(g, out);
+  constexpr std::size_t RO = G::out_rank;
+  const auto o = lift_view<RO>(out);
+  const gradient_kind kind = g.kind();
+  if (kind == gradient_kind::zero) {
+    fill(out, O(0));
+    gi.kernels += 1;
+    return;
+  }
+  if constexpr (has_adjoint<G>) {
+    using T = typename node_t<decltype(g.adjoint)>::value_type;
+    if constexpr (G::in_rank == RO) {
+      if (kind == gradient_kind::same_shape) {
+        gi.rows = assign(o, g.adjoint);
+        gi.kernels += 1;
+        return;
+      }
+      if (kind == gradient_kind::row_sums) {
+        gi.rows = assign(o, row_sum(g.adjoint));
+        gi.kernels += 1;
+        return;
+      }
+    }
+    if constexpr (G::in_rank > 0 && G::in_rank < RO) {
+      if (kind == gradient_kind::column_sums) {
+        const view<T, RO, S> rows_shape(nullptr, g.out_shape);
+        // The row output is not written: a scalar stands for it.
+        const auto ci = assign_with_column_sums<false>(rows_shape, T(0), last_axis_view(o), g.adjoint);
+        gi.rows = ci.rows;
+        gi.kernels += ci.kernels;
+        gi.column_sum_groups += 1;
+        return;
+      }
+    }
+    if constexpr (G::in_rank < RO) {
+      // A whole sum: per-row sums (O(rows) memory), then their sum: deterministic.
+      shape<RO> per_row = g.out_shape;
+    if constexpr (RO > 0) per_row[RO - 1] = 1;
+      using A = std::conditional_t<std::is_same_v<compute_t<T>, double>, double, float>;
+      tensor<A, RO, S> partial(per_row);
+      gi.rows = assign(partial, row_sum(g.adjoint));
+      assign(o, sum(partial));
+      gi.kernels += 3;
+    }
+  }
+}
+}  // namespace detail::autodiff
+
+namespace detail::autodiff {
+//! loom::skip's type.
+struct skip_t {};
+template <class X>
+auto output_of(X&& x) {
+  if constexpr (std::is_same_v<std::remove_cvref_t<X>, skip_t>)
+    return skip_t{};
+  else
+    return as_view(x);
+}
+}  // namespace detail::autodiff
+
+//! Stands for a gradient that is not wanted in gradients::into.
+inline constexpr detail::autodiff::skip_t skip{};
+
+//! The gradients of several inputs of a layer, lazily; `into(outs...)`
+//! assigns them (one output per input asked for, in order).
+template <class... G>
+struct gradients {
+  std::tuple<G...> parts;
+
+  //! The gradient of the K-th input asked for (assignable: `dw = g.get<1>();`).
+  template <std::size_t K>
+  const auto& get() const {
+    return std::get<K>(parts);
+  }
+
+  //! Assigns every gradient to its output (a tensor or view of the input's
+  //! shape, or loom::skip). The first gradient of an input of the output's
+  //! rank and the first two of inputs of lower rank (weights [C]) share
+  //! kernels when the shapes make them a same-shape gradient and column sums:
+  //! a row kernel that writes the one and sums the others per block of rows,
+  //! then the kernel that adds the partial sums (2 in all, as
+  //! layer_norm_backward). The others take their own (gradient_kind).
+  //! Returns what ran (also loom::last_grad()).
+  template <class... Out>
+  grad_info into(Out&&... outs) const {
+    static_assert(sizeof...(Out) == sizeof...(G),
+                  "loom: grad: into() takes one output (or loom::skip) per input asked for");
+    grad_info gi;
+    run(gi, std::make_tuple(detail::autodiff::output_of(outs)...), std::index_sequence_for<G...>{});
+    return detail::last_grad_slot() = gi;
+  }
+
+ private:
+  static constexpr std::size_t none = ~std::size_t{0};
+  template <class Outs, std::size_t K>
+  static constexpr bool wanted = !std::is_same_v<std::tuple_element_t<K, Outs>, detail::autodiff::skip_t> &&
+                                 detail::autodiff::has_adjoint<std::tuple_element_t<K, std::tuple<G...>>>;
+
+  // The shared kernel's plan, fixed at compile time so that one row kernel
+  // is compiled for it: the row output is the first wanted gradient of an
+  // input of the adjoint's rank, the column sums the first two of inputs of
+  // lower rank (weights [C], broadcast over the rows).
+  template <std::size_t K>
+  using part_t = std::tuple_element_t<K, std::tuple<G...>>;
+  template <class Outs, std::size_t K>
+  static constexpr bool may_lead = wanted<Outs, K> && part_t<K>::in_rank == part_t<K>::out_rank;
+  template <class Outs, std::size_t K>
+  static constexpr bool may_sum = wanted<Outs, K> && part_t<K>::in_rank > 0 && part_t<K>::in_rank < part_t<K>::out_rank;
+  template <class Outs, std::size_t... K>
+  static constexpr auto plan(std::index_sequence<K...>) {
+    std::array<std::size_t, 3> p{none, none, none};  // row output, first sum, second sum
+    const bool lead[] = {may_lead<Outs, K>...};
+    const bool summed[] = {may_sum<Outs, K>...};
+    int n = 0;
+    for (std::size_t k = 0; k != sizeof...(K); ++k) {
+      if (lead[k] && p[0] == none) p[0] = k;
+      if (summed[k] && n < 2) p[1 + n++] = k;
+    }
+    return p;
+  }
+
+  template <class Outs, std::size_t... K>
+  void run(grad_info& gi, const Outs& outs, std::index_sequence<K...> ks) const {
+    constexpr auto p = plan<Outs>(ks);
+    bool done[sizeof...(K)] = {};
+    if constexpr (p[1] != none) {
+      // The plan runs when the shapes agree with it: the row output is a
+      // same-shape gradient, the sums column sums, all over one adjoint shape.
+      const gradient_kind kinds[sizeof...(K)] = {kind_of<Outs, K>()...};
+      const std::array shapes{std::get<K>(parts).out_shape...};
+      const std::size_t first = p[0] != none ? p[0] : p[1];
+      bool fits = p[0] == none || kinds[p[0]] == gradient_kind::same_shape;
+      for (int j = 1; j < 3; ++j)
+        if (p[j] != none) fits = fits && kinds[p[j]] == gradient_kind::column_sums && shapes[p[j]] == shapes[first];
+      if (fits) {
+        if constexpr (p[2] != none)
+          group(gi, outs, done, constant<p[0]>{}, constant<p[1]>{}, constant<p[2]>{});
+        else
+          group(gi, outs, done, constant<p[0]>{}, constant<p[1]>{});
+      }
+    }
+    (rest<K>(gi, std::get<K>(outs), done[K]), ...);
+  }
+  template <std::size_t K>
+  using constant = std::integral_constant<std::size_t, K>;
+  template <class Outs, std::size_t K>
+  gradient_kind kind_of() const {
+    if constexpr (std::is_same_v<std::tuple_element_t<K, Outs>, detail::autodiff::skip_t>)
+      return gradient_kind::zero;  // not assigned, and zero is never grouped
+    else
+      return std::get<K>(parts).kind();
+  }
+  template <std::size_t K, class V>
+  void rest(grad_info& gi, const V& v, bool done) const {
+    if constexpr (!std::is_same_v<V, detail::autodiff::skip_t>)
+      if (!done) detail::autodiff::assign_one(std::get<K>(parts), v, gi);
+  }
+  template <class Outs, class P, class... S>
+  void group(grad_info& gi, const Outs& outs, bool* done, P, S...) const {
+    constexpr std::size_t p = P::value;
+    const auto sum_args = [&](auto k) {
+      constexpr std::size_t k_ = decltype(k)::value;
+      const auto& g = std::get<k_>(parts);
+      detail::autodiff::check_gradient_output(g, std::get<k_>(outs));
+      constexpr std::size_t RO = std::tuple_size_v<std::remove_cvref_t<decltype(g.out_shape)>>;
+      return std::make_tuple(detail::autodiff::last_axis_view(detail::autodiff::lift_view<RO>(std::get<k_>(outs))),
+                             g.adjoint);
+    };
+    const auto sums = std::tuple_cat(sum_args(S{})...);
+    column_sums_info ci;
+    if constexpr (p == none) {
+      const auto& g0 = std::get<std::tuple_element_t<0, std::tuple<S...>>::value>(parts);
+      using T = typename detail::node_t<decltype(g0.adjoint)>::value_type;
+      constexpr std::size_t RO = std::tuple_size_v<std::remove_cvref_t<decltype(g0.out_shape)>>;
+      using Sp = typename std::remove_cvref_t<decltype(std::get<0>(sums))>::space;
+      const view<T, RO, Sp> rows_shape(nullptr, g0.out_shape);
+      ci = std::apply(
+          [&](const auto&... a) { return detail::assign_with_column_sums<false>(rows_shape, T(0), a...); }, sums);
+    } else {
+      const auto& g = std::get<p>(parts);
+      detail::autodiff::check_gradient_output(g, std::get<p>(outs));
+      constexpr std::size_t RO = std::tuple_size_v<std::remove_cvref_t<decltype(g.out_shape)>>;
+      const auto o = detail::autodiff::lift_view<RO>(std::get<p>(outs));
+      ci = std::apply([&](const auto&... a) { return detail::assign_with_column_sums(o, g.adjoint, a...); }, sums);
+      done[p] = true;
+    }
+    ((done[S::value] = true), ...);
+    gi.rows = ci.rows;
+    gi.kernels += ci.kernels;
+    gi.column_sum_groups += 1;
+  }
+};
+
+//! Assigns the gradient of one input (see input_gradient): `dw = g;` runs its
+//! reduction (a row kernel; or a row kernel and the kernel that adds partial
+//! column sums; or per-row sums and their sum).
+template <tensor_like Out, class Adj, std::size_t RO, std::size_t RI>
+eval_info assign(Out&& out, const input_gradient<Adj, RO, RI>& g) {
+  grad_info gi;
+  detail::autodiff::assign_one(g, detail::as_view(out), gi);
+  detail::last_grad_slot() = gi;
+  return gi.rows;
+}
+
+namespace detail::autodiff {
+template <class F>
+decltype(auto) body_of(const F& f) {
+  if constexpr (requires { f.f; })
+    return (f.f);
+  else
+    return (f);
+}
+
+// The gradients of inputs I... of layer f at args (the last is dy).
+template <class F, std::size_t... I>
+struct grad_fn {
+  F f;
+
+  template <operand... X>
+  auto operator()(const X&... x) const {
+    static_assert(sizeof...(X) >= 2, "loom: grad: call with the layer's inputs and then the output's gradient dy");
+    return call(std::forward_as_tuple(x...), std::make_index_sequence<sizeof...(X) - 1>{});
+  }
+
+ private:
+  template <std::size_t K, class N>
+  static auto mark(const N& n) {
+    if constexpr (((K == I) || ...))
+      return input_node<K, N>(n);
+    else
+      return n;
+  }
+  template <class Args, std::size_t... K>
+  auto call(const Args& args, std::index_sequence<K...>) const {
+    constexpr std::size_t n = sizeof...(K);
+    static_assert(((I < n) && ...), "loom: grad: an input position is past the layer's inputs");
+    (check_input<K, std::remove_cvref_t<std::tuple_element_t<K, Args>>>(), ...);
+    const auto forward = body_of(f)(mark<K>(as_node(std::get<K>(args)))...);
+    using Y = std::remove_cvref_t<decltype(forward)>;
+    static_assert(is_node<Y>, "loom: grad: the layer must return an expression");
+    static_assert(Y::rank >= 1, "loom: grad: the layer's output needs a rank of 1 or more");
+    const auto y = tag_rows<forward_ids, 0>(forward, next_derivation()).node;
+    const auto dy = as_node(std::get<n>(args));
+    using D = std::remove_cvref_t<decltype(dy)>;
+    static_assert(D::rank == Y::rank, "loom: grad: dy must have the layer output's rank");
+    const auto out_shape = y.extents();
+    if (dy.extents() != out_shape)
+      throw shape_error("loom: grad: dy has shape " + shape_string(dy.extents()) + " but the layer's output has shape " +
+                        shape_string(out_shape));
+    const auto one = [&](auto i) {
+      constexpr std::size_t k = decltype(i)::value;
+      const auto adj = adjoint<k>(y, dy);
+      auto plain = [&] {
+        if constexpr (std::is_same_v<std::remove_cvref_t<decltype(adj)>, no_grad>)
+          return adj;
+        else
+          return unmark(adj);
+      }();
+      const auto in = as_node(std::get<k>(args));
+      using G = input_gradient<decltype(plain), Y::rank, decltype(in)::rank>;
+      static_assert(decltype(in)::rank <= Y::rank, "loom: grad: an input has a higher rank than the layer's output");
+      // The adjoint's own shape: the output's, or more where the layer
+      // reduces (a layer ending in row_max(x) gives x's rows an adjoint).
+      if constexpr (std::is_same_v<decltype(plain), no_grad>)
+        return G{plain, out_shape, in.extents()};
+      else
+        return G{plain, plain.extents(), in.extents()};
+    };
+    if constexpr (sizeof...(I) == 1)
+      return one(std::integral_constant<std::size_t, I...>{});
+    else
+      return gradients<decltype(one(std::integral_constant<std::size_t, I>{}))...>{
+          std::make_tuple(one(std::integral_constant<std::size_t, I>{})...)};
+  }
+  template <std::size_t K, class X>
+  static constexpr void check_input() {
+    if constexpr (((K == I) || ...)) {
+      static_assert(expression<X>, "loom: grad: a C++ scalar argument has no gradient; pass it as a rank-0 tensor");
+      if constexpr (expression<X>)
+        static_assert(is_floating_v<typename node_t<X>::value_type>,
+                      "loom: grad: an integer or bool input has no gradient; ask only for floating inputs "
+                      "(loom::grad<I...>(layer))");
+    }
+  }
+};
+
+template <class F, std::size_t... All>
+struct grad_all {
+  F f;
+  template <operand... X>
+  auto operator()(const X&... x) const {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return grad_fn<F, I...>{f}(x...);
+    }(std::make_index_sequence<sizeof...(X) - 1>{});
+  }
+};
+}  // namespace detail::autodiff
+
+//! The gradients of a layer (loom::layer, or any callable from expressions
+//! to an expression) with respect to its inputs at positions I...:
+//! `loom::grad<0, 1>(layer)(x, w, dy)` gives the gradients of x and w for
+//! the output gradient dy, lazily. One position gives one input_gradient
+//! (`dx = loom::grad<0>(layer)(x, w, dy);`); several give a gradients object
+//! (`.into(dx, dw)`). Without positions, every input.
+//! Example:
+//!   constexpr auto rms = loom::layer([](auto x, auto w) { return x * rsqrt(row_mean(x * x) + 1e-6f) * w; });
+//!   loom::grad<0, 1>(rms)(x, w, dy).into(dx, dw);  // 2 kernels
+template <std::size_t... I, class F>
+[[nodiscard]] constexpr auto grad(const F& layer) {
+  if constexpr (sizeof...(I) == 0)
+    return detail::autodiff::grad_all<F>{layer};
+  else
+    return detail::autodiff::grad_fn<F, I...>{layer};
+}
+}  // namespace loom

@@ -1,0 +1,349 @@
+// SPDX-License-Identifier: Apache-2.0
+// loom::grad on both executors: every derivative rule against central finite
+// differences of the forward in double, the derived backward of the layers
+// against loom's built-in backward passes, kernel counts, and errors. The
+// including file defines LOOM_TEST_SPACE and LOOM_TEST_TAG.
+#include <cmath>
+#include <cstdint>
+#include <tuple>
+#include <vector>
+
+#include <loom/grad/grad.hpp>
+
+#include "loom_test.hpp"
+
+using Catch::Matchers::Contains;
+using loom::index_t;
+using space_t = LOOM_TEST_SPACE;
+
+namespace {
+constexpr bool on_device = std::is_same_v<space_t, loom::device>;
+
+template <class T, std::size_t R>
+loom::tensor<T, R, space_t> in_space(const loom::host_tensor<T, R>& h) {
+  if constexpr (on_device)
+    return loom::to_device(h);
+  else
+    return h;
+}
+template <class T, std::size_t R>
+loom::host_tensor<T, R> on_host(const loom::tensor<T, R, space_t>& t) {
+  if constexpr (on_device)
+    return loom::to_host(t);
+  else
+    return t;
+}
+template <class T, std::size_t R>
+loom::host_tensor<T, R> random_host(const loom::shape<R>& s, std::mt19937_64& g, double lo, double hi) {
+  loom::host_tensor<T, R> h(s);
+  for (index_t i = 0; i < h.size(); ++i) h.data()[i] = loom_test::random_value<T>(g, lo, hi);
+  return h;
+}
+template <class T, std::size_t R>
+loom::tensor<T, R, space_t> poisoned(const loom::shape<R>& s) {
+  loom::host_tensor<T, R> h(s);
+  for (index_t i = 0; i < h.size(); ++i) h.data()[i] = loom_test::poison_value<T>();
+  return in_space(h);
+}
+template <class T, std::size_t R>
+loom::host_tensor<double, R> to_double(const loom::host_tensor<T, R>& t) {
+  loom::host_tensor<double, R> d(t.extents());
+  for (index_t i = 0; i < t.size(); ++i) d.data()[i] = loom_test::as_double(t.data()[t.view().offset_of(i)]);
+  return d;
+}
+
+// sum(dy * layer(args...)) in double on the host executor.
+template <class L, class D, class... A>
+double loss(const L& lay, const D& dy, const A&... args) {
+  const auto y = loom::materialize(lay(args...));
+  double s = 0;
+  for (index_t i = 0; i < y.size(); ++i) s += dy.data()[i] * y.data()[i];
+  return s;
+}
+
+// Central finite differences of the loss with respect to argument K (a host
+// tensor of double), element by element.
+template <std::size_t K, class L, class D, class... A>
+std::vector<double> finite_differences(const L& lay, const D& dy, A... args) {
+  auto all = std::make_tuple(args...);
+  auto& t = std::get<K>(all);
+  std::vector<double> g(static_cast<std::size_t>(t.size()));
+  for (index_t i = 0; i < t.size(); ++i) {
+    const double x0 = t.data()[i], h = 1e-6 * std::max(1.0, std::fabs(x0));
+    t.data()[i] = x0 + h;
+    const double up = std::apply([&](const auto&... a) { return loss(lay, dy, a...); }, all);
+    t.data()[i] = x0 - h;
+    const double down = std::apply([&](const auto&... a) { return loss(lay, dy, a...); }, all);
+    t.data()[i] = x0;
+    g[static_cast<std::size_t>(i)] = (up - down) / (2 * h);
+  }
+  return g;
+}
+
+template <class T, std::size_t R>
+void check_close(const loom::host_tensor<T, R>& got, const std::vector<double>& want, double tol) {
+  REQUIRE(static_cast<std::size_t>(got.size()) == want.size());
+  for (index_t i = 0; i < got.size(); ++i) {
+    const double g = loom_test::as_double(got.data()[i]), w = want[static_cast<std::size_t>(i)];
+    INFO("element " << i << ": got " << g << ", want " << w);
+    REQUIRE(std::fabs(g - w) <= tol * (1 + std::fabs(w)));
+  }
+}
+template <class T, class U, std::size_t R>
+void check_close(const loom::host_tensor<T, R>& got, const loom::host_tensor<U, R>& want, double tol) {
+  REQUIRE(got.extents() == want.extents());
+  std::vector<double> w(static_cast<std::size_t>(want.size()));
+  for (index_t i = 0; i < want.size(); ++i) w[static_cast<std::size_t>(i)] = loom_test::as_double(want.data()[i]);
+  check_close(got, w, tol);
+}
+
+// grad<0> of a one-input layer at x (host double), on space_t, against
+// finite differences.
+template <class L>
+void check_unary(const L& lay, const loom::host_tensor<double, 2>& x, std::mt19937_64& g) {
+  const auto dy = random_host<double, 2>(x.extents(), g, -1, 1);
+  const auto want = finite_differences<0>(lay, dy, x);
+  auto dx = poisoned<double, 2>(x.extents());
+  dx = loom::grad<0>(lay)(in_space(x), in_space(dy));
+  CHECK(loom::last_grad().kernels == 1);
+  check_close(on_host(dx), want, 1e-6);
+}
+}  // namespace
+
+TEST_CASE("grad: the derivative rules of the math functions match finite differences " LOOM_TEST_TAG, "[grad]") {
+  std::mt19937_64 g(loom_test::seed_for("grad math"));
+  const auto pos = random_host<double, 2>(loom::shape<2>{3, 7}, g, 0.3, 2.5);
+  const auto any = random_host<double, 2>(loom::shape<2>{3, 7}, g, -2.5, 2.5);
+  check_unary(loom::layer([](auto x) { return exp(x) + log(x) + log1p(x) + log2(x) + exp2(x); }), pos, g);
+  check_unary(loom::layer([](auto x) { return sqrt(x) * rsqrt(x + 1.0) + sin(x) * cos(x); }), pos, g);
+  check_unary(loom::layer([](auto x) { return tanh(x) + erf(x) * x - x / (x * x + 1.0); }), any, g);
+  check_unary(loom::layer([](auto x) { return pow(x, 2.5) + pow(1.5, x) + pow(x, x); }), pos, g);
+}
+
+TEST_CASE("grad: the derivative rules of the activations match finite differences " LOOM_TEST_TAG, "[grad]") {
+  std::mt19937_64 g(loom_test::seed_for("grad activations"));
+  auto x = random_host<double, 2>(loom::shape<2>{5, 9}, g, -3, 3);
+  for (index_t i = 0; i < x.size(); ++i)  // away from the kinks at 0
+    if (std::fabs(x.data()[i]) < 0.05) x.data()[i] += 0.1;
+  check_unary(loom::layer([](auto v) { return relu(v) + leaky_relu(v, 0.2) + abs(v) * 0.5; }), x, g);
+  check_unary(loom::layer([](auto v) { return gelu(v) + gelu(v, loom::approximate::tanh) * 2.0; }), x, g);
+  check_unary(loom::layer([](auto v) { return sigmoid(v) + silu(v) + softplus(v, 2.0, 3.0) + mish(v); }), x, g);
+  check_unary(loom::layer([](auto v) { return where(v > 0.5, v * v, sin(v)) + clamp(v, -1.0, 1.5) - floor(v); }), x,
+              g);
+  check_unary(loom::layer([](auto v) { return minimum(v, 0.25) + maximum(v * 2.0, v) + -v; }), x, g);
+}
+
+TEST_CASE("grad: binary ops, broadcast weights and scalar parameters match finite differences " LOOM_TEST_TAG,
+          "[grad]") {
+  std::mt19937_64 g(loom_test::seed_for("grad binary"));
+  const index_t n = 6, c = 11;
+  const auto x = random_host<double, 2>(loom::shape<2>{n, c}, g, 0.5, 2);
+  const auto w = random_host<double, 1>(loom::shape<1>{c}, g, 0.5, 2);
+  const auto r = random_host<double, 2>(loom::shape<2>{n, 1}, g, 0.5, 2);
+  const auto s = random_host<double, 0>(loom::shape<0>{}, g, 0.5, 2);
+  const auto dy = random_host<double, 2>(x.extents(), g, -1, 1);
+  constexpr auto lay = loom::layer([](auto x, auto w, auto r, auto s) {
+    return (x * w - r) / (w + s) + x % (w + 3.0) + cast<double>(x * s);
+  });
+  auto dx = poisoned<double, 2>(x.extents());
+  auto dw = poisoned<double, 1>(w.extents());
+  auto dr = poisoned<double, 2>(r.extents());
+  auto ds = poisoned<double, 0>(s.extents());
+  const auto info = loom::grad(lay)(in_space(x), in_space(w), in_space(r), in_space(s), in_space(dy)).into(dx, dw, dr, ds);
+  // dx and dw share a row kernel and the kernel adding the column sums; the
+  // row sums of dr take one kernel, the whole sum of ds three.
+  CHECK(info.column_sum_groups == 1);
+  CHECK(info.kernels == 2 + 1 + 3);
+  check_close(on_host(dx), finite_differences<0>(lay, dy, x, w, r, s), 1e-5);
+  check_close(on_host(dw), finite_differences<1>(lay, dy, x, w, r, s), 1e-5);
+  check_close(on_host(dr), finite_differences<2>(lay, dy, x, w, r, s), 1e-5);
+  check_close(on_host(ds), finite_differences<3>(lay, dy, x, w, r, s), 1e-5);
+}
+
+TEST_CASE("grad: row reductions and repeated uses match finite differences " LOOM_TEST_TAG, "[grad]") {
+  std::mt19937_64 g(loom_test::seed_for("grad rows"));
+  const auto x = random_host<double, 2>(loom::shape<2>{5, 13}, g, -2, 2);  // distinct values: one max per row
+  check_unary(loom::layer([](auto v) { return v * row_sum(v * v) + row_mean(sin(v)) * v; }), x, g);
+  check_unary(loom::layer([](auto v) { return exp(v - row_max(v)) * 2.0 + row_min(v) * v; }), x, g);
+  check_unary(loom::layer([](auto v) {
+                auto e = exp(v - row_max(v));
+                return log(row_sum(e)) - v * row_mean(e / row_sum(e));
+              }),
+              x, g);
+  // A reduction inside another's argument whose adjoint is constant along
+  // the row: the inner reduction must sum it over every column.
+  check_unary(loom::layer([](auto v) {
+                auto m = row_mean(v);
+                return (m + row_sum(v - m * 1.5)) * v;
+              }),
+              x, g);
+}
+
+TEST_CASE("grad: row_max shares the gradient evenly among ties, as amax " LOOM_TEST_TAG, "[grad]") {
+  loom::host_tensor<double, 2> x({2, 4});
+  const double v[] = {1, 3, 3, 2, 5, 0, 5, 5};
+  for (int i = 0; i < 8; ++i) x.data()[i] = v[i];
+  loom::host_tensor<double, 2> dy({2, 1});
+  dy(0, 0) = 1;
+  dy(1, 0) = 3;
+  auto dx = poisoned<double, 2>(x.extents());
+  dx = loom::grad<0>(loom::layer([](auto z) { return row_max(z); }))(in_space(x), in_space(dy));
+  const auto h = on_host(dx);
+  const double want[] = {0, 0.5, 0.5, 0, 1, 0, 1, 1};
+  for (int i = 0; i < 8; ++i) CHECK(h.data()[i] == want[i]);
+}
+
+TEST_CASE("grad: derived backward of softmax, log_softmax and cross-entropy rows match the built-in ones " LOOM_TEST_TAG,
+          "[grad]") {
+  std::mt19937_64 g(loom_test::seed_for("grad softmax"));
+  const index_t n = 7, c = 37;
+  const auto xh = random_host<float, 2>(loom::shape<2>{n, c}, g, -4, 4);
+  const auto dyh = random_host<float, 2>(xh.extents(), g, -1, 1);
+  const auto x = in_space(xh);
+  const auto dy = in_space(dyh);
+  constexpr auto my_softmax = loom::layer([](auto z) {
+    auto e = exp(z - row_max(z));
+    return e / row_sum(e);
+  });
+  auto dx = poisoned<float, 2>(x.extents());
+  dx = loom::grad<0>(my_softmax)(x, dy);
+  CHECK(loom::last_grad().kernels == 1);
+  const auto y = loom::materialize(loom::softmax(x));
+  check_close(on_host(dx), on_host(loom::materialize(loom::softmax_backward(y, dy))), 2e-5);
+
+  constexpr auto my_log_softmax = loom::layer([](auto z) { return z - row_max(z) - log(row_sum(exp(z - row_max(z)))); });
+  dx = loom::grad<0>(my_log_softmax)(x, dy);
+  const auto ly = loom::materialize(loom::log_softmax(x));
+  check_close(on_host(dx), on_host(loom::materialize(loom::log_softmax_backward(ly, dy))), 2e-5);
+
+  // Cross-entropy rows: the layer of loom::cross_entropy_rows, with integer
+  // targets as a second input that has no gradient.
+  loom::host_tensor<std::int64_t, 2> th({n, 1});
+  for (index_t i = 0; i < n; ++i) th(i, 0) = static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(c));
+  const auto t = in_space(th);
+  loom::host_tensor<float, 2> ones({n, 1});
+  loom::fill(ones, 1.0f);
+  dx = loom::grad<0>(loom::layer([](auto z, auto tt) { return loom::cross_entropy_rows(z, tt); }))(x, t, in_space(ones));
+  const loom::cross_entropy_options sum_reduction{-100, 0.0, loom::loss_reduction::sum};
+  check_close(on_host(dx), on_host(loom::cross_entropy_backward(x, loom::view<const std::int64_t, 1, space_t>(
+                                                                         t.data(), loom::shape<1>{n}),
+                                                                1.0, sum_reduction)),
+              2e-5);
+}
+
+TEST_CASE("grad: derived backward of layer_norm and rms_norm match the built-in ones, two kernels " LOOM_TEST_TAG,
+          "[grad]") {
+  std::mt19937_64 g(loom_test::seed_for("grad norms"));
+  const index_t n = 9, c = 129;
+  const auto x = in_space(random_host<float, 2>(loom::shape<2>{n, c}, g, -2, 2));
+  const auto w = in_space(random_host<float, 1>(loom::shape<1>{c}, g, 0.5, 1.5));
+  const auto b = in_space(random_host<float, 1>(loom::shape<1>{c}, g, -1, 1));
+  const auto dy = in_space(random_host<float, 2>(loom::shape<2>{n, c}, g, -1, 1));
+  auto dx = poisoned<float, 2>(x.extents());
+  auto dw = poisoned<float, 1>(w.extents());
+  auto db = poisoned<float, 1>(w.extents());
+
+  // loom::layer_norm itself: its mean is refined by a second reduction over
+  // the differences from the first, reductions inside reductions.
+  constexpr auto ln = loom::layer([](auto v, auto wt, auto bs) { return loom::layer_norm(v, wt, bs, 1e-5); });
+  const auto info = loom::grad(ln)(x, w, b, dy).into(dx, dw, db);
+  CHECK(info.kernels == 2);
+  CHECK(info.column_sum_groups == 1);
+  const auto ref = loom::layer_norm_backward(x, w, dy, 1e-5);
+  check_close(on_host(dx), on_host(ref.dx), 1e-3);
+  check_close(on_host(dw), on_host(ref.dweight), 1e-3);
+  check_close(on_host(db), on_host(ref.dbias), 1e-4);
+
+  constexpr auto rms = loom::layer([](auto v, auto wt) { return loom::rms_norm(v, wt, 1e-6); });
+  CHECK(loom::grad<0, 1>(rms)(x, w, dy).into(dx, dw).kernels == 2);
+  const auto rref = loom::rms_norm_backward(x, w, dy, 1e-6);
+  check_close(on_host(dx), on_host(rref.dx), 1e-4);
+  check_close(on_host(dw), on_host(rref.dweight), 1e-4);
+
+  // Only the weight: its column sums without the row output.
+  dw = poisoned<float, 1>(w.extents());
+  CHECK(loom::grad<0, 1>(rms)(x, w, dy).into(loom::skip, dw).kernels == 2);
+  check_close(on_host(dw), on_host(rref.dweight), 1e-4);
+  dw = poisoned<float, 1>(w.extents());
+  dw = loom::grad<1>(rms)(x, w, dy);
+  CHECK(loom::last_grad().kernels == 2);
+  check_close(on_host(dw), on_host(rref.dweight), 1e-4);
+}
+
+TEST_CASE("grad: RMSNorm + SwiGLU and a causal softmax with temperature, bf16 and strided inputs " LOOM_TEST_TAG,
+          "[grad]") {
+  std::mt19937_64 g(loom_test::seed_for("grad swiglu"));
+  const index_t n = 5, c = 19;
+  // gate and up are read through transposed views of [C, N] tensors.
+  const auto xh = random_host<double, 2>(loom::shape<2>{n, c}, g, -2, 2);
+  const auto gateh = random_host<double, 2>(loom::shape<2>{c, n}, g, -2, 2);
+  const auto wh = random_host<double, 1>(loom::shape<1>{c}, g, 0.5, 1.5);
+  const auto dyh = random_host<double, 2>(loom::shape<2>{n, c}, g, -1, 1);
+  constexpr auto block = loom::layer([](auto x, auto gate, auto w) { return silu(gate) * loom::rms_norm(x, w, 1e-6); });
+  const auto gate_t = gateh.view().t();
+  loom::host_tensor<double, 2> gate_dense = loom::materialize(gate_t);
+  const auto want_x = finite_differences<0>(block, dyh, xh, gate_dense, wh);
+  const auto want_g = finite_differences<1>(block, dyh, xh, gate_dense, wh);
+  const auto want_w = finite_differences<2>(block, dyh, xh, gate_dense, wh);
+
+  const auto gate = in_space(gateh);
+  auto dx = poisoned<double, 2>(xh.extents());
+  auto dgate = poisoned<double, 2>(loom::shape<2>{c, n});
+  auto dw = poisoned<double, 1>(wh.extents());
+  auto dgate_t = dgate.view().t();
+  const auto info = loom::grad(block)(in_space(xh), gate.view().t(), in_space(wh), in_space(dyh)).into(dx, dgate_t, dw);
+  CHECK(info.kernels == 3);  // dx with dw (2), then dgate (1)
+  check_close(on_host(dx), want_x, 1e-6);
+  check_close(on_host(loom::materialize(dgate.view().t())), want_g, 1e-6);
+  check_close(on_host(dw), want_w, 1e-6);
+
+  // bf16 inputs: against the double gradient at the rounded inputs.
+  loom::host_tensor<loom::bf16, 2> xb({n, c}), gb({n, c}), dyb({n, c});
+  loom::host_tensor<loom::bf16, 1> wb({c});
+  xb = loom::cast<loom::bf16>(xh);
+  gb = loom::cast<loom::bf16>(gate_t);
+  wb = loom::cast<loom::bf16>(wh);
+  dyb = loom::cast<loom::bf16>(dyh);
+  const auto xr = to_double(xb), gr = to_double(gb), dyr = to_double(dyb);
+  const auto wr = to_double(wb);
+  auto dxb = poisoned<loom::bf16, 2>(xh.extents());
+  dxb = loom::grad<0>(block)(in_space(xb), in_space(gb), in_space(wb), in_space(dyb));
+  check_close(on_host(dxb), finite_differences<0>(block, dyr, xr, gr, wr), 3e-2);
+
+  // Causal softmax of scores / T (T a learnable scalar) masked by
+  // column <= row id (an int64 input without gradient): dx per row, dT a
+  // whole sum.
+  constexpr auto causal = loom::layer([](auto s, auto temp, auto rows) {
+    auto z = where(column_index(s) <= rows, s / temp, -1e30);
+    auto e = exp(z - row_max(z));
+    return e / row_sum(e);
+  });
+  const auto th = random_host<double, 0>(loom::shape<0>{}, g, 0.5, 1.5);
+  loom::host_tensor<std::int64_t, 2> rows({n, 1});
+  for (index_t i = 0; i < n; ++i) rows(i, 0) = i;
+  auto ds = poisoned<double, 2>(xh.extents());
+  auto dt = poisoned<double, 0>(th.extents());
+  loom::grad<0, 1>(causal)(in_space(xh), in_space(th), in_space(rows), in_space(dyh)).into(ds, dt);
+  check_close(on_host(ds), finite_differences<0>(causal, dyh, xh, th, rows), 1e-6);
+  check_close(on_host(dt), finite_differences<1>(causal, dyh, xh, th, rows), 1e-6);
+}
+
+TEST_CASE("grad: errors name the shapes " LOOM_TEST_TAG, "[grad]") {
+  std::mt19937_64 g(loom_test::seed_for("grad errors"));
+  const auto x = in_space(random_host<float, 2>(loom::shape<2>{4, 6}, g, -1, 1));
+  const auto w = in_space(random_host<float, 2>(loom::shape<2>{4, 1}, g, -1, 1));
+  constexpr auto lay = loom::layer([](auto v, auto k) { return v * k; });
+  auto bad_dy = in_space(random_host<float, 2>(loom::shape<2>{4, 5}, g, -1, 1));
+  auto dx = poisoned<float, 2>(x.extents());
+  REQUIRE_THROWS_WITH(loom::grad<0>(lay)(x, w, bad_dy), Contains("dy has shape [4, 5]") && Contains("[4, 6]"));
+  const auto dy = in_space(random_host<float, 2>(loom::shape<2>{4, 6}, g, -1, 1));
+  auto small = poisoned<float, 2>(loom::shape<2>{4, 5});
+  REQUIRE_THROWS_WITH(small = loom::grad<0>(lay)(x, w, dy), Contains("assigned to a tensor of shape [4, 5]"));
+  // An input broadcast along a middle axis: no one-pass sum.
+  const auto x3 = in_space(random_host<float, 3>(loom::shape<3>{2, 3, 4}, g, -1, 1));
+  const auto m3 = in_space(random_host<float, 3>(loom::shape<3>{2, 1, 4}, g, -1, 1));
+  const auto dy3 = in_space(random_host<float, 3>(loom::shape<3>{2, 3, 4}, g, -1, 1));
+  auto dm = poisoned<float, 3>(m3.extents());
+  REQUIRE_THROWS_WITH(dm = loom::grad<1>(lay)(x3, m3, dy3), Contains("[2, 1, 4]") && Contains("one pass cannot sum"));
+  (void)dx;
+}
