@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +50,20 @@ struct options {
 inline double median(std::vector<double> t) {
   std::sort(t.begin(), t.end());
   return t.empty() ? 0.0 : t[t.size() / 2];
+}
+
+//! Wall time of f in milliseconds: the median of `runs` calls after `warmup`.
+template <class F>
+double median_ms(int warmup, int runs, F&& f) {
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> ms;
+  for (int i = 0; i < runs; ++i) {
+    const auto a = std::chrono::steady_clock::now();
+    f();
+    const auto b = std::chrono::steady_clock::now();
+    ms.push_back(std::chrono::duration<double, std::milli>(b - a).count());
+  }
+  return median(ms);
 }
 
 //! A random value in +-[0.25, 2): random sign, never zero, so a kernel that

@@ -25,18 +25,6 @@
 namespace {
 using loom::index_t;
 
-template <class F>
-double median_ms(int warmup, int runs, F&& f) {
-  for (int i = 0; i < warmup; ++i) f();
-  std::vector<double> ms;
-  for (int i = 0; i < runs; ++i) {
-    const auto a = std::chrono::steady_clock::now();
-    f();
-    const auto b = std::chrono::steady_clock::now();
-    ms.push_back(std::chrono::duration<double, std::milli>(b - a).count());
-  }
-  return loom_bench::median(ms);
-}
 
 // The 32 random bits of element i of stream (seed, step), as docs/09_random.md defines them.
 std::uint32_t bits_of(std::uint64_t seed, std::uint64_t step, std::uint64_t i) {
@@ -80,7 +68,7 @@ int main(int argc, char** argv) {
     loom_bench::record rec{"bench_dropout_cpu", "dropout(x+b,0.1)+r", shape, "f32", impl};
     rec.check = check();
     failed = failed || rec.check != "ok";
-    rec.ms = median_ms(warmup, runs, f);
+    rec.ms = loom_bench::median_ms(warmup, runs, f);
     rec.bytes = bytes;
     rec.threads = loom::host_threads();
     loom_bench::print_row(rec);
