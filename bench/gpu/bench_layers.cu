@@ -3,7 +3,10 @@
 // bandwidth measured in the same run: softmax, log_softmax, layer_norm and
 // rms_norm forward, and their input gradients (softmax_backward,
 // log_softmax_backward, layer_norm_backward_input, rms_norm_backward_input),
-// at 4096 x {1024, 4096, 16384, 65536} in bf16 and float. Bytes that must move:
+// at 4096 x {1024, 4096, 16384, 65536} in bf16 and float; and the same input
+// gradients derived by loom::grad from the forward layers (impl "loom::grad",
+// docs/08_gradients.md), which read x where the built-in softmax backward
+// reads the forward output. Bytes that must move:
 // one read of each full-size input and one write of the output (the weight
 // and bias vectors too). Each output is checked against a double reference on
 // four rows before timing. PyTorch eager and torch.compile timings of the same
@@ -98,6 +101,17 @@ void ref_rms_norm_backward_input(const row_in& in, std::vector<double>& out) {
   out.clear();
   for (std::size_t j = 0; j < n; ++j) out.push_back(r * (in.dy[j] * in.w[j] - in.x[j] * r * r * mgx));
 }
+// The derived gradients read x: their references run the forward first.
+void ref_softmax_backward_of_x(const row_in& in, std::vector<double>& out) {
+  row_in y = in;
+  ref_softmax(in, y.x);
+  ref_softmax_backward(y, out);
+}
+
+// The forward layers that loom::grad differentiates (impl "loom::grad").
+constexpr auto softmax_layer = loom::layer([](auto z) { return loom::softmax(z); });
+constexpr auto layer_norm_layer = loom::layer([](auto z, auto w, auto b) { return loom::layer_norm(z, w, b, ln_eps); });
+constexpr auto rms_norm_layer = loom::layer([](auto z, auto w) { return loom::rms_norm(z, w, rms_eps); });
 
 // One layer's tensors for one shape and dtype: `sets` rotating (x, dy, y);
 // host tensors (one set) for the self-test.
@@ -161,9 +175,9 @@ struct bench_state {
   // Checks f (check above), then times f over all sets (not in the
   // self-test). `inputs` full-size tensors are read.
   template <class T, class Space, class F>
-  void measure(layer_data<T, Space>& d, const char* op, int inputs, row_ref ref, F&& f) {
+  void measure(layer_data<T, Space>& d, const char* op, int inputs, row_ref ref, F&& f, const char* impl = "loom") {
     const std::string shape = std::to_string(d.rows) + "x" + std::to_string(d.cols);
-    record r{"gpu_layers", op, shape, dtype_name<T>(), "loom"};
+    record r{"gpu_layers", op, shape, dtype_name<T>(), impl};
     r.bytes = (inputs + 1.0) * d.rows * d.cols * sizeof(T) + 2.0 * d.cols * sizeof(T);
     r.copy_gbps = copy.memcpy_gbps;
     r.check = check(d, ref, f);
@@ -184,7 +198,7 @@ struct bench_state {
         } keep{loom::detail::rows::row_cache_budget(), loom::detail::rows::row_cache_budget()};
         keep.budget = 0;
         record off = r;
-        off.impl = "loom, row cache off";
+        off.impl = r.impl + ", row cache off";
         off.check = check(d, ref, f);
         if (off.check == "ok" && loom::last_eval().cached_rows != 0) off.check = "FAIL (the row cache stayed on)";
         if (off.check != "ok") failed = true;
@@ -216,6 +230,12 @@ void run_shape(bench_state& st, index_t rows, index_t cols) {
              [&](int s) { y[s] = loom::layer_norm_backward_input(x[s], w, dy[s], ln_eps); });
   st.measure(d, "rms_norm_backward_input", 2, ref_rms_norm_backward_input,
              [&](int s) { y[s] = loom::rms_norm_backward_input(x[s], w, dy[s], rms_eps); });
+  st.measure(d, "softmax_backward", 2, ref_softmax_backward_of_x,
+             [&](int s) { y[s] = loom::grad<0>(softmax_layer)(x[s], dy[s]); }, "loom::grad");
+  st.measure(d, "layer_norm_backward_input", 2, ref_layer_norm_backward_input,
+             [&](int s) { y[s] = loom::grad<0>(layer_norm_layer)(x[s], w, b, dy[s]); }, "loom::grad");
+  st.measure(d, "rms_norm_backward_input", 2, ref_rms_norm_backward_input,
+             [&](int s) { y[s] = loom::grad<0>(rms_norm_layer)(x[s], w, dy[s]); }, "loom::grad");
 }
 }  // namespace
 

@@ -199,6 +199,23 @@ TEST_CASE("grad: row reductions and repeated uses match finite differences " LOO
               x, g);
 }
 
+TEST_CASE("grad: no gradient flows through stop_gradient " LOOM_TEST_TAG, "[grad]") {
+  std::mt19937_64 g(loom_test::seed_for("grad stop_gradient"));
+  const auto x = random_host<double, 2>(loom::shape<2>{4, 11}, g, -2, 2);
+  const auto dy = random_host<double, 2>(x.extents(), g, -1, 1);
+  // d/dx of x * c with c = x held constant: dy * x (not 2 dy x).
+  auto dx = poisoned<double, 2>(x.extents());
+  dx = loom::grad<0>(loom::layer([](auto v) { return v * loom::stop_gradient(v); }))(in_space(x), in_space(dy));
+  const auto h = on_host(dx);
+  for (index_t i = 0; i < x.size(); ++i) CHECK(h.data()[i] == dy.data()[i] * x.data()[i]);
+  // loom::softmax shifts by stop_gradient(row_max): the same gradient as
+  // the plain formula, whose row_max rule cancels.
+  const auto want = finite_differences<0>(loom::layer([](auto v) { return loom::softmax(v); }), dy, x);
+  dx = poisoned<double, 2>(x.extents());
+  dx = loom::grad<0>(loom::layer([](auto v) { return loom::softmax(v); }))(in_space(x), in_space(dy));
+  check_close(on_host(dx), want, 1e-6);
+}
+
 TEST_CASE("grad: row_max shares the gradient evenly among ties, as amax " LOOM_TEST_TAG, "[grad]") {
   loom::host_tensor<double, 2> x({2, 4});
   const double v[] = {1, 3, 3, 2, 5, 0, 5, 5};

@@ -67,7 +67,8 @@ template <expression L, expression T>
   const auto z = detail::as_node(logits);
   const auto t = detail::as_node(target);
   const auto col = column_index(z);
-  const auto lse = log(row_sum(exp(z - row_max(z)))) + row_max(z);
+  const auto m = stop_gradient(row_max(z));  // lse does not depend on the shift: no gradient through it
+  const auto lse = log(row_sum(exp(z - m))) + m;
   const auto picked = row_sum(where(col == t, z, 0.0f));
   const auto hits = row_sum(where(col == t, 1.0f, 0.0f));
   const double eps = o.label_smoothing;

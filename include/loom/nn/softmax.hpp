@@ -18,7 +18,8 @@ namespace loom {
 template <expression E>
 [[nodiscard]] auto softmax(const E& x) {
   const auto z = detail::as_node(x);
-  return exp(z - row_max(z)) / row_sum(exp(z - row_max(z)));
+  const auto m = stop_gradient(row_max(z));  // a shift: the gradient does not flow through it
+  return exp(z - m) / row_sum(exp(z - m));
 }
 
 //! softmax(x / temperature + bias): an additive bias or mask (-inf masks an
@@ -33,7 +34,8 @@ template <expression E, operand B>
 template <expression E>
 [[nodiscard]] auto log_softmax(const E& x) {
   const auto z = detail::as_node(x);
-  return z - row_max(z) - log(row_sum(exp(z - row_max(z))));
+  const auto m = stop_gradient(row_max(z));
+  return z - m - log(row_sum(exp(z - m)));
 }
 
 //! log_softmax(x / temperature + bias), one kernel.

@@ -69,6 +69,15 @@ struct sign {
     }
   }
 };
+//! The identity, through which no gradient flows: loom::grad treats its
+//! operand as a constant (as JAX's lax.stop_gradient and PyTorch's detach).
+struct stop_gradient {
+  static constexpr bool piecewise_constant = true;
+  template <class T>
+  LOOM_HD T operator()(T x) const {
+    return x;
+  }
+};
 #define LOOM_ROUNDING_FN(name, call)                  \
   struct name {                                       \
     static constexpr bool piecewise_constant = true;  \
@@ -187,6 +196,12 @@ LOOM_UNARY_FUNCTION(sign)
 LOOM_UNARY_FUNCTION(floor)
 LOOM_UNARY_FUNCTION(ceil)
 LOOM_UNARY_FUNCTION(round)
+//! e's values, as a constant to loom::grad: no gradient flows through it
+//! (docs/08_gradients.md). The softmax family shifts by
+//! `stop_gradient(row_max(x))`: the result does not depend on the shift, so
+//! its gradient is exact and needs no pass for row_max's own rule.
+//! Example: `auto e = exp(x - stop_gradient(row_max(x)));`
+LOOM_UNARY_FUNCTION(stop_gradient)
 
 #define LOOM_BINARY_FUNCTION(name, functor)              \
   template <operand A, operand B>                        \
