@@ -8,9 +8,9 @@
 // each as one loom assignment, as an unfused op-by-op chain (each op
 // materialized, as an eager library runs it), and as a thrust::transform
 // with a hand-written functor (not dropout: its baselines are op by op and
-// the copy). PyTorch eager and torch.compile timings of the first two
-// expressions come from torch_layers.py (PyTorch's dropout + add is not
-// measured). Outputs are checked against a double reference (a sample of
+// the copy). PyTorch eager and torch.compile timings of the three
+// expressions come from torch_layers.py (its dropout draws its own mask).
+// Outputs are checked against a double reference (a sample of
 // elements) before timing.
 // Usage: bench_elementwise [--quick] [--json FILE]; exits 77 without a GPU.
 #include <thrust/execution_policy.h>

@@ -91,12 +91,13 @@ def main():
     def compiled(fn):
         return torch.compile(fn, dynamic=False)
 
-    def measure(bench, op, shape, dtype, impls, make_inputs, set_bytes, nbytes, ref_fn, copy_gbps):
-        """impls: [(name, fn(*inputs)->out, is_compiled)]; ref_fn(*inputs)->float64 reference of rows [:4]."""
+    def measure(bench, op, shape, dtype, impls, make_inputs, set_bytes, nbytes, ref_fn, copy_gbps, judge=None):
+        """impls: [(name, fn(*inputs)->out, is_compiled)]; ref_fn(*inputs)->float64 reference of rows [:4];
+        judge(out, tol, *inputs) -> verdict, instead of comparing with ref_fn's, when given."""
         sets = n_sets(set_bytes)
         inputs = [make_inputs() for _ in range(sets)]
         tol = 1e-4 if dtype == "f32" else 2e-2
-        ref = ref_fn(*inputs[0])
+        ref = ref_fn(*inputs[0]) if judge is None else None
         for name, fn, is_compiled in impls:
             if is_compiled:
                 if args.no_compile or compile_spent[0] > args.compile_budget_s:
@@ -115,7 +116,7 @@ def main():
                     continue
                 compile_spent[0] += time.monotonic() - t0
             out = fn(*inputs[0])
-            verdict = check(out[:4], ref, tol)
+            verdict = check(out[:4], ref, tol) if judge is None else judge(out, tol, *inputs[0])
             if verdict != "ok":
                 failed.append(f"{op} {shape} {dtype} {name}: {verdict}")
             emit(bench, op, shape, dtype, name, time_ms(lambda s: fn(*inputs[s]), sets), nbytes, copy_gbps, verdict)
@@ -152,6 +153,27 @@ def main():
                 [("torch eager", six, False), ("torch.compile", compiled(six), True)],
                 lambda: (rnd((er, ec), dt), rnd((er, ec), dt), rnd((er, ec), dt)), 4 * er * ec * es, 4 * er * ec * es,
                 lambda a, b, c: six(a[:4].double(), b[:4].double(), c[:4].double()), copy_gbps)
+
+        # Bias + dropout + residual: PyTorch draws its own mask, so each output
+        # element of rows [:4] must be the kept value (x + b) / (1 - p) + r or
+        # the dropped one r, and about p of them dropped.
+        p = 0.1
+        def bdr(x, b, r):
+            return F.dropout(x + b, p, training=True) + r
+        def dropout_judge(out, tol, x, b, r):
+            o, r4 = out[:4].double(), r[:4].double()
+            kept = (x[:4].double() + b.double()) / (1 - p) + r4
+            def near(a, c):
+                return (a - c).abs() <= tol * (a.abs() + c.abs()) + tol
+            dropped = near(o, r4) & ~near(o, kept)
+            frac = dropped.double().mean().item()
+            if not bool((near(o, kept) | near(o, r4)).all()):
+                return "FAIL (an element is neither kept nor dropped)"
+            return "ok" if abs(frac - p) < 0.02 else f"FAIL (dropped fraction {frac:.4f}, p {p})"
+        measure("torch", "dropout(x+b,0.1)+r", shape, dname,
+                [("torch eager", bdr, False), ("torch.compile", compiled(bdr), True)],
+                lambda: (rnd((er, ec), dt), rnd((ec,), dt), rnd((er, ec), dt)), 3 * er * ec * es,
+                3 * er * ec * es + ec * es, None, copy_gbps, judge=dropout_judge)
 
     # Row layers (bench_layers.cu). Eager backward is the kernel autograd runs
     # for the layer (the gradient with respect to x only; softmax's takes x as

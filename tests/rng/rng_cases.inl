@@ -147,6 +147,33 @@ TEST_CASE("rand in an expression keeps its values under a permuted rank-3 output
   });
 }
 
+TEST_CASE("rand with dense and broadcast operands keeps its values in every piece and run of elements",
+          "[rng]" LOOM_TEST_TAG) {
+  // The host computes trees with a random leaf in pieces of at most 16384
+  // elements (per period of a broadcast operand), 16 elements per load: a
+  // long dense output (several pieces), periods longer than a piece and odd
+  // periods (pieces that start inside a Philox block).
+  std::mt19937_64 g(loom_test::seed_for("rand pieces"));
+  const std::uint64_t seed = g(), offset = g();
+  auto u = [&](std::uint64_t i) { return static_cast<float>(ref_uniform(ref_bits(seed, offset, i), 24)); };
+  for (index_t cols : {index_t{67}, index_t{64}, index_t{16389}, index_t{40007}}) {
+    const loom::shape<2> s{5, cols};
+    INFO("shape " << loom::shape_string(s));
+    auto bias_h = random_host<float, 1>({cols}, g);
+    auto x_h = random_host<float, 2>(s, g);
+    auto bias = in_space(bias_h);
+    auto x = in_space(x_h);
+    auto y = poisoned<float, 2>(s);
+    y = loom::rand(seed, offset) * 2.0f + bias;
+    CHECK(loom::last_eval().path == loom::eval_path::contiguous);
+    check_exact(y, [&](std::uint64_t i) { return u(i) * 2.0f + bias_h.data()[i % static_cast<std::uint64_t>(cols)]; });
+    auto z = poisoned<float, 2>(s);
+    z = x - loom::rand(seed, offset);
+    CHECK(loom::last_eval().path == loom::eval_path::contiguous);
+    check_exact(z, [&](std::uint64_t i) { return x_h.data()[i] - u(i); });
+  }
+}
+
 TEST_CASE("two streams in one expression keep their own values", "[rng]" LOOM_TEST_TAG) {
   // The same distribution twice (alternating blocks on the host) and a third stream under a row reduction.
   const loom::shape<2> s{9, 13};

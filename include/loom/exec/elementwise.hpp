@@ -79,12 +79,13 @@ __global__ void __launch_bounds__(256) general_kernel(general_out<O, R> out, B e
 inline unsigned grid_for(index_t work, int device) { return grid_size((work + 255) / 256, 32, device); }
 #endif
 
-// The host's per-period loop: a tree of leaves, scalars and maps only (its
-// values depend on the index through the leaves' offsets alone) can be
-// rebased to a block's first element. Any other node kind keeps the
+// The host's per-period loop: a tree of leaves, scalars, maps and nodes that
+// can move their linear index 0 to an element (rebase_linear, as a random
+// leaf does; their values depend on the index through their offsets alone)
+// can be rebased to a block's first element. Any other node kind keeps the
 // per-element periodic path.
 template <class N>
-struct not_rebasable_node : std::true_type {};
+struct not_rebasable_node : std::bool_constant<!requires(N& n) { n.rebase_linear(index_t{}); }> {};
 template <class T, std::size_t R>
 struct not_rebasable_node<bound_leaf<T, R>> : std::false_type {};
 template <class C>
@@ -92,11 +93,20 @@ struct not_rebasable_node<bound_scalar<C>> : std::false_type {};
 template <class F, class Cin, class... B>
 struct not_rebasable_node<bound_map<F, Cin, B...>> : std::false_type {};
 
+// A node that computes several consecutive elements at once in load (a
+// random leaf: one Philox block per four elements); trees that hold one
+// take the host's run loop (host_run_loop) on the contiguous path.
+template <class N>
+struct computes_blocks : std::bool_constant<requires { requires N::linear_blocks; }> {};
+
 // Periods shorter than this keep the per-element loop (a copy of the tree
 // per piece would cost more than the modulo it saves); longer ones are cut
 // into pieces of at most host_max_piece elements, so threads share the work.
 inline constexpr index_t host_min_period = 64;
 inline constexpr index_t host_max_piece = 16384;
+// Elements per load of the host's run loop: a whole number of 16-byte
+// units of any element type and of Philox blocks.
+inline constexpr int host_run_width = 16;
 
 // A copy of bound tree b whose at_linear<false>(k) reads what
 // b.at_linear<true>(start + k) reads while start + k stays in start's block
@@ -106,16 +116,40 @@ template <class B>
 B rebased_tree(const B& b, index_t start) {
   B c = b;
   visit(c, [start](auto& node) {
-    if constexpr (is_bound_leaf<std::remove_cvref_t<decltype(node)>>::value)
+    using N = std::remove_cvref_t<decltype(node)>;
+    if constexpr (is_bound_leaf<N>::value)
       node.p += node.template linear_offset<true>(start);
+    else if constexpr (!not_rebasable_node<N>::value && requires { node.rebase_linear(start); })
+      node.rebase_linear(start);
   });
   return c;
 }
 
-// The host's contiguous loop with periodic operands, per piece of a block
-// of `period` elements (the gcd of the periods): inside a block every
+// One piece of the host's contiguous loop, the tree rebased to its first
+// element: in SIMD lanes one element at a time, or, for trees with nodes
+// that compute several elements at once, host_run_width elements per load.
+template <class O, class B>
+void host_piece(O* q, const B& c, index_t len) {
+  if constexpr (tree_any_v<B, computes_blocks>) {
+    index_t k = 0;
+    for (; k + host_run_width <= len; k += host_run_width) {
+      typename B::template regs<host_run_width> r;
+      c.template load<host_run_width, false>(k, r);
+      for (int j = 0; j < host_run_width; ++j) q[k + j] = convert<O>(c.template elem<host_run_width>(r, j));
+    }
+    for (; k < len; ++k) q[k] = convert<O>(c.template at_linear<false>(k));
+  } else {
+#if LOOM_HAS_OPENMP
+#pragma omp simd
+#endif
+    for (index_t i = 0; i < len; ++i) q[i] = convert<O>(c.template at_linear<false>(i));
+  }
+}
+
+// The host's contiguous loop per piece of a block of `period` elements (the
+// gcd of the periods; n when every operand is dense): inside a block every
 // periodic operand is read at consecutive offsets, so the rebased tree
-// evaluates the piece as dense operands, in SIMD lanes.
+// evaluates the piece as dense operands.
 template <class O, class B>
 void host_periodic_loop(O* p, const B& b, index_t n, index_t period) {
   const index_t piece = period < host_max_piece ? period : host_max_piece;
@@ -128,12 +162,7 @@ void host_periodic_loop(O* p, const B& b, index_t n, index_t period) {
         const index_t start = block * period + j % pieces_per_block * piece;
         if (start >= n) return;
         const index_t len = std::min({start + piece, (block + 1) * period, n}) - start;
-        const B c = rebased_tree(b, start);
-        O* const q = p + start;
-#if LOOM_HAS_OPENMP
-#pragma omp simd
-#endif
-        for (index_t k = 0; k < len; ++k) q[k] = convert<O>(c.template at_linear<false>(k));
+        host_piece(p + start, rebased_tree(b, start), len);
       },
       piece);
 }
@@ -150,7 +179,14 @@ void run_elementwise(const view<O, RO, S>& out, const N& e, index_t n, eval_info
 
   if constexpr (std::is_same_v<S, host>) {
     O* const p = out.data();
-    if (contiguous && bi.contiguous) {
+    using bound_t = std::remove_const_t<decltype(b)>;
+    constexpr bool runs = tree_any_v<bound_t, computes_blocks> && !tree_any_v<bound_t, not_rebasable_node>;
+    if (runs && contiguous && (bi.contiguous || bi.period_gcd >= host_min_period)) {
+      // A random leaf's values come four to a Philox block: pieces of the
+      // output in runs of host_run_width elements.
+      info.path = eval_path::contiguous;
+      host_periodic_loop(p, b, n, bi.contiguous ? n : bi.period_gcd);
+    } else if (contiguous && bi.contiguous) {
       // Every operand dense: element i of each at offset i, no periodic
       // branch, so the compiler can run the loop in SIMD lanes. An output
       // that is also an input has the same index map (bind checks it), so
@@ -159,7 +195,6 @@ void run_elementwise(const view<O, RO, S>& out, const N& e, index_t n, eval_info
       host_for_each_simd(n, [p, b](index_t i) { p[i] = convert<O>(b.template at_linear<false>(i)); });
     } else if (contiguous) {
       info.path = eval_path::contiguous;
-      using bound_t = std::remove_const_t<decltype(b)>;
       const index_t period = bi.period_gcd;
       if (!tree_any_v<bound_t, not_rebasable_node> && period >= host_min_period) {
         host_periodic_loop(p, b, n, period);

@@ -122,10 +122,18 @@ struct bound_random {
   template <int vector_width>
   using regs = vec_regs<compute, vector_width>;
   static constexpr std::size_t slots = 0;
+  // The host's linear loops compute four elements per Philox block (load):
+  // they take this leaf whole in runs of elements (host_block_loop).
+  static constexpr bool linear_blocks = true;
   Dist dist;
   rng::stream_key key;
   shape<R> st;
+  // Added to a linear index (at_linear, load): the first element of the run
+  // of elements a host loop moved the tree to (rebase_linear); 0 otherwise.
+  index_t base = 0;
 
+  //! Moves linear index 0 to output element `start` (the host's runs).
+  void rebase_linear(index_t start) { base += start; }
   LOOM_HD compute value_at(index_t i) const {
     const auto u = static_cast<std::uint64_t>(i);
 #if LOOM_DEVICE_CODE
@@ -136,7 +144,7 @@ struct bound_random {
   }
   template <bool allow_periodic = false>
   LOOM_HD compute at_linear(index_t i) const {
-    return value_at(i);
+    return value_at(base + i);
   }
   template <class Ctx = no_ctx>
   LOOM_HD compute at(const index_t* idx, const Ctx& = {}) const {
@@ -144,10 +152,10 @@ struct bound_random {
     for (std::size_t d = 0; d != R; ++d) i += idx[d] * st[d];
     return value_at(i);
   }
-  // Values of elements [i0, i0 + vector_width): one Philox block per four
-  // elements when i0 starts a block, one per element otherwise.
-  template <int vector_width, bool allow_periodic = false>
-  LOOM_HD void load(index_t i0, regs<vector_width>& r) const {
+  // Values of elements [i0, i0 + vector_width) of the shape: one Philox block
+  // per four elements when i0 starts a block, one per element otherwise.
+  template <int vector_width>
+  LOOM_HD void values_from(index_t i0, regs<vector_width>& r) const {
     if constexpr (vector_width % 4 == 0) {
       if ((i0 & 3) == 0) {
         LOOM_UNROLL
@@ -162,11 +170,15 @@ struct bound_random {
     LOOM_UNROLL
     for (int j = 0; j < vector_width; ++j) r.v[j] = value_at(i0 + j);
   }
+  template <int vector_width, bool allow_periodic = false>
+  LOOM_HD void load(index_t i0, regs<vector_width>& r) const {
+    values_from<vector_width>(base + i0, r);
+  }
   template <int vector_width>
   LOOM_HD void row_load(const index_t* lead, index_t c0, regs<vector_width>& r) const {
     index_t i = c0;
     for (std::size_t d = 0; d + 1 < R; ++d) i += lead[d] * st[d];
-    load<vector_width>(i, r);
+    values_from<vector_width>(i, r);
   }
   template <int vector_width, class Ctx = no_ctx>
   LOOM_HD compute elem(const regs<vector_width>& r, int j, const Ctx& = {}) const {
@@ -176,7 +188,7 @@ struct bound_random {
   bool same_as(const bound_random& o) const {
     if constexpr (!std::is_empty_v<Dist>)
       if (std::memcmp(&dist, &o.dist, sizeof(Dist)) != 0) return false;
-    return key == o.key && st == o.st;
+    return key == o.key && st == o.st && base == o.base;
   }
 };
 template <class Dist, std::size_t R>
