@@ -8,8 +8,10 @@
 //    the same threads: `omp parallel for` and `omp parallel for simd` (the
 //    best way to write it by hand). Targets: fused >= 0.9x the faster hand
 //    loop and >= 2x op by op.
-//  - row layers: softmax, rms_norm and layer_norm over 4096 x 4096 floats,
-//    loom against hand-written loops parallel over rows.
+//  - row layers: softmax, log_softmax, rms_norm and layer_norm over 4096 x
+//    4096 floats, and the backward passes of all four (gradient of the
+//    input), loom against hand-written loops parallel over rows (each row
+//    statistic once per row, exp once per element where the layer allows).
 // A parallel copy gives the ceiling (% of copy). Every result is checked
 // against a double reference before it is timed. The machine (CPU model,
 // cores, ISA extensions) and the compiler flags are printed and recorded.
@@ -95,6 +97,22 @@ class runner {
   bool failed_ = false;
   double copy_gbps_ = 0;
 };
+
+// The largest of p[0..n), as a hand loop computes a row's maximum.
+float max_of(const float* p, index_t n) {
+  float mx = -INFINITY;
+  for (index_t j = 0; j < n; ++j) mx = std::fmax(mx, p[j]);
+  return mx;
+}
+
+// A hand loop over rows: row(i) for each of the nr rows, rows in parallel.
+template <class F>
+void each_row(index_t nr, const F& row) {
+#if LOOM_HAS_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+  for (index_t i = 0; i < nr; ++i) row(i);
+}
 
 // The ceiling: a parallel copy of 64 Mi floats (read + write), by hand and as
 // the loom assignment y = x.
@@ -226,6 +244,14 @@ void layer_norm_ref(const float* x, const float* w, const float* b, index_t cols
   for (index_t j = 0; j < cols; ++j) out[j] = (x[j] - mean) / std::sqrt(var + eps) * w[j] + b[j];
 }
 
+void log_softmax_ref(const float* x, index_t cols, std::vector<double>& out) {
+  double mx = -INFINITY, s = 0;
+  for (index_t j = 0; j < cols; ++j) mx = std::fmax(mx, x[j]);
+  for (index_t j = 0; j < cols; ++j) s += std::exp(x[j] - mx);
+  out.resize(cols);
+  for (index_t j = 0; j < cols; ++j) out[j] = x[j] - mx - std::log(s);
+}
+
 void rms_norm_ref(const float* x, const float* w, index_t cols, double eps, std::vector<double>& out) {
   double ss = 0;
   for (index_t j = 0; j < cols; ++j) ss += static_cast<double>(x[j]) * x[j];
@@ -268,18 +294,15 @@ void rows(runner& run) {
   poison(y);
   const double sm_hand = run.measure("softmax", shape, "hand loop (OpenMP)", bytes,
                                      [&] {
-#if LOOM_HAS_OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-                                       for (index_t i = 0; i < nr; ++i) {
+                                       each_row(nr, [&](index_t i) {
                                          const float* px = x.data() + i * nc;
                                          float* py = y.data() + i * nc;
-                                         float mx = -INFINITY, s = 0;
-                                         for (index_t j = 0; j < nc; ++j) mx = std::fmax(mx, px[j]);
+                                         const float mx = max_of(px, nc);
+                                         float s = 0;
                                          for (index_t j = 0; j < nc; ++j) s += std::exp(px[j] - mx);
                                          const float inv = 1.0f / s;
                                          for (index_t j = 0; j < nc; ++j) py[j] = std::exp(px[j] - mx) * inv;
-                                       }
+                                       });
                                      },
                                      sm_check);
   poison(y);
@@ -287,18 +310,15 @@ void rows(runner& run) {
   // per row.
   const double sm_hand1 = run.measure("softmax", shape, "hand loop, exp once (OpenMP)", bytes,
                                       [&] {
-#if LOOM_HAS_OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-                                        for (index_t i = 0; i < nr; ++i) {
+                                        each_row(nr, [&](index_t i) {
                                           const float* px = x.data() + i * nc;
                                           float* py = y.data() + i * nc;
-                                          float mx = -INFINITY, s = 0;
-                                          for (index_t j = 0; j < nc; ++j) mx = std::fmax(mx, px[j]);
+                                          const float mx = max_of(px, nc);
+                                          float s = 0;
                                           for (index_t j = 0; j < nc; ++j) s += (py[j] = std::exp(px[j] - mx));
                                           const float inv = 1.0f / s;
                                           for (index_t j = 0; j < nc; ++j) py[j] *= inv;
-                                        }
+                                        });
                                       },
                                       sm_check);
   poison(y);
@@ -307,17 +327,14 @@ void rows(runner& run) {
   poison(y);
   const double rn_hand = run.measure("rms_norm", shape, "hand loop (OpenMP)", bytes,
                                      [&] {
-#if LOOM_HAS_OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-                                       for (index_t i = 0; i < nr; ++i) {
+                                       each_row(nr, [&](index_t i) {
                                          const float* px = x.data() + i * nc;
                                          float* py = y.data() + i * nc;
                                          float ss = 0;
                                          for (index_t j = 0; j < nc; ++j) ss += px[j] * px[j];
                                          const float r = 1.0f / std::sqrt(ss / static_cast<float>(nc) + float(eps));
                                          for (index_t j = 0; j < nc; ++j) py[j] = px[j] * r * w.data()[j];
-                                       }
+                                       });
                                      },
                                      rn_check);
   poison(y);
@@ -326,10 +343,7 @@ void rows(runner& run) {
   poison(y);
   const double ln_hand = run.measure("layer_norm", shape, "hand loop (OpenMP)", bytes,
                                      [&] {
-#if LOOM_HAS_OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-                                       for (index_t i = 0; i < nr; ++i) {
+                                       each_row(nr, [&](index_t i) {
                                          const float* px = x.data() + i * nc;
                                          float* py = y.data() + i * nc;
                                          float mean = 0, var = 0;
@@ -339,11 +353,163 @@ void rows(runner& run) {
                                          const float rstd = 1.0f / std::sqrt(var / static_cast<float>(nc) + float(eps));
                                          for (index_t j = 0; j < nc; ++j)
                                            py[j] = (px[j] - mean) * rstd * w.data()[j] + b.data()[j];
-                                       }
+                                       });
                                      },
                                      ln_check);
-  std::printf("  loom / hand loop speed: softmax %.2fx (exp twice), %.2fx (exp once), rms_norm %.2fx, layer_norm %.2fx\n",
-              sm_hand / sm_loom, sm_hand1 / sm_loom, rn_hand / rn_loom, ln_hand / ln_loom);
+  poison(y);
+  const double ls_loom = run.measure("log_softmax", shape, "loom", bytes, [&] { y = loom::log_softmax(x); },
+                                     check([&](const float* row, std::vector<double>& r) {
+                                       log_softmax_ref(row, nc, r);
+                                     }));
+  poison(y);
+  // exp once per element, log once per row.
+  const double ls_hand = run.measure("log_softmax", shape, "hand loop (OpenMP)", bytes,
+                                     [&] {
+                                       each_row(nr, [&](index_t i) {
+                                         const float* px = x.data() + i * nc;
+                                         float* py = y.data() + i * nc;
+                                         const float mx = max_of(px, nc);
+                                         float s = 0;
+                                         for (index_t j = 0; j < nc; ++j) s += std::exp(px[j] - mx);
+                                         const float shift = mx + std::log(s);
+                                         for (index_t j = 0; j < nc; ++j) py[j] = px[j] - shift;
+                                       });
+                                     },
+                                     check([&](const float* row, std::vector<double>& r) {
+                                       log_softmax_ref(row, nc, r);
+                                     }));
+  std::printf("  loom / hand loop speed: softmax %.2fx (exp twice), %.2fx (exp once), log_softmax %.2fx, "
+              "rms_norm %.2fx, layer_norm %.2fx\n",
+              sm_hand / sm_loom, sm_hand1 / sm_loom, ls_hand / ls_loom, rn_hand / rn_loom, ln_hand / ln_loom);
+}
+
+// The row layers' backward passes (gradient of the input) against hand
+// loops written the best way: each row statistic computed once per row,
+// sums that share a pass computed together, exp once per element.
+// softmax's and log_softmax's take the forward output y (made by loom's
+// forward pass from random x); the norms' recompute their statistics from x.
+void row_backward(runner& run) {
+  const index_t nr = run.quick() ? 257 : 4096, nc = run.quick() ? 1023 : 4096;
+  const std::string shape = std::to_string(nr) + "x" + std::to_string(nc);
+  std::mt19937_64 g(6);
+  loom::host_tensor<float, 2> x({nr, nc}), dy({nr, nc}), sm({nr, nc}), ls({nr, nc}), dx({nr, nc});
+  loom::host_tensor<float, 1> w({nc});
+  randomize(x, g), randomize(dy, g), randomize(w, g);
+  sm = loom::softmax(x);
+  ls = loom::log_softmax(x);
+  const double bytes = 3.0 * nr * nc * sizeof(float);  // y or x and dy read, dx written
+  constexpr double eps = 1e-5;
+  const index_t row_step = run.quick() ? 1 : 61;
+  const float *px = x.data(), *pd = dy.data(), *pw = w.data(), *psm = sm.data(), *pls = ls.data();
+  float* po = dx.data();
+  // Checks dx against ref(row i, out) on every row_step-th row.
+  auto check = [&](auto ref) {
+    return [&, ref] {
+      loom_bench::error_meter m{2e-5, 1e-4};
+      std::vector<double> r(static_cast<std::size_t>(nc));
+      for (index_t i = 0; i < nr; i += row_step) {
+        ref(i, r);
+        for (index_t j = 0; j < nc; ++j) m.add(po[i * nc + j], r[j]);
+      }
+      return m.verdict();
+    };
+  };
+  // Measures loom's and the hand loop's way of one backward pass; returns hand / loom time.
+  auto pair = [&](const char* op, auto&& loom_way, auto&& hand_row, auto ref) {
+    poison(dx);
+    const double t_loom = run.measure(op, shape, "loom", bytes, loom_way, check(ref));
+    poison(dx);
+    const double t_hand = run.measure(op, shape, "hand loop (OpenMP)", bytes,
+                                      [&] { each_row(nr, [&](index_t i) { hand_row(i * nc); }); },
+                                      check(ref));
+    return t_hand / t_loom;
+  };
+  const double n = static_cast<double>(nc);
+
+  const double smb = pair(
+      "softmax_backward", [&] { dx = loom::softmax_backward(sm, dy); },
+      [&](index_t o) {
+        float dot = 0;
+        for (index_t j = 0; j < nc; ++j) dot += pd[o + j] * psm[o + j];
+        for (index_t j = 0; j < nc; ++j) po[o + j] = psm[o + j] * (pd[o + j] - dot);
+      },
+      [&](index_t i, std::vector<double>& r) {
+        const float *y = psm + i * nc, *d = pd + i * nc;
+        double dot = 0;
+        for (index_t j = 0; j < nc; ++j) dot += static_cast<double>(d[j]) * y[j];
+        for (index_t j = 0; j < nc; ++j) r[j] = y[j] * (d[j] - dot);
+      });
+  const double lsb = pair(
+      "log_softmax_backward", [&] { dx = loom::log_softmax_backward(ls, dy); },
+      [&](index_t o) {
+        float sum = 0;
+        for (index_t j = 0; j < nc; ++j) sum += pd[o + j];
+        for (index_t j = 0; j < nc; ++j) po[o + j] = pd[o + j] - std::exp(pls[o + j]) * sum;
+      },
+      [&](index_t i, std::vector<double>& r) {
+        const float *y = pls + i * nc, *d = pd + i * nc;
+        double sum = 0;
+        for (index_t j = 0; j < nc; ++j) sum += d[j];
+        for (index_t j = 0; j < nc; ++j) r[j] = d[j] - std::exp(static_cast<double>(y[j])) * sum;
+      });
+  const double lnb = pair(
+      "layer_norm_backward_input", [&] { dx = loom::layer_norm_backward_input(x, w, dy, eps); },
+      [&](index_t o) {
+        float mean = 0, var = 0, sg = 0, sgx = 0;
+        for (index_t j = 0; j < nc; ++j) mean += px[o + j];
+        mean /= static_cast<float>(nc);
+        for (index_t j = 0; j < nc; ++j) var += (px[o + j] - mean) * (px[o + j] - mean);
+        const float rstd = 1.0f / std::sqrt(var / static_cast<float>(nc) + float(eps));
+        for (index_t j = 0; j < nc; ++j) {
+          const float gj = pd[o + j] * pw[j];
+          sg += gj;
+          sgx += gj * (px[o + j] - mean) * rstd;
+        }
+        const float mg = sg / static_cast<float>(nc), mgx = sgx / static_cast<float>(nc);
+        for (index_t j = 0; j < nc; ++j) {
+          const float xhat = (px[o + j] - mean) * rstd;
+          po[o + j] = rstd * (pd[o + j] * pw[j] - mg - xhat * mgx);
+        }
+      },
+      [&](index_t i, std::vector<double>& r) {
+        const float *xr = px + i * nc, *d = pd + i * nc;
+        double mean = 0, var = 0, sg = 0, sgx = 0;
+        for (index_t j = 0; j < nc; ++j) mean += xr[j];
+        mean /= n;
+        for (index_t j = 0; j < nc; ++j) var += (xr[j] - mean) * (xr[j] - mean);
+        const double rstd = 1.0 / std::sqrt(var / n + eps);
+        for (index_t j = 0; j < nc; ++j) {
+          sg += static_cast<double>(d[j]) * pw[j];
+          sgx += static_cast<double>(d[j]) * pw[j] * (xr[j] - mean) * rstd;
+        }
+        for (index_t j = 0; j < nc; ++j)
+          r[j] = rstd * (static_cast<double>(d[j]) * pw[j] - sg / n - (xr[j] - mean) * rstd * sgx / n);
+      });
+  const double rnb = pair(
+      "rms_norm_backward_input", [&] { dx = loom::rms_norm_backward_input(x, w, dy, eps); },
+      [&](index_t o) {
+        float ss = 0, sgx = 0;
+        for (index_t j = 0; j < nc; ++j) {
+          ss += px[o + j] * px[o + j];
+          sgx += pd[o + j] * pw[j] * px[o + j];
+        }
+        const float rr = 1.0f / std::sqrt(ss / static_cast<float>(nc) + float(eps));
+        const float k = rr * rr * (sgx / static_cast<float>(nc));
+        for (index_t j = 0; j < nc; ++j) po[o + j] = rr * (pd[o + j] * pw[j] - px[o + j] * k);
+      },
+      [&](index_t i, std::vector<double>& r) {
+        const float *xr = px + i * nc, *d = pd + i * nc;
+        double ss = 0, sgx = 0;
+        for (index_t j = 0; j < nc; ++j) {
+          ss += static_cast<double>(xr[j]) * xr[j];
+          sgx += static_cast<double>(d[j]) * pw[j] * xr[j];
+        }
+        const double rr = 1.0 / std::sqrt(ss / n + eps);
+        for (index_t j = 0; j < nc; ++j) r[j] = rr * (static_cast<double>(d[j]) * pw[j] - xr[j] * rr * rr * sgx / n);
+      });
+  std::printf("  loom / hand loop speed: softmax_backward %.2fx, log_softmax_backward %.2fx, "
+              "layer_norm_backward_input %.2fx, rms_norm_backward_input %.2fx\n",
+              smb, lsb, lnb, rnb);
 }
 }  // namespace
 
@@ -359,6 +525,7 @@ int main(int argc, char** argv) {
     copy(run);
     elementwise(run);
     rows(run);
+    row_backward(run);
     if (run.failed()) {
       std::printf("FAIL: a result differs from its double reference\n");
       return 1;

@@ -268,6 +268,78 @@ TEST_CASE("identical row reductions are computed once and in-place layers work",
                     loom::aliasing_error);
 }
 
+namespace {
+// Checks y and want (same shape) bit for bit.
+template <class T, std::size_t R>
+void check_same_bits(const loom::tensor<T, R, space_t>& y, const loom::tensor<T, R, space_t>& want) {
+  const auto a = loom::to_host(y), b = loom::to_host(want);
+  index_t bad = 0;
+  for (index_t i = 0; i < a.size(); ++i)
+    if (!loom_test::same_bits(a.data()[i], b.data()[i]) && bad++ < 3)
+      FAIL_CHECK("element " << i << ": " << loom_test::as_double(a.data()[i]) << ", want "
+                            << loom_test::as_double(b.data()[i]));
+  CHECK(bad == 0);
+}
+}  // namespace
+
+TEST_CASE("per-row values are computed once per row on the host, with the bits of a per-row output",
+          "[nn][rows]" LOOM_TEST_TAG) {
+  // rsqrt(row_mean(x * x) + eps) and log(row_sum(exp(x - row_max(x)))) have
+  // one value per row: the host computes each once per row (eval_info
+  // says how many), the device in every column. Either way the layer's
+  // bits are those of the same value assigned to an [N, 1] tensor and
+  // broadcast along the rows by an elementwise assignment.
+  std::mt19937_64 g(loom_test::seed_for("per-row values"));
+  const index_t n = 37, c = 301;
+  auto x = in_space(random_host<float, 2>({n, c}, g));
+  auto w = in_space(random_host<float, 1>({c}, g));
+  auto y = poisoned<float, 2>({n, c});
+  auto want = poisoned<float, 2>({n, c});
+  auto r = poisoned<float, 2>({n, 1});
+  auto m = poisoned<float, 2>({n, 1});
+
+  y = loom::rms_norm(x, w, 1e-6);
+  CHECK(loom::last_eval().per_row_values == (on_device ? 0 : 1));
+  r = loom::rms_norm_rstd(x, 1e-6);
+  want = x * r * w;
+  check_same_bits(y, want);
+
+  y = loom::log_softmax(x);
+  // The shift stop_gradient(row_max(x)) (twice) and the log of the sum.
+  CHECK(loom::last_eval().per_row_values == (on_device ? 0 : 3));
+  m = row_max(x);
+  r = log(row_sum(exp(x - m)));
+  want = x - m - r;
+  check_same_bits(y, want);
+
+  // In a reduction's own pass: layer_norm_backward_input's mean(g * xhat)
+  // reads rstd in every column of its pass.
+  auto dy = in_space(random_host<float, 2>({n, c}, g));
+  y = loom::layer_norm_backward_input(x, w, dy, 1e-5);
+  if (!on_device) CHECK(loom::last_eval().per_row_values > 0);
+  const auto yh = loom::to_host(y);
+  const auto xr = rows_of(loom::to_host(x)), dr = rows_of(loom::to_host(dy));
+  const auto wh = loom::to_host(w);
+  for (index_t i = 0; i < n; ++i) {
+    const auto& xi = xr[static_cast<std::size_t>(i)];
+    const auto& di = dr[static_cast<std::size_t>(i)];
+    double mean = 0, var = 0, sg = 0, sgx = 0;
+    for (double v : xi) mean += v / c;
+    for (double v : xi) var += (v - mean) * (v - mean) / c;
+    const double rstd = 1 / std::sqrt(var + 1e-5);
+    for (index_t j = 0; j < c; ++j) {
+      const double gj = di[static_cast<std::size_t>(j)] * wh.data()[j];
+      sg += gj / c;
+      sgx += gj * (xi[static_cast<std::size_t>(j)] - mean) * rstd / c;
+    }
+    for (index_t j = 0; j < c; ++j) {
+      const double xhat = (xi[static_cast<std::size_t>(j)] - mean) * rstd;
+      const double ref = rstd * (di[static_cast<std::size_t>(j)] * wh.data()[j] - sg - xhat * sgx);
+      CHECK(std::fabs(yh.data()[i * c + j] - ref) <= 1e-4 * (1 + std::fabs(ref)));
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("softmax and log_softmax match double references", "[nn][softmax]" LOOM_TEST_TAG, float, loom::half,
                    loom::bf16) {
   using T = TestType;

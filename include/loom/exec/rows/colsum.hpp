@@ -210,8 +210,11 @@ __global__ void __launch_bounds__(256)
 // Kernel 1 on the host: blocks of consecutive rows in parallel, each
 // accumulating its partial column sums in its row of `partials`.
 template <class A, std::size_t K, class S, class O, std::size_t RO, class B, bool Store>
-void colsum_rows_host(const B& b, const colsum_sink<O, RO, K, Store>& sink, const row_layout<RO>& lay,
+void colsum_rows_host(const B& b0, const colsum_sink<O, RO, K, Store>& sink, const row_layout<RO>& lay,
                       const row_passes_plan& passes, tensor<A, 3, S>& partials, column_sums_info& ci, eval_info& info) {
+  const auto b = wrap_row_values(b0);  // per-row values once per row (per_row.hpp)
+  using BW = std::remove_const_t<decltype(b)>;
+  info.per_row_values = per_row_value_count<BW>;
   const std::uint64_t reuse = passes.reuse;
   const index_t cols = lay.cols, width = static_cast<index_t>(K) * cols;
   const colsum_plan plan = plan_colsum(lay.rows, host_colsum_rows, host_colsum_max_blocks);
@@ -232,10 +235,10 @@ void colsum_rows_host(const B& b, const colsum_sink<O, RO, K, Store>& sink, cons
         const index_t first = p * plan.rows_per_block, last = std::min(first + plan.rows_per_block, lay.rows);
         for (index_t row = first; row < last; ++row)
           host_row<A>(b, cplan, lay, row, reuse, dense,
-                      [&](const B& bc, const index_t* idx, const index_t* lead, index_t c,
-                          const row_ctx<slots_of<B>, A>& ctx) { sink.one(bc, idx, lead, c, ctx, acc, cols); });
+                      [&](const BW& bc, const index_t* idx, const index_t* lead, index_t c,
+                          const row_ctx<slots_of<BW>, A>& ctx) { sink.one(bc, idx, lead, c, ctx, acc, cols); });
       },
-      plan.rows_per_block * cols * static_cast<index_t>(slots_of<B> + 1 + K));
+      plan.rows_per_block * cols * static_cast<index_t>(slots_of<BW> + 1 + K));
 }
 
 #if LOOM_CUDA_COMPILER

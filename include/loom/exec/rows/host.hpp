@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "loom/config.hpp"
+#include "loom/exec/rows/per_row.hpp"
 #include "loom/exec/rows/plan.hpp"
 #include "loom/expr/row_nodes.hpp"
 
@@ -70,7 +71,7 @@ void host_reduce_slot(const Reduction& red, const index_t* lead, Ctx& ctx, bool 
 }
 
 template <class B, class Ctx, std::size_t R, std::size_t S>
-void host_reduce_one(const B& b, const index_t* lead, Ctx& ctx, std::uint64_t reuse, bool dense) {
+void host_reduce_one(B& b, const index_t* lead, Ctx& ctx, std::uint64_t reuse, bool dense) {
   constexpr std::size_t t = first_same_slot<B, S>();
   if constexpr (t != S) {
     if ((reuse >> S) & 1) {
@@ -78,11 +79,12 @@ void host_reduce_one(const B& b, const index_t* lead, Ctx& ctx, std::uint64_t re
       return;
     }
   }
+  fill_row_values<R>(b, static_cast<int>(S), lead, ctx);
   with_slot<S>(b, [&](const auto& red) { host_reduce_slot<B, Ctx, R>(red, lead, ctx, dense); });
 }
 
 template <class B, class Ctx, std::size_t R, std::size_t... S>
-void host_reduce_all([[maybe_unused]] const B& b, [[maybe_unused]] const index_t* lead, [[maybe_unused]] Ctx& ctx,
+void host_reduce_all([[maybe_unused]] B& b, [[maybe_unused]] const index_t* lead, [[maybe_unused]] Ctx& ctx,
                      [[maybe_unused]] std::uint64_t reuse, [[maybe_unused]] bool dense, std::index_sequence<S...>) {
   (host_reduce_one<B, Ctx, R, S>(b, lead, ctx, reuse, dense), ...);
 }
@@ -99,7 +101,8 @@ void host_fill_cache(const row_cache_plan<Leaves, R>& plan, const index_t* lead,
 
 // Host executor, one row: copies the planned rows of `lead` into this
 // thread's buffer and rebases `bc` onto them (and its kept values), then
-// computes every reduction slot in order into ctx.
+// computes every reduction slot in order into ctx, and the per-row values
+// of each pass before it (per_row.hpp), the output pass's last.
 template <class B, class Ctx, std::size_t Leaves, std::size_t R>
 void host_row_reductions(B& bc, const row_cache_plan<Leaves, R>& plan, const index_t* lead, Ctx& ctx,
                          std::uint64_t reuse, bool dense) {
@@ -111,6 +114,7 @@ void host_row_reductions(B& bc, const row_cache_plan<Leaves, R>& plan, const ind
     rebase_leaves(bc, plan, lead, bytes);
   }
   host_reduce_all<B, Ctx, R>(bc, lead, ctx, reuse, dense, std::make_index_sequence<slots_of<B>>{});
+  fill_row_values<R>(bc, -1, lead, ctx);
 }
 
 // Host executor, one whole row: its reductions, then the output pass, bc

@@ -29,47 +29,59 @@
 
 namespace loom::detail {
 namespace rows {
+// The rows path on the host: rows in parallel, each row's reductions, then
+// its output pass (host_row), over tree `b` with its per-row values wrapped.
+template <class Sink, class B, std::size_t RO>
+void run_rows_host(const Sink& sink, B b, const row_layout<RO>& lay, const row_passes_plan& passes,
+                   eval_info& info) {
+  using A = std::conditional_t<uses_double<B>, double, float>;
+  const std::uint64_t reuse = passes.reuse;
+  info.threads_per_row = 1;
+  info.per_row_values = per_row_value_count<B>;
+  const bool dense = host_rows_dense(b, lay.cols);
+  const bool dense_out = dense && sink.host_vector_ok();
+  const auto plan = plan_row_chip<RO>(b, lay.cols, lay.rows, reuse, 1, row_cache_budget());
+  info.cached_rows = plan.rows;
+  info.cached_values = plan.values;
+  info.recomputed_values = plan.values_recomputed;
+  using ctx_t = row_ctx<slots_of<B>, A>;
+  auto one = [&](const B& bc, const index_t* idx, const index_t* lead, index_t c, const ctx_t& ctx) {
+    sink.one(bc, idx, lead, c, ctx);
+  };
+  auto vec = [&](const B& bc, const index_t* lead, index_t c0, const ctx_t& ctx) {
+    sink.template vec<host_lanes>(bc, lead, c0, ctx);
+  };
+  host_for_each(
+      lay.rows,
+      [&](index_t row) {
+        if (dense_out)
+          host_row<A>(b, plan, lay, row, reuse, dense, one, vec);
+        else
+          host_row<A>(b, plan, lay, row, reuse, dense, one);
+      },
+      lay.cols * static_cast<index_t>(slots_of<B> + 1));
+}
+
 // Runs the rows path for a bound tree and a sink over the output layout.
 // The tree runs with its shareable subtrees wrapped (keep_values), each
-// computed once per row where the cache holds it (plan_row_chip).
+// computed once per row where the cache holds it (plan_row_chip), and on
+// the host with its per-row values computed once per row (per_row.hpp).
 template <class S, class Sink, class B0, std::size_t RO>
 eval_info run_rows(const Sink& sink, const B0& b0, const row_layout<RO>& lay, bool sink_vector_ok) {
   using B = decltype(keep_values<RO>(b0));
   B b = keep_values<RO>(b0);
-  using A = std::conditional_t<uses_double<B>, double, float>;
   eval_info info;
   info.path = eval_path::rows;
   info.on_device = std::is_same_v<S, device>;
   const row_passes_plan passes = plan_row_passes(b, lay.cols);
-  const std::uint64_t reuse = passes.reuse;
   info.row_passes = passes.passes;
   if constexpr (std::is_same_v<S, host>) {
     (void)sink_vector_ok;
-    info.threads_per_row = 1;
-    const bool dense = host_rows_dense(b, lay.cols);
-    const bool dense_out = dense && sink.host_vector_ok();
-    const auto plan = plan_row_chip<RO>(b, lay.cols, lay.rows, reuse, 1, row_cache_budget());
-    info.cached_rows = plan.rows;
-    info.cached_values = plan.values;
-    info.recomputed_values = plan.values_recomputed;
-    using ctx_t = row_ctx<slots_of<B>, A>;
-    auto one = [&](const B& bc, const index_t* idx, const index_t* lead, index_t c, const ctx_t& ctx) {
-      sink.one(bc, idx, lead, c, ctx);
-    };
-    auto vec = [&](const B& bc, const index_t* lead, index_t c0, const ctx_t& ctx) {
-      sink.template vec<host_lanes>(bc, lead, c0, ctx);
-    };
-    host_for_each(
-        lay.rows,
-        [&](index_t row) {
-          if (dense_out)
-            host_row<A>(b, plan, lay, row, reuse, dense, one, vec);
-          else
-            host_row<A>(b, plan, lay, row, reuse, dense, one);
-        },
-        lay.cols * static_cast<index_t>(slots_of<B> + 1));
+    run_rows_host(sink, wrap_row_values(b), lay, passes, info);
   } else {
 #if LOOM_CUDA_COMPILER
+    using A = std::conditional_t<uses_double<B>, double, float>;
+    const std::uint64_t reuse = passes.reuse;
     constexpr int vector_width = row_vector_width<B, Sink::smallest>();
     const int threads_per_row = passes.threads_per_row;
     const stream_ref s = current_stream();
