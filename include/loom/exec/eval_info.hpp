@@ -24,7 +24,8 @@ struct eval_info {
   int threads_per_row = 0;  //!< on the rows path: threads that share one row (1 on the host)
   int row_passes = 0;       //!< on the rows path: reduction passes over each row before the output pass
   int cached_rows = 0;    //!< on the rows path: distinct input rows held on chip (shared memory; a per-thread buffer on
-                          //!< the host) and read from there by every pass; 0 when the rows do not fit the cache
+                          //!< the host, which copies rows only for trees that read an operand through coordinates)
+                          //!< and read from there by every pass; 0 when the rows do not fit the cache
   int cached_values = 0;  //!< on the rows path: distinct computed values (a subtree such as exp(x - row_max(x))
                           //!< that several passes use) that one pass stores in the row cache and later passes
                           //!< read instead of computing again

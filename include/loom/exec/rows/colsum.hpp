@@ -224,9 +224,10 @@ void colsum_rows_host(const B& b0, const colsum_sink<O, RO, K, Store>& sink, con
   ci.rows_per_block = plan.rows_per_block;
   ci.partials = plan.blocks > 0 ? column_partials::host : column_partials::none;
   A* const parts = partials.data();
-  const auto cplan = plan_row_cache<RO>(b, cols, lay.rows, reuse, 1, row_cache_budget());
-  info.cached_rows = cplan.rows;
   const bool dense = host_rows_dense(b, cols);
+  // Dense rows are read in place by pointer (run_rows_host).
+  const auto cplan = plan_row_cache<RO>(b, cols, lay.rows, reuse, 1, dense ? 0 : row_cache_budget());
+  info.cached_rows = cplan.rows;
   host_for_each(
       plan.blocks,
       [&](index_t p) {

@@ -178,7 +178,8 @@ index_t longest_row(const B& b, index_t at_least, std::index_sequence<S...>) {
 // for the output. Every distinct input row that two or more of those passes
 // read is copied once into on-chip memory (shared memory on the device, a
 // per-thread buffer on the host) and the passes read it there, so device
-// memory is read once per element. The tree is not compiled twice: its
+// memory is read once per element. The host copies rows only for trees that
+// read an operand through coordinates; dense rows it reads in place. The tree is not compiled twice: its
 // leaves are rebased onto the cached row (a pointer into the cache, leading
 // strides 0, last stride 1), so the same code reads either memory. After
 // the input rows, the cache holds the computed values that a pass keeps for
@@ -366,15 +367,17 @@ row_cache_plan<leaf_count<B>, R> plan_row_cache(const B& b, index_t cols, index_
 // preference: the input rows and the values; the input rows alone (the
 // values computed again: reading memory once counts more than computing
 // once); the values alone; nothing. Values are kept only while
-// row_cache_values() is on.
+// row_cache_values() is on. With `inputs` false the input rows stay in
+// place (the host reading dense rows by pointer: a copy would only add a
+// read and a write of each row): the values alone, or nothing.
 template <std::size_t R, class B>
 row_cache_plan<leaf_count<B>, R> plan_row_chip(B& b, index_t cols, index_t rows, std::uint64_t reuse,
-                                               std::size_t groups, std::size_t budget) {
+                                               std::size_t groups, std::size_t budget, bool inputs = true) {
   const std::size_t cap =
       std::min<std::size_t>(budget / (groups > 0 ? groups : 1), std::numeric_limits<std::uint32_t>::max());
   const row_values_plan values = plan_row_values(b, cols, reuse, 0);
   const bool keep = values.kept > 0 && row_cache_values() && values.bytes <= cap;
-  if (keep) {
+  if (keep && inputs) {
     auto both = plan_row_inputs<R>(b, cols, rows, reuse, cap - values.bytes);
     if (both.on || both.need == 0) {
       plan_row_values(b, cols, reuse, both.group_bytes);  // the same choices, after the input rows
@@ -385,8 +388,8 @@ row_cache_plan<leaf_count<B>, R> plan_row_chip(B& b, index_t cols, index_t rows,
     }
   }
   compute_all_values(b);
-  auto inputs = plan_row_inputs<R>(b, cols, rows, reuse, cap);
-  if (!inputs.on && keep) {
+  auto in_rows = inputs ? plan_row_inputs<R>(b, cols, rows, reuse, cap) : row_cache_plan<leaf_count<B>, R>{};
+  if (!in_rows.on && keep) {
     plan_row_values(b, cols, reuse, 0);
     row_cache_plan<leaf_count<B>, R> alone;
     alone.on = true;
@@ -394,8 +397,8 @@ row_cache_plan<leaf_count<B>, R> plan_row_chip(B& b, index_t cols, index_t rows,
     alone.values = values.kept;
     return alone;
   }
-  inputs.values_recomputed = values.kept;
-  return inputs;
+  in_rows.values_recomputed = values.kept;
+  return in_rows;
 }
 
 // Points the cached leaves of `bc` at their rows in `cache` for the output
