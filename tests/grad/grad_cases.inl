@@ -216,6 +216,35 @@ TEST_CASE("grad: no gradient flows through stop_gradient " LOOM_TEST_TAG, "[grad
   check_close(on_host(dx), want, 1e-6);
 }
 
+TEST_CASE("grad: dropout's gradient drops and scales by the forward's mask, regenerated " LOOM_TEST_TAG, "[grad]") {
+  std::mt19937_64 g(loom_test::seed_for("grad dropout"));
+  const loom::shape<2> s{9, 37};
+  const auto x = random_host<double, 2>(s, g, -2, 2);
+  const auto w = random_host<double, 1>(loom::shape<1>{37}, g, -2, 2);
+  const auto dy = random_host<double, 2>(s, g, -1, 1);
+  // y = dropout(x * w, 0.25, 1234, 7) + x: dx = mask * 4/3 * dy * w + dy.
+  constexpr auto layer = loom::layer([](auto v, auto u) { return loom::dropout(v * u, 0.25f, 1234, 7) + v; });
+  auto dx = poisoned<double, 2>(s);
+  const auto before = loom::launches();
+  dx = loom::grad<0>(layer)(in_space(x), in_space(w), in_space(dy));
+  const auto after = loom::launches();
+  CHECK((on_device ? after.device - before.device : after.host - before.host) == 1);
+  // The forward's drop bits, as the forward draws them (checked against
+  // Random123 in tests/rng).
+  loom::host_tensor<bool, 2> drop(s);
+  drop = loom::bernoulli(0.25f, 1234, 7);
+  const auto h = on_host(dx);
+  index_t dropped = 0;
+  for (index_t i = 0; i < h.size(); ++i) {
+    const double scale = drop.data()[i] ? 0.0 : static_cast<double>(1.0f / 0.75f);
+    const double want = dy.data()[i] * scale * w.data()[i % 37] + dy.data()[i];
+    CHECK(std::fabs(h.data()[i] - want) <= 1e-14 * (1 + std::fabs(want)));
+    dropped += drop.data()[i] ? 1 : 0;
+  }
+  CHECK(dropped > 0);
+  CHECK(dropped < h.size());
+}
+
 TEST_CASE("grad: row_max shares the gradient evenly among ties, as amax " LOOM_TEST_TAG, "[grad]") {
   loom::host_tensor<double, 2> x({2, 4});
   const double v[] = {1, 3, 3, 2, 5, 0, 5, 5};

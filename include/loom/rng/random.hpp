@@ -31,6 +31,14 @@ namespace fn {
 struct dropout_apply {
   static constexpr bool floating = true;
   float scale;
+  //! loom::grad: d/dx is the same mask and scale, so x's adjoint is the
+  //! dropout of y's adjoint with the same drop bits (regenerated from the
+  //! same counters, nothing stored); the drop bits have no gradient.
+  template <std::size_t I, class Y, class A>
+  static auto grad(const Y& y, const A& a) {
+    static_assert(I == 0, "loom: internal error: dropout's drop bits have no gradient");
+    return loom::map(dropout_apply{y.f.scale}, a, detail::get<1>(y.children));
+  }
   template <class T>
   LOOM_HD T operator()(T x, T drop) const {
     return x * (drop != T(0) ? T(0) : static_cast<T>(scale));
