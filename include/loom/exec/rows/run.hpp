@@ -70,18 +70,21 @@ void run_rows_host(const Sink& sink, B b, const row_layout<RO>& lay, const row_p
 // the host with its per-row values computed once per row (per_row.hpp).
 template <class S, class Sink, class B0, std::size_t RO>
 eval_info run_rows(const Sink& sink, const B0& b0, const row_layout<RO>& lay, bool sink_vector_ok) {
-  using B = decltype(keep_values<RO>(b0));
-  B b = keep_values<RO>(b0);
   eval_info info;
   info.path = eval_path::rows;
   info.on_device = std::is_same_v<S, device>;
-  const row_passes_plan passes = plan_row_passes(b, lay.cols);
-  info.row_passes = passes.passes;
   if constexpr (std::is_same_v<S, host>) {
     (void)sink_vector_ok;
+    const auto b = keep_values<RO, host_max_kept_tree_leaves>(b0);
+    const row_passes_plan passes = plan_row_passes(b, lay.cols);
+    info.row_passes = passes.passes;
     run_rows_host(sink, wrap_row_values(b), lay, passes, info);
   } else {
 #if LOOM_CUDA_COMPILER
+    using B = decltype(keep_values<RO>(b0));
+    B b = keep_values<RO>(b0);
+    const row_passes_plan passes = plan_row_passes(b, lay.cols);
+    info.row_passes = passes.passes;
     using A = std::conditional_t<uses_double<B>, double, float>;
     const std::uint64_t reuse = passes.reuse;
     constexpr int vector_width = row_vector_width<B, Sink::smallest>();
@@ -109,6 +112,8 @@ eval_info run_rows(const Sink& sink, const B0& b0, const row_layout<RO>& lay, bo
     }
 #else
     (void)sink;
+    (void)b0;
+    (void)lay;
     (void)sink_vector_ok;
 #endif
   }

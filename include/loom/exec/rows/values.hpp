@@ -259,16 +259,21 @@ struct value_keeper {
 // values per leaf in registers, and keeping a value made ptxas spill on
 // sm_90 where the kernel computing it again did not, or spill more
 // (softmax with a bias and a temperature: 8 leaves; cross_entropy_backward's
-// gradient: 9; layer_norm_backward_input: 38). Such a tree runs as written.
+// gradient: 9; layer_norm_backward_input: 38). Such a tree runs as written
+// on the device.
 inline constexpr std::size_t max_kept_tree_leaves = 4;
+// The host has no registers to spill: it keeps values in trees of up to
+// this many leaf occurrences (the bound on the compile-time work of
+// finding them, which grows with the square of the tree's size).
+inline constexpr std::size_t host_max_kept_tree_leaves = 24;
 
 //! A bound row tree with the subtrees that passes may share wrapped in
 //! bound_kept (all computing until plan_row_values says otherwise), or `b`
-//! itself when it has more than max_kept_tree_leaves leaf occurrences. R is
-//! the rank of the output.
-template <std::size_t R, class B>
+//! itself when it has more than MaxLeaves leaf occurrences. R is the rank
+//! of the output.
+template <std::size_t R, std::size_t MaxLeaves = max_kept_tree_leaves, class B>
 auto keep_values(const B& b) {
-  if constexpr (tree_sum_v<B, is_bound_leaf> > max_kept_tree_leaves)
+  if constexpr (tree_sum_v<B, is_bound_leaf> > MaxLeaves)
     return b;
   else
     return value_keeper<B, R>::wrap(b);
