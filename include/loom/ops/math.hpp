@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <cstddef>
 #include <type_traits>
 
 #include "loom/config.hpp"
@@ -26,7 +27,6 @@ namespace fn {
       return slope;                        \
     }                                      \
   };
-LOOM_FLOAT_FN(exp, math::exp(x), math::exp(x))
 LOOM_FLOAT_FN(exp2, math::exp2(x), math::exp2(x) * T(0.69314718055994530942))
 LOOM_FLOAT_FN(log, math::log(x), T(1) / x)
 LOOM_FLOAT_FN(log1p, math::log1p(x), T(1) / (T(1) + x))
@@ -38,6 +38,22 @@ LOOM_FLOAT_FN(cos, math::cos(x), -math::sin(x))
 LOOM_FLOAT_FN(tanh, math::tanh(x), T(1) - math::tanh(x) * math::tanh(x))
 LOOM_FLOAT_FN(erf, math::erf(x), T(1.12837916709551257390) * math::exp(-x * x))
 #undef LOOM_FLOAT_FN
+
+//! e^x. Its derivative is its own value: the rule multiplies the adjoint by
+//! the node itself, so a gradient holds the same `exp(...)` subtree as the
+//! forward, which the row executor computes once per row and keeps
+//! (docs/04_layers.md), instead of an exp of its own.
+struct exp {
+  static constexpr bool floating = true;
+  template <class T>
+  LOOM_HD T operator()(T x) const {
+    return math::exp(x);
+  }
+  template <std::size_t I, class Y, class A>
+  static auto grad(const Y& y, const A& a) {
+    return a * y;
+  }
+};
 
 //! |x|. Derivative: sign(x), 0 at 0 (as PyTorch).
 struct abs {
