@@ -44,6 +44,19 @@ loom_install_deps() {
   "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
+# Installs NumPy from PyPI into the python3 on PATH (the one CMake finds)
+# when it is missing: tests/interop checks DLPack round trips with
+# numpy.from_dlpack (a few seconds; that test reports Skipped without NumPy).
+loom_install_numpy() {
+  if python3 -c 'import numpy' >/dev/null 2>&1; then
+    echo "numpy $(python3 -c 'import numpy; print(numpy.__version__)') is installed"
+    return
+  fi
+  echo "installing numpy from PyPI"
+  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore numpy ||
+    echo "loom: numpy could not be installed; the NumPy DLPack test will report Skipped"
+}
+
 # Puts the CUDA toolkit's nvcc on PATH when it is installed but not there yet.
 loom_find_cuda() {
   if ! command -v nvcc >/dev/null 2>&1; then

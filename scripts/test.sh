@@ -5,7 +5,8 @@
 # host test programs built with AddressSanitizer and UBSan), the examples, a
 # benchmark smoke run, and a consumer project built against the installed
 # package.
-# Installs cmake, ninja, Catch2 and ccache from Debian first when missing.
+# Installs cmake, ninja, Catch2 and ccache from Debian, and NumPy from PyPI
+# (for the DLPack round trips with NumPy), first when missing.
 # Exits non-zero when anything fails. Settings: see scripts/common.sh.
 set -euo pipefail
 # shellcheck source=scripts/common.sh
@@ -15,6 +16,7 @@ start=$SECONDS
 
 section "dependencies"
 loom_install_deps
+loom_install_numpy
 loom_find_cuda
 
 # Without a GPU the [cuda] test programs, the GPU benchmarks, the nvcc header

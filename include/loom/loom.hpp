@@ -17,6 +17,7 @@
 #include "loom/expr/expression.hpp"
 #include "loom/expr/promote.hpp"
 #include "loom/grad/grad.hpp"
+#include "loom/interop/dlpack.hpp"
 #include "loom/linalg/matmul.hpp"
 #include "loom/memory/memory.hpp"
 #include "loom/nn/layer.hpp"
