@@ -127,7 +127,7 @@ void host_row(const B& b, const row_cache_plan<Leaves, R>& plan, const row_layou
   index_t lead[R > 1 ? R - 1 : 1];
   lay.lead_of(row, lead);
   B bc = b;
-  row_ctx<slots_of<B>, A> ctx;
+  row_ctx<slots_of<B>, A> ctx{};
   host_row_reductions(bc, plan, lead, ctx, reuse, dense);
   index_t c = 0;
   if constexpr (!std::is_null_pointer_v<std::remove_cvref_t<Vec>>) {

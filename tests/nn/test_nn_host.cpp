@@ -1,4 +1,0 @@
-// SPDX-License-Identifier: Apache-2.0
-#define LOOM_TEST_SPACE loom::host
-#define LOOM_TEST_TAG ""
-#include "nn_cases.inl"
