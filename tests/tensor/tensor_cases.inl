@@ -198,3 +198,73 @@ TEST_CASE("zeros full contiguous and empty_like build tensors with the right con
   loom::fill(scalar, 4.0f);
   CHECK(loom::to_host(scalar)() == 4.0f);
 }
+
+namespace {
+// Users pass weights as const references: every view function of a const
+// tensor gives a view of const elements over the same memory.
+template <class T>
+void check_const_views(const loom::tensor<T, 3, space_t>& x, const loom::host_tensor<T, 3>& h) {
+  auto p = x.permute({2, 0, 1});
+  auto tr = x.transpose(0, 2);
+  auto r = x.reshape(loom::shape<2>{-1, x.extent(2)});
+  auto b = x.slice(0).broadcast_to(loom::shape<3>{2, x.extent(1), x.extent(2)});
+  auto u = x.unsqueeze(1);
+  auto s = u.squeeze(1);
+  auto m = x.slice(1).t();
+  STATIC_REQUIRE(std::is_same_v<decltype(p), loom::view<const T, 3, space_t>>);
+  STATIC_REQUIRE(std::is_same_v<decltype(tr), loom::view<const T, 3, space_t>>);
+  STATIC_REQUIRE(std::is_same_v<decltype(r), loom::view<const T, 2, space_t>>);
+  STATIC_REQUIRE(std::is_same_v<decltype(b), loom::view<const T, 3, space_t>>);
+  STATIC_REQUIRE(std::is_same_v<decltype(u), loom::view<const T, 4, space_t>>);
+  STATIC_REQUIRE(std::is_same_v<decltype(s), loom::view<const T, 3, space_t>>);
+  STATIC_REQUIRE(std::is_same_v<decltype(m), loom::view<const T, 2, space_t>>);
+  const index_t n0 = x.extent(0), n1 = x.extent(1), n2 = x.extent(2);
+  const auto ph = loom::to_host(loom::contiguous(p));
+  const auto th = loom::to_host(loom::contiguous(tr));
+  const auto rh = loom::to_host(loom::contiguous(r));
+  const auto bh = loom::to_host(loom::contiguous(b));
+  const auto sh = loom::to_host(loom::contiguous(s));
+  const auto mh = loom::to_host(loom::contiguous(m));
+  for (index_t i = 0; i < n0; ++i)
+    for (index_t j = 0; j < n1; ++j)
+      for (index_t k = 0; k < n2; ++k) {
+        REQUIRE(ph(k, i, j) == h(i, j, k));
+        REQUIRE(th(k, j, i) == h(i, j, k));
+        REQUIRE(rh(i * n1 + j, k) == h(i, j, k));
+        REQUIRE(sh(i, j, k) == h(i, j, k));
+      }
+  for (index_t i = 0; i < 2; ++i)
+    for (index_t j = 0; j < n1; ++j)
+      for (index_t k = 0; k < n2; ++k) REQUIRE(bh(i, j, k) == h(0, j, k));
+  for (index_t k = 0; k < n2; ++k)
+    for (index_t j = 0; j < n1; ++j) REQUIRE(mh(k, j) == h(1, j, k));
+}
+
+// A layer body that takes its weight by const reference and reads it
+// transposed.
+template <class T>
+void scaled_by_transpose(loom::tensor<T, 2, space_t>& y, const loom::tensor<T, 2, space_t>& x,
+                         const loom::tensor<T, 2, space_t>& w) {
+  y = x * w.t() + T(1);
+}
+}  // namespace
+
+TEST_CASE("a const tensor gives views of const elements through every view function", "[tensor]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("const views"));
+  const auto h = random_host<float, 3>({3, 5, 7}, g);
+  const auto x = in_space(h);
+  check_const_views(x, h);
+  const auto xh = random_host<float, 2>({5, 7}, g);
+  const auto wh = random_host<float, 2>({7, 5}, g);
+  loom::tensor<float, 2, space_t> y({5, 7});
+  poison(y);
+  scaled_by_transpose(y, in_space(xh), in_space(wh));
+  const auto yh = loom::to_host(y);
+  // Float arithmetic (the device may contract it into one fma): within two
+  // roundings of the double result.
+  for (index_t i = 0; i < 5; ++i)
+    for (index_t j = 0; j < 7; ++j) {
+      const double want = static_cast<double>(xh(i, j)) * wh(j, i) + 1.0;
+      REQUIRE(std::fabs(yh(i, j) - want) <= 2.5e-7 * (std::fabs(want) + std::fabs(xh(i, j) * wh(j, i))));
+    }
+}

@@ -279,27 +279,49 @@ class tensor {
   auto slice(A... a) const {
     return const_view_type(view_).slice(a...);
   }
+  //! A const tensor gives views of const elements.
   auto permute(const std::array<int, Rank>& p) { return view_.permute(p); }
+  auto permute(const std::array<int, Rank>& p) const { return const_view_type(view_).permute(p); }
   auto transpose(int a, int b) { return view_.transpose(a, b); }
+  auto transpose(int a, int b) const { return const_view_type(view_).transpose(a, b); }
   auto t()
     requires(Rank == 2)
   {
     return view_.t();
+  }
+  auto t() const
+    requires(Rank == 2)
+  {
+    return const_view_type(view_).t();
   }
   template <std::size_t N>
   auto reshape(const shape<N>& s) {
     return view_.reshape(s);
   }
   template <std::size_t N>
+  auto reshape(const shape<N>& s) const {
+    return const_view_type(view_).reshape(s);
+  }
+  template <std::size_t N>
   auto broadcast_to(const shape<N>& s) {
     return view_.broadcast_to(s);
+  }
+  template <std::size_t N>
+  auto broadcast_to(const shape<N>& s) const {
+    return const_view_type(view_).broadcast_to(s);
   }
   auto squeeze(int axis)
     requires(Rank > 0)
   {
     return view_.squeeze(axis);
   }
+  auto squeeze(int axis) const
+    requires(Rank > 0)
+  {
+    return const_view_type(view_).squeeze(axis);
+  }
   auto unsqueeze(int axis) { return view_.unsqueeze(axis); }
+  auto unsqueeze(int axis) const { return const_view_type(view_).unsqueeze(axis); }
 
  private:
   tensor clone_storage() const {
