@@ -69,8 +69,12 @@ CASES = {
     7: ("bf16->f32 rows: y = softmax(x)", 4, 2),
     # dropout's mask is Philox in registers: no load for it.
     14: ("bf16   y = dropout(x + b_row) + r", 3, 1),
+    # rank 3 ([B, T, C], the transformer's activations): the same loads and
+    # one 16-byte store per vector step, as at rank 2.
+    15: ("bf16   rows: y = softmax(x), rank 3", 4, 1),
+    16: ("f32    rows: y = softmax(x), rank 3", 4, 1),
 }
-ROW_CASES = {5, 6, 7}
+ROW_CASES = {5, 6, 7, 15, 16}
 # case: (description of a whole-tensor reduction, the form of its kernel with
 # 16-byte loads, the shortest run of them allowed). "pointer": CUB's kernel
 # over the tensor's pointer (cub's policy for 4-byte items on sm_90: 16 items
@@ -86,6 +90,14 @@ REDUCE_COMPARES = {11: 2}
 FLOAT_SETP = re.compile(r"\bsetp\.[a-z.]+\.f32\b")
 # case: loom's sum(x) and a direct cub::DeviceReduce::Sum in one file.
 VERSUS_CUB_CASES = {13: "float  y = sum(x) vs direct CUB Sum"}
+# case: description of a file of many assignments whose kernels (every one
+# of them: row kernels of both forms, the reductions and elementwise kernels
+# around them) must compile without spills or a stack frame.
+# loom's own kernels are checked (CUB's kernels over loom's items are
+# listed, not held to it); row kernels also have no stack frame (the scan
+# kernels may keep a coordinate array there, as in check_scan).
+SPILL_CASES = {17: "heavier row layers, float / bf16 / bf16 + f32 w",
+               18: "int64 y = cumsum(x > 0, 0), bool items"}
 # case: description of an axis reduction
 AXIS_CASES = {9: "float  y = sum(x, 1), along an axis"}
 AXIS_RUN = 4
@@ -333,6 +345,34 @@ def check_axis(case, desc, ents, stats, failures):
                             f"expected at least {AXIS_RUN}")
 
 
+def check_spills(case, desc, ents, stats, failures):
+    """loom's kernels of the file: a ptxas report with no spills, and no
+    stack frame for a row kernel."""
+    kinds = {"vector rows": 0, "general rows": 0, "other": 0}
+    for name in ents:
+        if "EmptyKernel" in name:
+            continue
+        kind = ("vector rows" if re.search(r"row_kernelILi\d+ELb1E", name) else
+                "general rows" if re.search(r"row_kernelILi\d+ELb0E", name) else "other")
+        kinds[kind] += 1
+        stack, spill, regs = stats.get(name, (-1, -1, -1))
+        stack_ok = kind == "other"
+        if not name.startswith("_ZN4loom"):
+            continue
+        if name not in stats:
+            failures.append(f"case {case}: no ptxas report for kernel {name[:120]}")
+        elif spill != 0 or (stack != 0 and not stack_ok):
+            failures.append(f"case {case} ({desc}): kernel spills {spill} bytes, stack {stack} bytes, "
+                            f"{regs} registers: {name[:300]}")
+    most = {k: max([stats.get(n, (0, 0, 0))[2] for n in ents if "EmptyKernel" not in n and
+                    (k == "other" or re.search(r"row_kernelILi\d+ELb%dE" % (k == "vector rows"), n))] or [0])
+            for k in kinds}
+    for kind, count in kinds.items():
+        print(f"{desc:<42} {kind:<12} {count:>5} kernels, at most {most[kind]} registers")
+    if kinds["vector rows"] == 0 and kinds["other"] == 0:
+        failures.append(f"case {case} ({desc}): no kernel found")
+
+
 def check_scan(case, desc, ents, stats, failures):
     """cross_scan_kernel's loads in runs; the look-back scan's flags ordered; no spills."""
     forms = find_forms(case, desc, ents, {
@@ -376,6 +416,7 @@ def main():
     cases = dict(CASES)
     cases.update({c: (d[0], 0, 0) for c, d in REDUCE_CASES.items()})
     cases.update({c: (d, 0, 0) for c, d in AXIS_CASES.items()})
+    cases.update({c: (d, 0, 0) for c, d in SPILL_CASES.items()})
     cases.update({c: (d, 0, 0) for c, d in SCAN_CASES.items()})
     cases.update({c: (d, 0, 0) for c, d in VERSUS_CUB_CASES.items()})
     if args.cases:
@@ -408,6 +449,9 @@ def main():
             continue
         if case in SCAN_CASES:
             check_scan(case, desc, ents, stats, failures)
+            continue
+        if case in SPILL_CASES:
+            check_spills(case, desc, ents, stats, failures)
             continue
         if case in VERSUS_CUB_CASES:
             check_versus_cub(case, desc, ents, stats, failures)

@@ -61,6 +61,78 @@ void run(device_tensor<bf16, 2>& y, const device_tensor<bf16, 2>& x, const devic
          const device_tensor<bf16, 2>& r) {
   y = dropout(x + b, 0.1f, 2026, 33) + r;
 }
+#elif LOOM_PTX_CASE == 15  // bf16 softmax of rank-3 activations [B, T, C]: 16-byte stores as at rank 2
+void run(device_tensor<bf16, 3>& y, const device_tensor<bf16, 3>& x) { y = softmax(x); }
+#elif LOOM_PTX_CASE == 16  // float softmax of rank-3 activations
+void run(device_tensor<float, 3>& y, const device_tensor<float, 3>& x) { y = softmax(x); }
+#elif LOOM_PTX_CASE == 17  // the heavier row layers: every kernel without spills
+// The built-in layers and backward passes whose row kernels spilled under a
+// 64-register cap, in float and bf16 (and bf16 with a float weight), and the
+// user layers of examples/03_custom_layer.cu and examples/06_gradients.cu.
+constexpr auto rms_swiglu = layer([](auto x, auto weight, auto gate) {
+  auto normed = x * rsqrt(row_mean(x * x) + 1e-6) * weight;
+  return silu(gate) * normed;
+});
+constexpr auto causal_softmax = layer([](auto scores, auto row_ids, auto temperature) {
+  auto z = scores / temperature;
+  auto masked = where(column_index(scores) <= row_ids, z, -INFINITY);
+  auto e = exp(masked - row_max(masked));
+  return e / row_sum(e);
+});
+constexpr auto masked_biased_softmax = layer([](auto scores, auto bias, auto row_ids, auto temperature) {
+  auto z = scores / temperature + bias;
+  auto masked = where(column_index(scores) <= row_ids, z, -INFINITY);
+  auto e = exp(masked - row_max(masked));
+  return e / row_sum(e);
+});
+struct swish {
+  static constexpr bool floating = true;
+  float beta = 1.0f;
+  template <class T>
+  LOOM_HD T operator()(T x) const {
+    return x / (T(1) + math::exp(-T(beta) * x));
+  }
+  template <int I, class T>
+  LOOM_HD T derivative(T x) const {
+    const T s = T(1) / (T(1) + math::exp(-T(beta) * x));
+    return s + T(beta) * x * s * (T(1) - s);
+  }
+};
+constexpr auto gated_rms = layer([](auto x, auto w) {
+  return map(swish{1.5f}, x) * (x * rsqrt(row_mean(x * x) + 1e-6) * w);
+});
+template <class T, class W>
+void heavy(device_tensor<T, 2>& y, device_tensor<T, 2>& h, const device_tensor<T, 2>& x,
+           const device_tensor<T, 2>& r, const device_tensor<W, 1>& w, const device_tensor<std::int64_t, 1>& t,
+           const device_tensor<std::int64_t, 2>& ids, device_tensor<float, 2>& loss) {
+  y = cross_entropy_backward(x, t);
+  y = layer_norm_backward_input(x, w, r, 1e-5);
+  y = rms_norm_backward_input(x, w, r, 1e-6);
+  add_rms_norm(y, h, x, r, w);
+  y = layer_norm(x + r, w, w, 1e-5);
+  loss = cross_entropy_rows(x, t.unsqueeze(1));
+  y = masked_biased_softmax(x, w, ids, 0.8f);
+  y = causal_softmax(x, ids, 0.8f);
+  y = rms_swiglu(x, w, r);
+}
+template void heavy<float, float>(device_tensor<float, 2>&, device_tensor<float, 2>&, const device_tensor<float, 2>&,
+                                  const device_tensor<float, 2>&, const device_tensor<float, 1>&,
+                                  const device_tensor<std::int64_t, 1>&, const device_tensor<std::int64_t, 2>&,
+                                  device_tensor<float, 2>&);
+template void heavy<bf16, bf16>(device_tensor<bf16, 2>&, device_tensor<bf16, 2>&, const device_tensor<bf16, 2>&,
+                                const device_tensor<bf16, 2>&, const device_tensor<bf16, 1>&,
+                                const device_tensor<std::int64_t, 1>&, const device_tensor<std::int64_t, 2>&,
+                                device_tensor<float, 2>&);
+template void heavy<bf16, float>(device_tensor<bf16, 2>&, device_tensor<bf16, 2>&, const device_tensor<bf16, 2>&,
+                                 const device_tensor<bf16, 2>&, const device_tensor<float, 1>&,
+                                 const device_tensor<std::int64_t, 1>&, const device_tensor<std::int64_t, 2>&,
+                                 device_tensor<float, 2>&);
+void gated_rms_grad(device_tensor<float, 2>& dx, device_tensor<float, 1>& dw, const device_tensor<float, 2>& x,
+                    const device_tensor<float, 1>& w, const device_tensor<float, 2>& dy) {
+  grad<0, 1>(gated_rms)(x, w, dy).into(dx, dw);
+}
+#elif LOOM_PTX_CASE == 18  // running count of a comparison: the scans over bool items, across rows too
+void run(device_tensor<std::int64_t, 2>& y, const device_tensor<float, 2>& x) { y = cumsum(x > 0.0f, 0); }
 #else
 #error "unknown LOOM_PTX_CASE"
 #endif

@@ -55,8 +55,11 @@ LOOM_HD void vec_store(T* p, const vec_regs<T, vector_width>& r) {
   constexpr int k = static_cast<int>(sizeof(r) / 16);
   uint4* dst = reinterpret_cast<uint4*>(p);
   const uint4* src = reinterpret_cast<const uint4*>(&r);
+  // The store intrinsic is one 16-byte store whatever the compiler infers
+  // of p: a plain uint4 assignment through an address computed from several
+  // strides (a rank-3 row output) was split into element stores.
 #pragma unroll
-  for (int i = 0; i < k; ++i) dst[i] = src[i];
+  for (int i = 0; i < k; ++i) __stwb(dst + i, src[i]);
 #else
   std::memcpy(static_cast<void*>(p), static_cast<const void*>(&r), sizeof(r));
 #endif

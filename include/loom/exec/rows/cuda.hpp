@@ -5,6 +5,7 @@
 // per row, deterministic group reductions, the row cache in shared memory,
 // and the row kernel's launch.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -183,13 +184,34 @@ __device__ __forceinline__ void device_row_output(const index_t* lead, index_t c
   }
 }
 
+// The most bytes of loaded values and indices that one vector step of any
+// pass holds: the output tree's, or a reduction argument's.
+template <class B, int vector_width, std::size_t... S>
+constexpr std::size_t row_step_regs(std::index_sequence<S...>) {
+  std::size_t most = sizeof(typename B::template regs<vector_width>);
+  ((most = std::max(most, sizeof(typename decltype(slot_type_t<B, S>::arg)::template regs<vector_width>))), ...);
+  return most;
+}
+
+// Blocks of 256 threads per SM that a row kernel's launch bounds ask for,
+// which caps its registers per thread (65536 / (256 * blocks)): 4 (64
+// registers) for a tree whose vector steps hold at most row_light_regs
+// bytes (softmax, log_softmax, rms_norm, layer_norm: 48-80 bytes), 2 (128
+// registers) for heavier ones, which spilled under 64 (96-496 bytes: the
+// backward passes, add_rms_norm, cross-entropy, masked softmax, derived
+// gradients; docs/performance.md has the ptxas figures and the trade).
+// With only the thread count in the bounds, ptxas held the softmax kernel
+// at 40-48 registers and spilled.
+inline constexpr std::size_t row_light_regs = 80;
+template <class B, int vector_width>
+inline constexpr int row_min_blocks =
+    row_step_regs<B, vector_width>(std::make_index_sequence<slots_of<B>>{}) <= row_light_regs ? 4 : 2;
+
 // One group of threads_per_row threads per row (threads_per_row = 32: a warp per row; threads_per_row = blockDim: a
 // block per row): the planned rows into the group's part of the shared
-// cache, every reduction slot in order, then the output pass. Four blocks
-// per SM in the launch bounds: with the maximum thread count alone, ptxas
-// held the registers of the softmax kernel at 40-48 and spilled.
+// cache, every reduction slot in order, then the output pass.
 template <int vector_width, bool vectorized, class A, std::size_t R, class Sink, class B, std::size_t Leaves>
-__global__ void __launch_bounds__(256, 4)
+__global__ void __launch_bounds__(256, (row_min_blocks<B, vector_width>))
     row_kernel(Sink sink, B b, row_layout<R> lay, int threads_per_row, std::uint64_t reuse,
                __grid_constant__ const row_cache_plan<Leaves, R> plan) {
   __shared__ A smem[32];
