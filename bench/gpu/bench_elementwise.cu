@@ -50,12 +50,7 @@ struct six_op_fn {
   }
 };
 
-struct bench_state {
-  options opt;
-  gpu_timing timing;
-  copy_ceiling copy;
-  bool failed = false;
-
+struct bench_state : bench_common {
   // Checks f's output (a poisoned y, then one call) against ref on a sample of
   // elements (every 997th and the last row), then times f over the sets.
   template <class T, class F, class Ref>
@@ -204,7 +199,7 @@ void bias_dropout_residual(bench_state& st, index_t rows, index_t cols) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bench_state st{options::parse(argc, argv)};
+  bench_state st{{options::parse(argc, argv)}};
   if (!loom::gpu::is_available()) return no_gpu("bench_elementwise");
   try {
     if (st.opt.quick) st.timing = {1, 3};

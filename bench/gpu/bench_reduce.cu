@@ -73,12 +73,7 @@ struct cub_temp {
 // device memory again.
 constexpr int calls_per_sample = 8;
 
-struct bench_state {
-  options opt;
-  gpu_timing timing;
-  copy_ceiling copy;
-  bool failed = false;
-
+struct bench_state : bench_common {
   void measure(const std::string& op, const std::string& shape, const std::string& impl, double bytes,
                const std::string& check, const std::function<void()>& f, const char* dtype = "f32") {
     record r{"gpu_reduce", op, shape, dtype, impl};
@@ -481,7 +476,7 @@ void exact_scans(bench_state& st, index_t rows, index_t cols, bool along) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bench_state st{options::parse(argc, argv)};
+  bench_state st{{options::parse(argc, argv)}};
   if (!loom::gpu::is_available()) return no_gpu("bench_reduce_gpu");
   try {
     if (st.opt.quick) st.timing = {1, 3};

@@ -224,6 +224,15 @@ inline copy_ceiling measure_copy(const std::string& bench, const options& opt, c
 
 //! Says why there is nothing to measure and gives the exit code 77 (ctest's
 //! "skipped") when no GPU can be used.
+//! What every GPU benchmark program carries: its options, the timing, the
+//! copy ceiling of this run, and whether a check failed.
+struct bench_common {
+  options opt;
+  gpu_timing timing;
+  copy_ceiling copy;
+  bool failed = false;
+};
+
 inline int no_gpu(const char* program) {
   std::printf("%s: no GPU is present (%s); nothing measured\n", program, loom::gpu::unavailable_reason().c_str());
   return 77;
