@@ -82,6 +82,11 @@ def load(build_dir=None, verbose=False):
     return _ext
 
 
+def built_with_cuda():
+    """Whether the loaded extension has the CUDA kernels."""
+    return _ext is not None and _ext.__name__ == "loom_torch_cuda"
+
+
 def _setup_context(ctx, inputs, output):
     x, weight, gate, eps = inputs
     ctx.save_for_backward(x, weight, gate)

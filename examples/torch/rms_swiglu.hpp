@@ -27,7 +27,8 @@ namespace loom_torch {
 
 // y = silu(gate) * x * rsqrt(mean(x^2) + eps) * weight, along the last axis of
 // x [rows, width]; weight [width]; gate [rows, width]; eps a scalar. One row
-// kernel forward; dx, dweight and dgate in 2 kernels backward.
+// kernel forward; dx, dweight and dgate in 3 kernels backward (dx with
+// dweight's column sums, the kernel adding those, dgate).
 constexpr auto rms_swiglu = loom::layer([](auto x, auto weight, auto gate, auto eps) {
   return loom::silu(gate) * (x * loom::rsqrt(loom::row_mean(x * x) + eps) * weight);
 });
@@ -61,13 +62,21 @@ loom::dlpack_tensor<T, Rank, Space> borrow_output(const at::Tensor& t) {
       reinterpret_cast<loom::dlpack::managed_tensor_versioned*>(at::toDLPackVersioned(t)));
 }
 
+// A new row-major tensor of t's shape, dtype and device, from torch's allocator.
+inline at::Tensor empty_contiguous(const at::Tensor& t) {
+  return at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+}
+
+// The address of a borrowed tensor's first element, as the tests compare it.
+inline std::int64_t pointer_of(const auto& borrowed) { return reinterpret_cast<std::int64_t>(borrowed.data()); }
+
 // The scalar type eps takes in the layer: double for double tensors, float otherwise.
 template <class T>
 using eps_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 template <class T, class Space>
 at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& gate, double eps) {
-  auto y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  auto y = empty_contiguous(x);
   const auto xv = borrow_input<T, 2, Space>(x);
   const auto wv = borrow_input<T, 1, Space>(weight);
   const auto gv = borrow_input<T, 2, Space>(gate);
@@ -76,8 +85,7 @@ at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const at::Tens
   auto out = yv.view();
   out = rms_swiglu(xv.view(), wv.view(), gv.view(), static_cast<eps_t<T>>(eps));
   const auto after = loom::launches();
-  record_forward({{reinterpret_cast<std::int64_t>(xv.data()), reinterpret_cast<std::int64_t>(wv.data()),
-                   reinterpret_cast<std::int64_t>(gv.data()), reinterpret_cast<std::int64_t>(yv.data())},
+  record_forward({{pointer_of(xv), pointer_of(wv), pointer_of(gv), pointer_of(yv)},
                   static_cast<std::int64_t>((after.host + after.device) - (before.host + before.device))});
   return y;
 }
@@ -85,10 +93,7 @@ at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const at::Tens
 template <class T, class Space>
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& x, const at::Tensor& weight,
                                                         const at::Tensor& gate, const at::Tensor& dy, double eps) {
-  const auto contiguous = [](const at::Tensor& t) {
-    return at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
-  };
-  auto dx = contiguous(x), dweight = contiguous(weight), dgate = contiguous(gate);
+  auto dx = empty_contiguous(x), dweight = empty_contiguous(weight), dgate = empty_contiguous(gate);
   const auto xv = borrow_input<T, 2, Space>(x);
   const auto wv = borrow_input<T, 1, Space>(weight);
   const auto gv = borrow_input<T, 2, Space>(gate);
@@ -102,8 +107,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& x, con
   const auto info = loom::grad<0, 1, 2>(rms_swiglu)(xv.view(), wv.view(), gv.view(), static_cast<eps_t<T>>(eps),
                                                     dyv.view())
                         .into(dx_out, dw_out, dg_out);
-  const auto ptr = [](const auto& v) { return reinterpret_cast<std::int64_t>(v.data()); };
-  record_backward({{ptr(xv), ptr(wv), ptr(gv), ptr(dyv), ptr(dxv), ptr(dwv), ptr(dgv)}, info.kernels});
+  record_backward({{pointer_of(xv), pointer_of(wv), pointer_of(gv), pointer_of(dyv), pointer_of(dxv),
+                    pointer_of(dwv), pointer_of(dgv)},
+                   info.kernels});
   return {dx, dweight, dgate};
 }
 

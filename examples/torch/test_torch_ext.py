@@ -71,25 +71,25 @@ def close(a, b, dtype, width):
     return torch.allclose(a, b, rtol=tolerance(dtype, width), atol=torch.finfo(dtype).tiny)
 
 
-def inputs(rows, width, dtype, seed):
+def inputs(rows, width, dtype, seed, device="cpu"):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(rows, width, generator=g, dtype=dtype) * 2
     w = 1 + 0.25 * torch.randn(width, generator=g, dtype=dtype)
     gate = torch.randn(rows, width, generator=g, dtype=dtype) * 3
-    return x, w, gate
+    return x.to(device), w.to(device), gate.to(device)
 
 
-def test_forward(ext):
+def test_forward(ext, device):
     for dtype in (torch.float32, torch.float64):
         for rows, width in ((1, 1), (7, 33), (257, 33), (16, 1000)):
-            x, w, gate = inputs(rows, width, dtype, seed=rows * 1000 + width)
+            x, w, gate = inputs(rows, width, dtype, seed=rows * 1000 + width, device=device)
             y = loom_torch.rms_swiglu(x, w, gate)
             ref = loom_torch.reference(x, w, gate)
             err = ((y - ref).abs() / ref.abs().clamp_min(torch.finfo(dtype).tiny)).max().item()
             check(y.dtype == dtype and y.shape == x.shape and close(y, ref, dtype, width),
-                  f"forward {dtype} [{rows}, {width}] matches torch's composition "
+                  f"{device} forward {dtype} [{rows}, {width}] matches torch's composition "
                   f"(worst relative {err:.2g}, bound {tolerance(dtype, width):.2g})")
-            check(ext.last_forward()["kernels"] == 1, f"forward {dtype} [{rows}, {width}] is one loom kernel")
+            check(ext.last_forward()["kernels"] == 1, f"{device} forward {dtype} [{rows}, {width}] is one loom kernel")
 
 
 def test_gradcheck():
@@ -108,10 +108,10 @@ def test_gradcheck():
           "gradcheck in double, transposed and sliced inputs")
 
 
-def strided_cases(dtype):
+def strided_cases(dtype, device):
     """(name, x, w, gate) with the layouts a model produces: transposes, slices, offsets, a stride-0 weight."""
-    x, w, gate = inputs(40, 24, dtype, seed=3)
-    big_x, big_w, big_g = inputs(64, 64, dtype, seed=4)
+    x, w, gate = inputs(40, 24, dtype, seed=3, device=device)
+    big_x, big_w, big_g = inputs(64, 64, dtype, seed=4, device=device)
     yield "contiguous", x, w, gate
     yield "transposed x (column-major)", x.t().contiguous().t(), w, gate
     yield "sliced rows and columns", big_x[3:43:1, 5:29], big_w[::2][:24], big_g[10:50, 40:64]
@@ -119,19 +119,20 @@ def strided_cases(dtype):
     yield "a broadcast weight (stride 0)", x, big_w[:1].expand(24), gate
 
 
-def test_strided_and_zero_copy(ext):
+def test_strided_and_zero_copy(ext, device):
     for dtype in (torch.float32, torch.float64):
-        for name, x, w, gate in strided_cases(dtype):
+        for name, x, w, gate in strided_cases(dtype, device):
+            name = f"{device} {dtype} {name}"
             xs, ws, gs = (t.detach().requires_grad_() for t in (x, w, gate))
             y = loom_torch.rms_swiglu(xs, ws, gs)
             fwd = ext.last_forward()["data_pointers"]
             ref_inputs = [t.detach().clone().requires_grad_() for t in (x, w, gate)]
             ref = loom_torch.reference(*ref_inputs)
             width = x.shape[1]
-            check(close(y, ref, dtype, width), f"{dtype} {name}: forward matches torch")
+            check(close(y, ref, dtype, width), f"{name}: forward matches torch")
             check(fwd == [x.data_ptr(), w.data_ptr(), gate.data_ptr(), y.data_ptr()],
-                  f"{dtype} {name}: loom read the inputs in place and wrote the output torch got")
-            dy = torch.randn(y.shape, dtype=dtype).t().contiguous().t()  # a non-contiguous output gradient
+                  f"{name}: loom read the inputs in place and wrote the output torch got")
+            dy = torch.randn(y.shape, dtype=dtype, device=device).t().contiguous().t()  # a non-contiguous output gradient
             grads = torch.autograd.grad(y, (xs, ws, gs), dy)
             bwd = ext.last_backward()
             ref_grads = torch.autograd.grad(ref, ref_inputs, dy)
@@ -140,11 +141,11 @@ def test_strided_and_zero_copy(ext):
             length = max(width, x.shape[0])
             ok = all(torch.allclose(a, b, rtol=tolerance(dtype, length), atol=tolerance(dtype, length) * b.abs().max())
                      for a, b in zip(grads, ref_grads))
-            check(ok, f"{dtype} {name}: dx, dweight, dgate match torch's autograd")
+            check(ok, f"{name}: dx, dweight, dgate match torch's autograd")
             check(bwd["data_pointers"][:4] == [x.data_ptr(), w.data_ptr(), gate.data_ptr(), dy.data_ptr()],
-                  f"{dtype} {name}: the backward read x, weight, gate and dy in place")
+                  f"{name}: the backward read x, weight, gate and dy in place")
             check(bwd["data_pointers"][4:] == [g.data_ptr() for g in grads],
-                  f"{dtype} {name}: autograd returned the gradients loom wrote (no copy)")
+                  f"{name}: autograd returned the gradients loom wrote (no copy)")
     print(f"      (backward kernels: {ext.last_backward()['kernels']})")
 
 
@@ -170,6 +171,23 @@ def test_opcheck():
         check(True, "torch.library.opcheck: schema, autograd registration, fake tensor")
     except Exception as e:  # noqa: BLE001
         check(False, f"torch.library.opcheck: {e}")
+
+
+def test_cuda_stream(ext):
+    """The CUDA kernel runs on torch's current stream: it sees what that stream wrote just before."""
+    x, w, gate = inputs(64, 256, torch.float32, seed=9, device="cuda")
+    fresh = torch.randn_like(x)
+    ref = loom_torch.reference(fresh, w, gate)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(100_000_000)  # keeps the side stream busy for tens of milliseconds
+        x.copy_(fresh)  # ordered after the sleep, on the side stream
+        y = loom_torch.rms_swiglu(x, w, gate)  # loom must run after the copy: same stream
+    side.synchronize()
+    check(close(y, ref, torch.float32, 256), "cuda: the op ran on torch's current stream, after its earlier work")
+    raises(ValueError, "which a device view cannot read",
+           lambda: loom_torch.rms_swiglu(x, w.cpu(), gate), "cuda x with a CPU weight")
 
 
 class LoomTensor:
@@ -240,9 +258,15 @@ def main():
     start = time.perf_counter()
     ext = loom_torch.load()
     print(f"extension loaded in {time.perf_counter() - start:.1f} s (torch {torch.__version__})")
-    test_forward(ext)
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() and loom_torch.built_with_cuda() else [])
+    if "cuda" not in devices:
+        print("no GPU (or an extension built without CUDA): the CUDA cases do not run")
+    for device in devices:
+        test_forward(ext, device)
+        test_strided_and_zero_copy(ext, device)
+    if "cuda" in devices:
+        test_cuda_stream(ext)
     test_gradcheck()
-    test_strided_and_zero_copy(ext)
     test_errors()
     test_opcheck()
     test_dlpack(ext)
