@@ -71,7 +71,7 @@ def load(build_dir=None, verbose=False):
         name=name,
         sources=[str(s) for s in sources],
         extra_include_paths=includes,
-        extra_cflags=["-std=c++20", "-O2", "-fopenmp"],
+        extra_cflags=["-std=c++20", "-O2", "-fopenmp", "-Wall", "-Wextra"],
         extra_cuda_cflags=["-std=c++20", "--expt-relaxed-constexpr", "--extended-lambda", "-O3"],
         extra_ldflags=[f"-L{os.path.join(home, 'lib64')}", "-lcudart", "-fopenmp"],
         build_directory=str(build / name),
