@@ -6,11 +6,12 @@
     y = loom_torch.rms_swiglu(x, weight, gate)  # torch.ops.loom.rms_swiglu, differentiable
 
 y = silu(gate) * x * rsqrt(mean(x^2, last axis) + eps) * weight, for x and
-gate [rows, width] and weight [width], float32 or float64, any strides. The
-forward is one loom kernel and the backward (dx, dweight, dgate, derived by
-loom::grad) two, on torch's buffers without copies: loom's host executor for
-CPU tensors, its CUDA executor on torch's current stream for CUDA tensors (that
-kernel is built only when torch sees a GPU, or with LOOM_TORCH_CUDA=1).
+gate [rows, width] and weight [width], float32, float64, bfloat16 or float16
+(computed in float), any strides. The forward is one loom kernel and the
+backward (dx, dweight, dgate, derived by loom::grad) three, on torch's buffers
+without copies: loom's host executor for CPU tensors, its CUDA executor on
+torch's current stream for CUDA tensors (those kernels are built only when
+torch sees a GPU, or with LOOM_TORCH_CUDA=1).
 
 The extension is compiled by torch.utils.cpp_extension.load into
 LOOM_TORCH_BUILD_DIR (default: build-torch/extension in the repository) and
@@ -43,6 +44,13 @@ def _cuda_home():
     return home
 
 
+# torch compiles CUDA extensions with these defined, which takes the implicit
+# conversions and operators of __half and __nv_bfloat16 away; loom's half and
+# bf16 need them (as do other extensions with half kernels).
+_HALF_CONVERSIONS = ["-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+                     "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__"]
+
+
 def load(build_dir=None, verbose=False):
     """Builds (first time) and loads the extension; returns its Python module.
 
@@ -71,8 +79,8 @@ def load(build_dir=None, verbose=False):
         name=name,
         sources=[str(s) for s in sources],
         extra_include_paths=includes,
-        extra_cflags=["-std=c++20", "-O2", "-fopenmp", "-Wall", "-Wextra"],
-        extra_cuda_cflags=["-std=c++20", "--expt-relaxed-constexpr", "--extended-lambda", "-O3"],
+        extra_cflags=["-std=c++20", "-O3", "-fopenmp", "-Wall", "-Wextra"],
+        extra_cuda_cflags=["-std=c++20", "--expt-relaxed-constexpr", "--extended-lambda", "-O3"] + _HALF_CONVERSIONS,
         extra_ldflags=[f"-L{os.path.join(home, 'lib64')}", "-lcudart", "-fopenmp"],
         build_directory=str(build / name),
         with_cuda=cuda,

@@ -113,8 +113,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& x, con
   return {dx, dweight, dgate};
 }
 
-// Calls f.template operator()<T>() for the element type of x (float32 or
-// float64); any other is a loom::dtype_error naming it.
+// Calls f.template operator()<T>() for the element type of x (float32,
+// float64, bfloat16 or float16: loom computes the last two in float); any
+// other is a loom::dtype_error naming it.
 template <class F>
 decltype(auto) dispatch(const at::Tensor& x, F&& f) {
   switch (x.scalar_type()) {
@@ -122,12 +123,16 @@ decltype(auto) dispatch(const at::Tensor& x, F&& f) {
       return f.template operator()<float>();
     case at::kDouble:
       return f.template operator()<double>();
+    case at::kBFloat16:
+      return f.template operator()<loom::bf16>();
+    case at::kHalf:
+      return f.template operator()<loom::half>();
     default: {
       const auto dl = at::getDLDataType(x);
       const auto d = loom::dlpack::dtype_from(reinterpret_cast<const loom::dlpack::dl_data_type&>(dl));
       throw loom::dtype_error(std::string("loom: rms_swiglu: x holds ") +
                               (d ? std::string(loom::dtype_name(*d)) : std::string(c10::toString(x.scalar_type()))) +
-                              "; this op takes float32 or float64 tensors");
+                              "; this op takes float32, float64, bfloat16 or float16 tensors");
     }
   }
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Checks loom's RMSNorm + SwiGLU torch op on the CPU (loom's host executor).
+"""Checks loom's RMSNorm + SwiGLU torch op: on the CPU (loom's host executor), and on the GPU where torch sees one.
 
-Forward against the same layer composed of torch's ops; backward by
+Forward against the same layer composed of torch's ops (float32, float64,
+and bfloat16 and float16 against the composition in float64); backward by
 torch.autograd.gradcheck in double and against torch's autograd of the
 composition; strided and non-contiguous inputs; zero copy (the data pointers
 the C++ side ran on are the Python tensors'); one kernel forward; DLPack round
@@ -15,7 +16,6 @@ torch cannot be imported (ctest: Skipped). Builds the extension first
 (loom_torch.load: cached in build-torch/extension).
 """
 import gc
-import math
 import pathlib
 import sys
 import time
@@ -55,20 +55,35 @@ def raises(exc_type, needle, f, what):
     check(False, f"{what}: expected {exc_type.__name__}, nothing was raised")
 
 
-def tolerance(dtype, width):
-    """A bound on the relative difference of two correct evaluations of the layer.
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+DTYPES = (torch.float32, torch.float64) + LOW_PRECISION
 
+
+def tolerance(dtype, width):
+    """A bound on the relative difference of loom's layer from the reference.
+
+    float32, float64: the reference is torch's composition in the same type.
     Each evaluates about 8 rounded operations per element (silu's exp, add and
     divide, rsqrt, three products, the eps add), each within u = eps/2 of the
     exact result, and the mean of `width` positive squares, within
     (width - 1) u relative (its square root halves that); the two evaluations
     may err in opposite directions, hence twice (8 + width / 2) u.
+    bfloat16, float16: loom computes in float and rounds the result once, so
+    the reference is the composition in float64 (torch's composition in the
+    type itself rounds after every op); the bound is one rounding to the type
+    plus float32's bound.
     """
+    if dtype in LOW_PRECISION:
+        return torch.finfo(dtype).eps / 2 + tolerance(torch.float32, width)
     return (8 + width / 2) * torch.finfo(dtype).eps
 
 
-def close(a, b, dtype, width):
-    return torch.allclose(a, b, rtol=tolerance(dtype, width), atol=torch.finfo(dtype).tiny)
+def reference_dtype(dtype):
+    return torch.float64 if dtype in LOW_PRECISION else dtype
+
+
+def close(a, ref, dtype, width):
+    return torch.allclose(a.to(ref.dtype), ref, rtol=tolerance(dtype, width), atol=torch.finfo(dtype).tiny)
 
 
 def inputs(rows, width, dtype, seed, device="cpu"):
@@ -80,14 +95,14 @@ def inputs(rows, width, dtype, seed, device="cpu"):
 
 
 def test_forward(ext, device):
-    for dtype in (torch.float32, torch.float64):
+    for dtype in DTYPES:
         for rows, width in ((1, 1), (7, 33), (257, 33), (16, 1000)):
             x, w, gate = inputs(rows, width, dtype, seed=rows * 1000 + width, device=device)
             y = loom_torch.rms_swiglu(x, w, gate)
-            ref = loom_torch.reference(x, w, gate)
-            err = ((y - ref).abs() / ref.abs().clamp_min(torch.finfo(dtype).tiny)).max().item()
+            ref = loom_torch.reference(*(t.to(reference_dtype(dtype)) for t in (x, w, gate)))
+            err = ((y.to(ref.dtype) - ref).abs() / ref.abs().clamp_min(torch.finfo(dtype).tiny)).max().item()
             check(y.dtype == dtype and y.shape == x.shape and close(y, ref, dtype, width),
-                  f"{device} forward {dtype} [{rows}, {width}] matches torch's composition "
+                  f"{device} forward {dtype} [{rows}, {width}] matches torch's composition in {ref.dtype} "
                   f"(worst relative {err:.2g}, bound {tolerance(dtype, width):.2g})")
             check(ext.last_forward()["kernels"] == 1, f"{device} forward {dtype} [{rows}, {width}] is one loom kernel")
 
@@ -120,13 +135,13 @@ def strided_cases(dtype, device):
 
 
 def test_strided_and_zero_copy(ext, device):
-    for dtype in (torch.float32, torch.float64):
+    for dtype in DTYPES:
         for name, x, w, gate in strided_cases(dtype, device):
             name = f"{device} {dtype} {name}"
             xs, ws, gs = (t.detach().requires_grad_() for t in (x, w, gate))
             y = loom_torch.rms_swiglu(xs, ws, gs)
             fwd = ext.last_forward()["data_pointers"]
-            ref_inputs = [t.detach().clone().requires_grad_() for t in (x, w, gate)]
+            ref_inputs = [t.detach().to(reference_dtype(dtype)).clone().requires_grad_() for t in (x, w, gate)]
             ref = loom_torch.reference(*ref_inputs)
             width = x.shape[1]
             check(close(y, ref, dtype, width), f"{name}: forward matches torch")
@@ -135,11 +150,12 @@ def test_strided_and_zero_copy(ext, device):
             dy = torch.randn(y.shape, dtype=dtype, device=device).t().contiguous().t()  # a non-contiguous output gradient
             grads = torch.autograd.grad(y, (xs, ws, gs), dy)
             bwd = ext.last_backward()
-            ref_grads = torch.autograd.grad(ref, ref_inputs, dy)
+            ref_grads = torch.autograd.grad(ref, ref_inputs, dy.to(ref.dtype))
             # The gradients are sums over a row (dx, dgate) or a column (dweight) of
             # products like the forward's, so the same bound with the longer sum.
             length = max(width, x.shape[0])
-            ok = all(torch.allclose(a, b, rtol=tolerance(dtype, length), atol=tolerance(dtype, length) * b.abs().max())
+            ok = all(torch.allclose(a.to(b.dtype), b, rtol=tolerance(dtype, length),
+                                    atol=tolerance(dtype, length) * b.abs().max())
                      for a, b in zip(grads, ref_grads))
             check(ok, f"{name}: dx, dweight, dgate match torch's autograd")
             check(bwd["data_pointers"][:4] == [x.data_ptr(), w.data_ptr(), gate.data_ptr(), dy.data_ptr()],
@@ -151,7 +167,7 @@ def test_strided_and_zero_copy(ext, device):
 
 def test_errors():
     x, w, gate = inputs(4, 8, torch.float32, seed=5)
-    raises(TypeError, "loom: rms_swiglu: x holds int64; this op takes float32 or float64",
+    raises(TypeError, "loom: rms_swiglu: x holds int64; this op takes float32, float64, bfloat16 or float16",
            lambda: loom_torch.rms_swiglu(x.long(), w, gate), "int64 x")
     raises(TypeError, "loom: from_dlpack<const float32, 1, host>: the DLPack tensor holds float64",
            lambda: loom_torch.rms_swiglu(x, w.double(), gate), "float64 weight with float32 x")
