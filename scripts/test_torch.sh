@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Checks loom inside PyTorch (examples/torch, docs/11_pytorch.md): installs
+# torch and NumPy from PyPI into a virtual environment (reused when it already
+# imports them), builds the extension once (torch.utils.cpp_extension; cached
+# while its sources are unchanged), runs its tests and the data-parallel check
+# (2 processes, gloo, on loopback), and prints the time of each step.
+# With a GPU the extension also gets its CUDA kernels and the tests their
+# CUDA cases; with two GPUs the data-parallel check also runs on NCCL.
+# Exits non-zero when anything fails.
+# Settings (environment variables), besides scripts/common.sh's:
+#   LOOM_TORCH_DIR   where the venv and the extension's build go (default build-torch/ in the repository)
+#   LOOM_TORCH_SPEC  what pip installs (default: torch, the newest release on PyPI)
+#   MAX_JOBS         compile jobs of the extension build (default LOOM_JOBS)
+set -euo pipefail
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+LOOM_TORCH_DIR="${LOOM_TORCH_DIR:-$LOOM_ROOT/build-torch}"
+LOOM_TORCH_SPEC="${LOOM_TORCH_SPEC:-torch}"
+export MAX_JOBS="${MAX_JOBS:-$LOOM_JOBS}"
+export LOOM_TORCH_BUILD_DIR="$LOOM_TORCH_DIR/extension"
+venv="$LOOM_TORCH_DIR/venv"
+python="$venv/bin/python"
+timings=()
+
+# Runs "$@" as the step named $1's description, recording its wall time.
+step() {
+  local name="$1" t0=$SECONDS
+  shift
+  section "$name"
+  "$@"
+  timings+=("$(printf '%-58s %5d s' "$name" $((SECONDS - t0)))")
+}
+
+install_torch() {
+  if [[ -x "$python" ]] && "$python" -c 'import torch, numpy' >/dev/null 2>&1; then
+    echo "reusing $venv: $("$python" -c 'import torch, numpy; print("torch", torch.__version__, "numpy", numpy.__version__)')"
+    return
+  fi
+  python3 -m venv "$venv"
+  # The PyPI wheel of torch for Linux x86-64 is a CUDA build: it brings the
+  # CUDA libraries as nvidia-* wheels (about 3 GB to download, 5.4 GB
+  # installed) and imports without a GPU.
+  "$python" -m pip install --quiet --disable-pip-version-check --progress-bar off "$LOOM_TORCH_SPEC" numpy
+  "$python" -c 'import torch, numpy; print("installed torch", torch.__version__, "numpy", numpy.__version__)'
+  du -sh "$venv"
+}
+
+build_extension() {
+  # Under nvcc too when torch sees a GPU (loom_torch.py); one job per MAX_JOBS.
+  (cd "$LOOM_ROOT/examples/torch" && "$python" -c 'import loom_torch; loom_torch.load(verbose=True)')
+}
+
+section "dependencies"
+loom_find_cuda  # loom's headers and libcudart come from the CUDA toolkit, also for the CPU kernels
+step "venv with torch and numpy ($venv)" install_torch
+step "build the extension ($MAX_JOBS jobs)" build_extension
+step "tests (examples/torch/test_torch_ext.py)" "$python" "$LOOM_ROOT/examples/torch/test_torch_ext.py"
+step "data-parallel check: gloo, 2 processes, float32" "$python" "$LOOM_ROOT/examples/torch/ddp_train.py"
+step "data-parallel check: gloo, 2 processes, float64" "$python" "$LOOM_ROOT/examples/torch/ddp_train.py" --dtype float64
+if [[ "$("$python" -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]]; then
+  step "data-parallel check: nccl, 2 GPUs" "$python" "$LOOM_ROOT/examples/torch/ddp_train.py" --backend nccl
+else
+  echo "fewer than 2 GPUs: the NCCL data-parallel check does not run"
+fi
+
+section "timings"
+printf '%s\n' "${timings[@]}"
+echo "all torch checks passed in $SECONDS s"
