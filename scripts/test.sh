@@ -19,6 +19,18 @@ loom_install_deps
 loom_install_numpy
 loom_find_cuda
 
+# PyTorch from PyPI (about 3 GB of wheels) for the torch extension's checks
+# (scripts/test_torch.sh, docs/11_pytorch.md): installed into the build folder
+# in the background while loom builds; LOOM_TORCH=OFF leaves them out.
+LOOM_TORCH="${LOOM_TORCH:-ON}"
+export LOOM_TORCH_DIR="${LOOM_TORCH_DIR:-$LOOM_BUILD_DIR/torch}"
+torch_pid=""
+if [[ "$LOOM_TORCH" == "ON" ]]; then
+  mkdir -p "$LOOM_TORCH_DIR"
+  "$LOOM_ROOT/scripts/test_torch.sh" --install-only >"$LOOM_TORCH_DIR/install.log" 2>&1 &
+  torch_pid=$!
+fi
+
 # Without a GPU the [cuda] test programs, the GPU benchmarks, the nvcc header
 # checks and the examples (which then run on the host executor) cannot run
 # device code: their device code is compiled to PTX only, for the first
@@ -60,6 +72,17 @@ done
 
 section "benchmark smoke run: CPU benchmarks and the static PTX report, tiny sizes (bench/run_cpu.sh --quick)"
 LOOM_BUILD_DIR="$LOOM_BUILD_DIR" "$LOOM_ROOT/bench/run_cpu.sh" --quick "$LOOM_BUILD_DIR/bench-results"
+
+section "loom inside PyTorch: the torch extension, its tests, data-parallel training (scripts/test_torch.sh)"
+if [[ -z "$torch_pid" ]]; then
+  echo "LOOM_TORCH=OFF: not run"
+elif ! wait "$torch_pid"; then
+  cat "$LOOM_TORCH_DIR/install.log"
+  die "PyTorch could not be installed from PyPI into $LOOM_TORCH_DIR (log above); LOOM_TORCH=OFF leaves these checks out"
+else
+  cat "$LOOM_TORCH_DIR/install.log"
+  "$LOOM_ROOT/scripts/test_torch.sh"
+fi
 
 section "install, then build examples/consumer with find_package(loom)"
 tmp="$(mktemp -d)"

@@ -12,6 +12,8 @@
 #   LOOM_TORCH_DIR   where the venv and the extension's build go (default build-torch/ in the repository)
 #   LOOM_TORCH_SPEC  what pip installs (default: torch, the newest release on PyPI)
 #   MAX_JOBS         compile jobs of the extension build (default LOOM_JOBS)
+# --install-only: only make the venv (scripts/test.sh runs this in the
+# background while loom builds, then this script in full).
 set -euo pipefail
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -50,6 +52,11 @@ build_extension() {
   # Under nvcc too when torch sees a GPU (loom_torch.py); one job per MAX_JOBS.
   (cd "$LOOM_ROOT/examples/torch" && "$python" -c 'import loom_torch; loom_torch.load(verbose=True)')
 }
+
+if [[ "${1:-}" == "--install-only" ]]; then
+  install_torch
+  exit 0
+fi
 
 section "dependencies"
 loom_find_cuda  # loom's headers and libcudart come from the CUDA toolkit, also for the CPU kernels
