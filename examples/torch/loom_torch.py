@@ -51,6 +51,11 @@ _HALF_CONVERSIONS = ["-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIO
                      "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__"]
 
 
+# The host compiler's optimization level: -O3 unless LOOM_TORCH_HOST_OPT says
+# otherwise (CI's checks build at -O1, which compiles faster).
+_HOST_OPT = os.environ.get("LOOM_TORCH_HOST_OPT", "-O3")
+
+
 def load(build_dir=None, verbose=False):
     """Builds (first time) and loads the extension; returns its Python module.
 
@@ -79,7 +84,7 @@ def load(build_dir=None, verbose=False):
         name=name,
         sources=[str(s) for s in sources],
         extra_include_paths=includes,
-        extra_cflags=["-std=c++20", "-O3", "-fopenmp", "-Wall", "-Wextra"],
+        extra_cflags=["-std=c++20", _HOST_OPT, "-fopenmp", "-Wall", "-Wextra"],
         extra_cuda_cflags=["-std=c++20", "--expt-relaxed-constexpr", "--extended-lambda", "-O3"] + _HALF_CONVERSIONS,
         extra_ldflags=[f"-L{os.path.join(home, 'lib64')}", "-lcudart", "-fopenmp"],
         build_directory=str(build / name),
