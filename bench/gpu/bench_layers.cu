@@ -13,7 +13,9 @@
 // four rows before timing. PyTorch eager and torch.compile timings of the same
 // layers come from torch_layers.py.
 // Usage: bench_layers [--quick] [--json FILE]; exits 77 without a GPU.
-// bench_layers --self-test checks the references against the host executor.
+// bench_layers --self-test checks the references against the host executor
+// in float (the bf16 rows use the same references; instantiating the host
+// executor for bf16 as well would double this program's compile time in CI).
 #include "bench_layers.cuh"
 
 using namespace bench_layers;
@@ -22,12 +24,9 @@ int main(int argc, char** argv) {
   bench_state st{{options::parse(argc, argv)}};
   if (st.opt.self_test) {
     // The references, tolerances and data of this program, checked against
-    // loom's host executor: no GPU needed.
+    // loom's host executor in float: no GPU needed.
     print_header();
-    for (index_t cols : {index_t{1023}, index_t{4099}}) {
-      run_bf16(st, 9, cols, true);
-      run_f32(st, 9, cols, true);
-    }
+    for (index_t cols : {index_t{1023}, index_t{4099}}) run_f32(st, 9, cols, true);
     std::printf("bench_layers --self-test: %s\n", st.failed ? "FAIL" : "all checks passed on the host executor");
     return st.failed ? 1 : 0;
   }
@@ -43,7 +42,7 @@ int main(int argc, char** argv) {
     const std::vector<index_t> widths = st.opt.quick ? std::vector<index_t>{1023, 4097}
                                                      : std::vector<index_t>{1024, 4096, 16384, 65536};
     for (index_t cols : widths) {
-      run_bf16(st, rows, cols, false);
+      run_bf16(st, rows, cols);
       run_f32(st, rows, cols, false);
     }
     if (st.failed) {

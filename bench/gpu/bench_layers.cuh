@@ -261,8 +261,8 @@ void run_shape(bench_state& st, index_t rows, index_t cols) {
              [&](int s) { y[s] = loom::grad<0>(rms_norm_layer)(x[s], w, dy[s]); }, "loom::grad");
 }
 
-// The layers of one shape for bf16 and for float, on the device or (the
-// self-test) on the host executor.
-void run_bf16(bench_state& st, index_t rows, index_t cols, bool on_host);
+// The layers of one shape for bf16 on the device, and for float on the device
+// or (the self-test) on the host executor.
+void run_bf16(bench_state& st, index_t rows, index_t cols);
 void run_f32(bench_state& st, index_t rows, index_t cols, bool on_host);
 }  // namespace bench_layers

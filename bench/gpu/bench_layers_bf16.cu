@@ -3,10 +3,5 @@
 #include "bench_layers.cuh"
 
 namespace bench_layers {
-void run_bf16(bench_state& st, index_t rows, index_t cols, bool on_host) {
-  if (on_host)
-    run_shape<loom::bf16, loom::host>(st, rows, cols);
-  else
-    run_shape<loom::bf16>(st, rows, cols);
-}
+void run_bf16(bench_state& st, index_t rows, index_t cols) { run_shape<loom::bf16>(st, rows, cols); }
 }  // namespace bench_layers
