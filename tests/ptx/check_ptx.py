@@ -97,7 +97,7 @@ VERSUS_CUB_CASES = {13: "float  y = sum(x) vs direct CUB Sum"}
 # listed, not held to it); row kernels also have no stack frame (the scan
 # kernels may keep a coordinate array there, as in check_scan).
 SPILL_CASES = {17: "heavier row layers, float / bf16 / bf16 + f32 w",
-               18: "int64 y = cumsum(x > 0, 0), bool items"}
+               18: "cumsum(x > 0, 0); cummax/cummin of trees"}
 # case: description of an axis reduction
 AXIS_CASES = {9: "float  y = sum(x, 1), along an axis"}
 AXIS_RUN = 4

@@ -131,8 +131,14 @@ void gated_rms_grad(device_tensor<float, 2>& dx, device_tensor<float, 1>& dw, co
                     const device_tensor<float, 1>& w, const device_tensor<float, 2>& dy) {
   grad<0, 1>(gated_rms)(x, w, dy).into(dx, dw);
 }
-#elif LOOM_PTX_CASE == 18  // running count of a comparison: the scans over bool items, across rows too
+#elif LOOM_PTX_CASE == 18  // scans whose items are not one number: bool items, (value, index) pairs
+// A running count of a comparison, across rows too; the running extremes
+// with indices of fused float trees (every scan kernel of each).
 void run(device_tensor<std::int64_t, 2>& y, const device_tensor<float, 2>& x) { y = cumsum(x > 0.0f, 0); }
+void run_extremes(const device_tensor<float, 2>& x) {
+  [[maybe_unused]] const auto rows = cummax(x - 1.0f, 1);
+  [[maybe_unused]] const auto cols = cummin(x * 2.0f, 0);
+}
 #else
 #error "unknown LOOM_PTX_CASE"
 #endif

@@ -49,7 +49,16 @@ struct running_prefix {
 };
 
 // Any trivially copyable accumulator moved between lanes in 32-bit words,
-// each word by `move` (a shuffle).
+// each word by `move` (a shuffle). A (value, index) pair moves member by
+// member: its padding is never copied (a float's pair is 3 words, not 4),
+// and no copy of the whole struct goes through local memory (which made
+// the warp scan of cummax over a fused float tree spill, ptxas -v).
+template <class A, class Move>
+__device__ __forceinline__ A warp_move(const A& a, const Move& move);
+template <class C, class Move>
+__device__ __forceinline__ reduce::value_index<C> warp_move(const reduce::value_index<C>& a, const Move& move) {
+  return {warp_move(a.v, move), warp_move(a.i, move)};
+}
 template <class A, class Move>
 __device__ __forceinline__ A warp_move(const A& a, const Move& move) {
   constexpr int words = static_cast<int>((sizeof(A) + 3) / 4);
