@@ -44,13 +44,6 @@ def _cuda_home():
     return home
 
 
-# torch compiles CUDA extensions with these defined, which takes the implicit
-# conversions and operators of __half and __nv_bfloat16 away; loom's half and
-# bf16 need them (as do other extensions with half kernels).
-_HALF_CONVERSIONS = ["-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
-                     "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__"]
-
-
 # The host compiler's optimization level: -O3 unless LOOM_TORCH_HOST_OPT says
 # otherwise (CI's checks build at -O1, which compiles faster).
 _HOST_OPT = os.environ.get("LOOM_TORCH_HOST_OPT", "-O3")
@@ -85,7 +78,7 @@ def load(build_dir=None, verbose=False):
         sources=[str(s) for s in sources],
         extra_include_paths=includes,
         extra_cflags=["-std=c++20", _HOST_OPT, "-fopenmp", "-Wall", "-Wextra"],
-        extra_cuda_cflags=["-std=c++20", "--expt-relaxed-constexpr", "--extended-lambda", "-O3"] + _HALF_CONVERSIONS,
+        extra_cuda_cflags=["-std=c++20", "--expt-relaxed-constexpr", "--extended-lambda", "-O3"],
         extra_ldflags=[f"-L{os.path.join(home, 'lib64')}", "-lcudart", "-fopenmp"],
         build_directory=str(build / name),
         with_cuda=cuda,

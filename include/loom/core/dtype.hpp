@@ -113,4 +113,29 @@ template <class T>
 inline constexpr bool is_floating_v =
     std::is_floating_point_v<std::remove_const_t<T>> || std::is_same_v<std::remove_const_t<T>, half> ||
     std::is_same_v<std::remove_const_t<T>, bf16>;
+
+namespace detail {
+//! Converts a computed value to the output element type (rounding once).
+//! half and bf16 convert through CUDA's conversion functions, which stay
+//! declared where a build defines __CUDA_NO_HALF_CONVERSIONS__,
+//! __CUDA_NO_BFLOAT16_CONVERSIONS__ and __CUDA_NO_HALF_OPERATORS__ (PyTorch
+//! compiles its CUDA extensions so).
+template <class To, class From>
+LOOM_HD To convert(From v) {
+  if constexpr (std::is_same_v<To, From>)
+    return v;
+  else if constexpr (std::is_same_v<From, half>)
+    return convert<To>(__half2float(v));
+  else if constexpr (std::is_same_v<From, bf16>)
+    return convert<To>(__bfloat162float(v));
+  else if constexpr (std::is_same_v<To, bool>)
+    return v != From(0);
+  else if constexpr (std::is_same_v<To, half>)
+    return __float2half_rn(static_cast<float>(v));
+  else if constexpr (std::is_same_v<To, bf16>)
+    return __float2bfloat16_rn(static_cast<float>(v));
+  else
+    return static_cast<To>(v);
+}
+}  // namespace detail
 }  // namespace loom

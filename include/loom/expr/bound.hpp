@@ -65,17 +65,6 @@ LOOM_HD void vec_store(T* p, const vec_regs<T, vector_width>& r) {
 #endif
 }
 
-//! Converts a computed value to the output element type (rounding once).
-template <class To, class From>
-LOOM_HD To convert(From v) {
-  if constexpr (std::is_same_v<To, bool>)
-    return v != From(0);
-  else if constexpr (std::is_same_v<To, half> || std::is_same_v<To, bf16>)
-    return To(static_cast<float>(v));
-  else
-    return static_cast<To>(v);
-}
-
 //! Evaluation context of a row kernel: the finished row reductions of the
 //! current row; elementwise kernels pass none.
 struct no_ctx {};
@@ -138,13 +127,13 @@ struct bound_leaf {
   }
   template <bool allow_periodic = false>
   LOOM_HD compute at_linear(index_t i) const {
-    return static_cast<compute>(p[linear_offset<allow_periodic>(i)]);
+    return convert<compute>(p[linear_offset<allow_periodic>(i)]);
   }
   template <class Ctx = no_ctx>
   LOOM_HD compute at(const index_t* idx, const Ctx& = {}) const {
     index_t off = 0;
     for (std::size_t d = R; d-- > 0;) off += idx[d] * st[d];
-    return static_cast<compute>(p[off]);
+    return convert<compute>(p[off]);
   }
   template <int vector_width, bool allow_periodic = false>
   LOOM_HD void load(index_t i0, regs<vector_width>& r) const {
@@ -180,7 +169,7 @@ struct bound_leaf {
   }
   template <int vector_width, class Ctx = no_ctx>
   LOOM_HD compute elem(const regs<vector_width>& r, int j, const Ctx& = {}) const {
-    return static_cast<compute>(r.v[j]);
+    return convert<compute>(r.v[j]);
   }
   //! Same data under the same index map (so the values are the same).
   bool same_as(const bound_leaf& o) const { return p == o.p && st == o.st; }

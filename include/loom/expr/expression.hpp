@@ -336,10 +336,7 @@ struct cast_to {
   }
   template <class U>
   LOOM_HD compute_t<T> operator()(U x) const {
-    if constexpr (std::is_same_v<T, bool>)
-      return x != U(0);
-    else
-      return static_cast<compute_t<T>>(static_cast<T>(x));
+    return detail::convert<compute_t<T>>(detail::convert<T>(x));
   }
 };
 

@@ -156,7 +156,7 @@ void assign_one(const G& g, const view<O, RI, S>& out, grad_info& gi) {
   const auto o = lift_view<RO>(out);
   const gradient_kind kind = g.kind();
   if (kind == gradient_kind::zero) {
-    fill(out, O(0));
+    fill(out, convert<O>(0.0f));
     gi.kernels += 1;
     return;
   }
@@ -178,7 +178,7 @@ void assign_one(const G& g, const view<O, RI, S>& out, grad_info& gi) {
       if (kind == gradient_kind::column_sums) {
         const view<T, RO, S> rows_shape(nullptr, g.out_shape);
         // The row output is not written: a scalar stands for it.
-        const auto ci = assign_with_column_sums<false>(rows_shape, T(0), last_axis_view(o), g.adjoint);
+        const auto ci = assign_with_column_sums<false>(rows_shape, convert<T>(0.0f), last_axis_view(o), g.adjoint);
         gi.rows = ci.rows;
         gi.kernels += ci.kernels;
         gi.column_sum_groups += 1;
