@@ -17,7 +17,8 @@
 #     says so and counts as not run, not as a memory error);
 #  4. measures the device-to-device copy bandwidth (the ceiling) and runs the
 #     other GPU benchmarks against their baselines: fused elementwise (op by
-#     op, thrust::transform), row layers forward and backward, matmul vs
+#     op, thrust::transform), row layers forward and backward, the
+#     embedding's forward (vs a hand row-copy kernel) and backward, matmul vs
 #     cuBLASLt (bench_matmul), and PyTorch eager / torch.compile
 #     (torch_layers.py, matmul_torch.py);
 #  5. writes results.json, results.md, plot.png, gpu.jsonl and logs.tar.gz
@@ -435,6 +436,9 @@ fi
 stage "benchmarks: copy bandwidth, fused elementwise, row layers"
 run_logged bench_elementwise 120 "$log_dir/bench_elementwise.log" "$b/bench_elementwise" --json "$out/gpu.jsonl"
 run_logged bench_layers 150 "$log_dir/bench_layers.log" "$b/bench_layers" --json "$out/gpu.jsonl"
+
+stage "benchmark: the embedding's forward (vs copy and a hand kernel) and backward"
+run_logged bench_embedding_gpu 90 "$log_dir/bench_embedding_gpu.log" "$b/bench_embedding_gpu" --json "$out/gpu.jsonl"
 
 stage "benchmark: matmul vs cuBLASLt"
 logs=()

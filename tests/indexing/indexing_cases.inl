@@ -293,7 +293,8 @@ TEST_CASE("out-of-range indices throw index_error naming the index and the bound
     check_all(y, [](index_t) { return std::nan(""); }, 1);
     CHECK_THROWS_MATCHES(y.slice(range(0, 2)) = loom::index_select(table, 0, negative), loom::index_error,
                          what_contains({"index_select: index -1", "extent 5"}));
-    const auto picks = in_space(loom::host_tensor<std::int32_t, 2>({2, 8}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0}));
+    const auto picks =
+        in_space(loom::host_tensor<std::int32_t, 2>({2, 8}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0}));
     CHECK_THROWS_MATCHES(y.slice(range(0, 2)) = loom::gather(table.slice(range(0, 2)), 1, picks),
                          loom::index_error, what_contains({"gather: index 8 is out of range for axis 1 of extent 8"}));
   } else {

@@ -32,6 +32,20 @@ TEST_CASE("indexing and creation nodes give the same values through their vector
   // Creation leaves and a join, broadcast to two dimensions.
   const auto ar = loom::detail::bind_for_read(loom::arange<float>(40) + loom::eye<float>(9, 40, 2), s, info);
   loom_test::check_vector_forms<4>(ar, s[0] * s[1], s[1]);
-  const auto j = loom::detail::bind_for_read(loom::concat(table.slice(range(0, 4)), table.slice(range(4, 9)), 0), s, info);
+  const auto j =
+      loom::detail::bind_for_read(loom::concat(table.slice(range(0, 4)), table.slice(range(4, 9)), 0), s, info);
   loom_test::check_vector_forms<4>(j, s[0] * s[1], s[1]);
+}
+
+TEST_CASE("loom::grad differentiates through an embedding of a table it does not differentiate", "[indexing]") {
+  std::mt19937_64 g(loom_test::seed_for("grad through embedding"));
+  const auto table = random_host<float, 2>({11, 6}, g);
+  const auto x = random_host<float, 2>({4, 6}, g);
+  const auto dy = random_host<float, 2>({4, 6}, g);
+  const auto ids = random_ids<std::int32_t, 1>({4}, 11, g);
+  const auto l = loom::layer(
+      [ids = ids.view()](auto a, auto t) { return a * loom::embedding(ids, t) + loom::arange<float>(6); });
+  loom::host_tensor<float, 2> dx({4, 6});
+  dx = loom::grad<0>(l)(x, table, dy);
+  check_all(dx, [&](index_t i) { return double(dy(i / 6, i % 6) * table(ids(i / 6), i % 6)); });
 }

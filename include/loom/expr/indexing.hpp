@@ -42,6 +42,9 @@ struct bound_gather : coord_reader<bound_gather<Src, I, R, RS, RO>, typename Src
   using compute = typename Src::compute;
   template <int vector_width>
   using regs = vec_regs<compute, vector_width>;
+  // The host's linear loops read runs of elements through load (one index
+  // and one copy of a row's run), not element by element.
+  static constexpr bool linear_blocks = true;
   Src src;
   const I* idx;
   shape<R> ist;               // the index's strides along the own axes (0: does not vary)
@@ -51,6 +54,8 @@ struct bound_gather : coord_reader<bound_gather<Src, I, R, RS, RO>, typename Src
   int op;                     // index_op, for the record
   int axis;                   // the indexed source axis, for the record
   bool rows_ok;               // the vector form may read runs along the source's last axis
+  shape<R> sown;              // a tensor source: its stride along the source axis that own axis d gives
+  index_t saxis;              // a tensor source: its stride along the indexed axis
 
   // The index of own element c, clamped into [0, bound) (recorded if it was not).
   LOOM_HD index_t index_at(const index_t* c) const {
@@ -66,10 +71,22 @@ struct bound_gather : coord_reader<bound_gather<Src, I, R, RS, RO>, typename Src
   LOOM_HD void source_coords(const index_t* c, index_t v, index_t* s) const {
     for (std::size_t k = 0; k != RS; ++k) s[k] = from[k] < 0 ? v : c[from[k]];
   }
+  // A tensor source's offset of own element c given its index v: the strides
+  // per own axis make it a sum over compile-time positions (no coordinates
+  // indexed at run time, which would live in local memory on the device).
+  LOOM_HD index_t source_offset(const index_t* c, index_t v) const {
+    index_t off = v * saxis;
+    for (std::size_t d = 0; d != R; ++d) off += c[d] * sown[d];
+    return off;
+  }
   LOOM_HD compute value(const index_t* c) const {
-    index_t s[RS];
-    source_coords(c, index_at(c), s);
-    return src.at(s);
+    if constexpr (is_bound_leaf<Src>::value) {
+      return static_cast<compute>(src.p[source_offset(c, index_at(c))]);
+    } else {
+      index_t s[RS];
+      source_coords(c, index_at(c), s);
+      return src.at(s);
+    }
   }
   // vector_width elements from own coordinates c on, along the last own
   // axis (which the source's last axis follows, with the same index): one
@@ -78,26 +95,28 @@ struct bound_gather : coord_reader<bound_gather<Src, I, R, RS, RO>, typename Src
   using base = coord_reader<bound_gather<Src, I, R, RS, RO>, typename Src::compute, R, RO>;
   template <int vector_width>
   LOOM_HD void run(index_t* c, regs<vector_width>& r) const {
-    index_t s[RS];
-    source_coords(c, index_at(c), s);
     if constexpr (is_bound_leaf<Src>::value) {
       using T = std::remove_cv_t<std::remove_pointer_t<decltype(src.p)>>;
+      const T* const p = src.p + source_offset(c, index_at(c));  // the run's last stride is 1 (rows_ok)
       if constexpr (sizeof(T) * vector_width % 16 == 0) {
-        index_t off = 0;
-        for (std::size_t k = 0; k != RS; ++k) off += s[k] * src.st[k];
-        if (reinterpret_cast<std::uintptr_t>(src.p + off) % 16 == 0) {
+        if (reinterpret_cast<std::uintptr_t>(p) % 16 == 0) {
           vec_regs<T, vector_width> t;
-          vec_load<T, vector_width>(src.p + off, t);
+          vec_load<T, vector_width>(p, t);
           LOOM_UNROLL
           for (int j = 0; j < vector_width; ++j) r.v[j] = static_cast<compute>(t.v[j]);
           return;
         }
       }
-    }
-    LOOM_UNROLL
-    for (int j = 0; j < vector_width; ++j) {
-      r.v[j] = src.at(s);
-      ++s[RS - 1];
+      LOOM_UNROLL
+      for (int j = 0; j < vector_width; ++j) r.v[j] = static_cast<compute>(p[j]);
+    } else {
+      index_t s[RS];
+      source_coords(c, index_at(c), s);
+      LOOM_UNROLL
+      for (int j = 0; j < vector_width; ++j) {
+        r.v[j] = src.at(s);
+        ++s[RS - 1];
+      }
     }
   }
   template <int vector_width, bool allow_periodic = false>
@@ -219,12 +238,22 @@ struct gather_node : detail::node_tag {
                                                              fault,
                                                              static_cast<int>(op),
                                                              axis,
-                                                             false};
+                                                             false,
+                                                             {},
+                                                             0};
     std::memcpy(b.from, from, sizeof(from));
     // Runs along the last own axis read runs along the source's last axis
     // with one index when the index does not change along it.
     b.rows_ok = ist[R - 1] == 0 && from[Src::rank - 1] == static_cast<std::int8_t>(R - 1);
-    if constexpr (detail::is_bound_leaf<SB>::value) b.rows_ok = b.rows_ok && sb.st[Src::rank - 1] == 1;
+    if constexpr (detail::is_bound_leaf<SB>::value) {
+      b.rows_ok = b.rows_ok && sb.st[Src::rank - 1] == 1;
+      for (std::size_t k = 0; k != Src::rank; ++k) {
+        if (from[k] < 0)
+          b.saxis = sb.st[k];
+        else
+          b.sown[static_cast<std::size_t>(from[k])] = sb.st[k];
+      }
+    }
     return b;
   }
 };

@@ -104,20 +104,34 @@ void host_backward(const view<T, 2, host>& out, const view<const G, 2, host>& gr
     }
   }
   constexpr index_t chunk = 256;
+  const index_t gs0 = grad.stride(0), gs1 = grad.stride(1), os0 = out.stride(0), os1 = out.stride(1);
   host_for_each(
       rows,
       [&](index_t v) {
         A acc[chunk];
         const auto at = static_cast<std::size_t>(v);
         const index_t lo = start[at], hi = v == pad ? lo : start[at + 1];
+        T* const o = out.data() + v * os0;
+        if (lo == hi && os1 == 1) {  // no ids here: a row of zeros
+          std::fill(o, o + dim, convert<T>(A(0)));
+          return;
+        }
         for (index_t c0 = 0; c0 < dim; c0 += chunk) {
           const index_t len = std::min(chunk, dim - c0);
           for (index_t j = 0; j < len; ++j) acc[j] = A(0);
           for (index_t k = lo; k < hi; ++k) {
-            const index_t p = order[static_cast<std::size_t>(k)];
-            for (index_t j = 0; j < len; ++j) acc[j] += static_cast<A>(static_cast<compute_t<G>>(grad(p, c0 + j)));
+            const G* const gr = grad.data() + order[static_cast<std::size_t>(k)] * gs0 + c0 * gs1;
+            if (gs1 == 1) {
+              for (index_t j = 0; j < len; ++j) acc[j] += static_cast<A>(static_cast<compute_t<G>>(gr[j]));
+            } else {
+              for (index_t j = 0; j < len; ++j) acc[j] += static_cast<A>(static_cast<compute_t<G>>(gr[j * gs1]));
+            }
           }
-          for (index_t j = 0; j < len; ++j) out(v, c0 + j) = convert<T>(acc[j]);
+          if (os1 == 1) {
+            for (index_t j = 0; j < len; ++j) o[c0 + j] = convert<T>(acc[j]);
+          } else {
+            for (index_t j = 0; j < len; ++j) o[(c0 + j) * os1] = convert<T>(acc[j]);
+          }
         }
       },
       dim * (n / (rows > 0 ? rows : 1) + 1));
