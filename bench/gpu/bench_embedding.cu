@@ -7,8 +7,9 @@
 // backward embedding_backward(dtable, dy, ids) (the gradient read, the
 // table written). Ids repeat (drawn from a quarter of the rows). The
 // forward is checked bit for bit on a sample of rows, the backward against
-// a double reference on a sample of rows, before timing. PyTorch's
-// embedding_dense_backward is not timed here.
+// a double reference on a sample of rows, before timing. PyTorch's forward
+// and embedding_dense_backward on the same shapes are timed by
+// torch_layers.py (the report puts them side by side).
 // Usage: bench_embedding_gpu [--quick] [--json FILE]; exits 77 without a GPU.
 #include <cstring>
 #include <random>

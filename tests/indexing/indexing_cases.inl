@@ -236,6 +236,23 @@ TEST_CASE("gather reads along an axis at the index's positions, with an index sm
   auto z = poisoned<double, 2>({8, 6});
   z = loom::gather(x, -1, i1d.t()) + 1.0;
   check_all(z, [&](index_t i) { return xh(i / 6, i1(i % 6, i / 6)) + 1.0; });
+  // Two identical row reductions over a selection are computed once (same_as).
+  const auto sel_h = random_ids<std::int64_t, 1>({5}, 9, g);
+  const auto sel = in_space(sel_h);
+  const auto e = loom::index_select(x, 0, sel);
+  auto sm = poisoned<double, 2>({5, 13});
+  sm = loom::exp(e - loom::row_max(e)) / loom::row_sum(loom::exp(e - loom::row_max(e)));
+  CHECK(loom::last_eval().row_passes == 2);
+  check_all(
+      sm,
+      [&](index_t i) {
+        const index_t r = sel_h(i / 13);
+        double m = -1e300, s = 0;
+        for (index_t j = 0; j < 13; ++j) m = std::max(m, xh(r, j));
+        for (index_t j = 0; j < 13; ++j) s += std::exp(xh(r, j) - m);
+        return std::exp(xh(r, i % 13) - m) / s;
+      },
+      1e-13);
   CHECK_THROWS_MATCHES(loom::gather(x, 0, in_space(random_ids<std::int64_t, 2>({2, 14}, 9, g))), loom::shape_error,
                        what_contains({"[2, 14]", "[9, 13]", "axis 0"}));
 }

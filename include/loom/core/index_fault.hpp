@@ -110,12 +110,13 @@ LOOM_HD void record_index_fault(index_fault_record* rec, index_op op, int axis, 
 //! Throws the index_error a device kernel recorded, if any (and clears it).
 inline void raise_index_fault() {
   index_fault_record* rec = index_fault_host().load(std::memory_order_acquire);
-  if (rec == nullptr) return;
-  volatile index_fault_record* v = rec;
-  if (v->state != 2) return;
-  const int op = v->op, axis = v->axis;
-  const long long index = v->index, bound = v->bound;
-  v->state = 0;
+  if (rec == nullptr || __atomic_load_n(&rec->state, __ATOMIC_ACQUIRE) != 2) return;
+  const int op = rec->op, axis = rec->axis;
+  const long long index = rec->index, bound = rec->bound;
+  int written = 2;
+  // One host thread reports it (another one synchronizing at the same time
+  // finds the record cleared).
+  if (!__atomic_compare_exchange_n(&rec->state, &written, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return;
   throw index_error(index_fault_message(op, axis, index, bound) +
                     "; found by a device kernel, which read a clamped index, and reported at this synchronization");
 }

@@ -54,7 +54,7 @@ struct bound_join : coord_reader<bound_join<C, R, RO, Stack, B...>, C, R, RO> {
   }
   //! The same operands joined the same way.
   bool same_as(const bound_join& o) const {
-    return std::memcmp(&this->map, &o.map, sizeof(this->map)) == 0 && std::memcmp(off, o.off, sizeof(off)) == 0 &&
+    return this->map.same_as(o.map) && std::memcmp(off, o.off, sizeof(off)) == 0 &&
            axis == o.axis && same_children(o, std::index_sequence_for<B...>{});
   }
 

@@ -63,6 +63,12 @@ struct own_coords {
     for (std::size_t d = 0; d + 1 < R; ++d) c[d] = (fixed >> d) & 1 ? 0 : lead[RO - R + d];
     c[R - 1] = (fixed >> (R - 1)) & 1 ? 0 : col;
   }
+  //! The same map (field by field: fast_divmod has padding bytes).
+  bool same_as(const own_coords& o) const {
+    for (std::size_t d = 0; d != R; ++d)
+      if (div[d].d != o.div[d].d) return false;
+    return fixed == o.fixed && base == o.base;
+  }
   //! Whether the last own axis follows the output's last axis (not broadcast).
   LOOM_HD bool last_moves() const { return ((fixed >> (R - 1)) & 1) == 0; }
   //! The output's extent along the last axis.

@@ -71,7 +71,7 @@ struct bound_coord_leaf : coord_reader<bound_coord_leaf<F, R, RO>, compute_t<typ
   LOOM_HD compute_t<typename F::result_type> value(const index_t* c) const { return f(c); }
   //! The same function under the same coordinate map: the same values.
   bool same_as(const bound_coord_leaf& o) const {
-    return std::memcmp(&f, &o.f, sizeof(F)) == 0 && std::memcmp(&this->map, &o.map, sizeof(this->map)) == 0;
+    return std::memcmp(&f, &o.f, sizeof(F)) == 0 && this->map.same_as(o.map);
   }
 };
 template <class F, std::size_t R, std::size_t RO>

@@ -139,7 +139,7 @@ struct bound_gather : coord_reader<bound_gather<Src, I, R, RS, RO>, typename Src
   }
   //! The same source read through the same index under the same map.
   bool same_as(const bound_gather& o) const {
-    return idx == o.idx && ist == o.ist && std::memcmp(&this->map, &o.map, sizeof(this->map)) == 0 &&
+    return idx == o.idx && ist == o.ist && this->map.same_as(o.map) &&
            std::memcmp(from, o.from, sizeof(from)) == 0 && bound == o.bound && src.same_as(o.src);
   }
 };
