@@ -393,6 +393,8 @@ if [[ -x "$sanitizer" ]]; then
     "memcheck $t/reduce/test_scan_cuda 4 4 scans_across_rows_of_a_few_long_lines,scans_of_many_rows_longer_than_a_tile,sort_is_stable,topk_gives"
     "memcheck $t/tensor/test_tensor_cuda 6 5"
     "memcheck $t/linalg/test_matmul_cuda 5 3"
+    # Every indexing case: out-of-range indices must be read clamped, never out of bounds.
+    "memcheck $t/indexing/test_indexing_cuda 1 16"
     "racecheck $t/nn/test_nn_cuda 6 4"
     "racecheck $t/reduce/test_reduce_cuda 6 4"
     "racecheck $t/reduce/test_scan_cuda 6 3 scans_across_rows_of_a_few_long_lines"
