@@ -133,6 +133,11 @@ void gated_rms_grad(device_tensor<float, 2>& dx, device_tensor<float, 1>& dw, co
 }
 #elif LOOM_PTX_CASE == 18  // running count of a comparison: the scans over bool items, across rows too
 void run(device_tensor<std::int64_t, 2>& y, const device_tensor<float, 2>& x) { y = cumsum(x > 0.0f, 0); }
+#elif LOOM_PTX_CASE == 19  // bf16 embedding scaled plus positions: one 16-byte load per table run and per input
+void run(device_tensor<bf16, 2>& y, const device_tensor<std::int64_t, 1>& ids, const device_tensor<bf16, 2>& table,
+         const device_tensor<bf16, 2>& pos) {
+  y = embedding(ids, table) * 2.0f + pos;
+}
 #else
 #error "unknown LOOM_PTX_CASE"
 #endif
