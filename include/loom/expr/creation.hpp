@@ -159,7 +159,7 @@ template <class T>
 //! Example: `y = loom::linspace<float>(-1.0, 1.0, 9);`
 template <class T>
 [[nodiscard]] auto linspace(double start, double stop, index_t n) {
-  static_assert(is_floating_v<T> || std::is_integral_v<T>, "loom: linspace<T> needs a numeric element type");
+  static_assert(element<T> && !std::is_same_v<T, bool>, "loom: linspace<T> needs a numeric element type");
   detail::check_creation_count(n, "linspace");
   const double step = n > 1 ? (stop - start) / static_cast<double>(n - 1) : 0.0;
   // One value is start (PyTorch fills it so; the formula would give stop).
