@@ -329,6 +329,10 @@ TEST_CASE("out-of-range indices throw index_error naming the index and the bound
   auto z = poisoned<float, 2>({2, 8});
   z = loom::index_select(table, 0, negative, loom::index_mode::unchecked);
   check_all(z, [&](index_t i) { return double(th(0, i % 8)); });
+  // An empty source has nothing to clamp into: an error in either mode.
+  auto e = poisoned<float, 2>({3, 8});
+  CHECK_THROWS_MATCHES(e = loom::embedding(bad, table.slice(range(0, 0)), loom::index_mode::unchecked),
+                       loom::index_error, what_contains({"every index is out of range for axis 0 of extent 0"}));
   // The output may not overlap the source.
   auto t2 = in_space(th);
   CHECK_THROWS_AS(t2.slice(range(0, 3)) = loom::embedding(bad, t2, loom::index_mode::unchecked), loom::aliasing_error);

@@ -215,16 +215,16 @@ struct gather_node : detail::node_tag {
     using S = typename Out::space;
     detail::check_not_overwritten(*this, out, detail::index_op_name(static_cast<int>(op)));
     const index_t bound = src.extents()[static_cast<std::size_t>(axis)];
+    // Nothing to clamp into: an error in either mode (the output has elements).
+    if (bound == 0 && ids.v.size() > 0)
+      throw index_error(std::string("loom: ") + detail::index_op_name(static_cast<int>(op)) +
+                        ": every index is out of range for axis " + std::to_string(axis) + " of extent 0");
     detail::index_fault_record* fault = nullptr;
     if (mode == index_mode::checked) {
-      if constexpr (std::is_same_v<S, host>) {
+      if constexpr (std::is_same_v<S, host>)
         detail::check_host_indices(ids.v, op, axis, bound);
-      } else {
-        if (bound == 0 && ids.v.size() > 0)
-          throw index_error(std::string("loom: ") + detail::index_op_name(static_cast<int>(op)) +
-                            ": every index is out of range for axis " + std::to_string(axis) + " of extent 0");
+      else
         fault = detail::index_fault_device();
-      }
     }
     detail::bind_info inner;
     auto sb = detail::binder::bind<0>(src, detail::read_only_target<Src::rank, S>{src.extents()}, inner);
