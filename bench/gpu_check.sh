@@ -17,7 +17,8 @@
 #     says so and counts as not run, not as a memory error);
 #  4. measures the device-to-device copy bandwidth (the ceiling) and runs the
 #     other GPU benchmarks against their baselines: fused elementwise (op by
-#     op, thrust::transform), row layers forward and backward, matmul vs
+#     op, thrust::transform), row layers forward and backward, the
+#     embedding's forward (vs a hand row-copy kernel) and backward, matmul vs
 #     cuBLASLt (bench_matmul), and PyTorch eager / torch.compile
 #     (torch_layers.py, matmul_torch.py);
 #  5. writes results.json, results.md, plot.png, gpu.jsonl and logs.tar.gz
@@ -392,6 +393,8 @@ if [[ -x "$sanitizer" ]]; then
     "memcheck $t/reduce/test_scan_cuda 4 4 scans_across_rows_of_a_few_long_lines,scans_of_many_rows_longer_than_a_tile,sort_is_stable,topk_gives"
     "memcheck $t/tensor/test_tensor_cuda 6 5"
     "memcheck $t/linalg/test_matmul_cuda 5 3"
+    # Every indexing case: out-of-range indices must be read clamped, never out of bounds.
+    "memcheck $t/indexing/test_indexing_cuda 1 16"
     "racecheck $t/nn/test_nn_cuda 6 4"
     "racecheck $t/reduce/test_reduce_cuda 6 4"
     "racecheck $t/reduce/test_scan_cuda 6 3 scans_across_rows_of_a_few_long_lines"
@@ -435,6 +438,9 @@ fi
 stage "benchmarks: copy bandwidth, fused elementwise, row layers"
 run_logged bench_elementwise 120 "$log_dir/bench_elementwise.log" "$b/bench_elementwise" --json "$out/gpu.jsonl"
 run_logged bench_layers 150 "$log_dir/bench_layers.log" "$b/bench_layers" --json "$out/gpu.jsonl"
+
+stage "benchmark: the embedding's forward (vs copy and a hand kernel) and backward"
+run_logged bench_embedding_gpu 90 "$log_dir/bench_embedding_gpu.log" "$b/bench_embedding_gpu" --json "$out/gpu.jsonl"
 
 stage "benchmark: matmul vs cuBLASLt"
 logs=()

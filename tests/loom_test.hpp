@@ -68,4 +68,24 @@ double as_double(T v) {
   else
     return static_cast<double>(v);
 }
+//! The device's vector forms of a bound tree (load, row_load: shared
+//! host/device code) against at_linear, at every start, aligned or not, over
+//! n elements in rows of `cols`.
+template <int V, class B>
+void check_vector_forms(const B& b, loom::index_t n, loom::index_t cols) {
+  for (loom::index_t i0 = 0; i0 + V <= n; ++i0) {
+    typename B::template regs<V> r{}, rr{};
+    b.template load<V>(i0, r);
+    const loom::index_t lead[1] = {i0 / cols};
+    const bool in_row = i0 % cols + V <= cols;
+    if (in_row) b.template row_load<V>(lead, i0 % cols, rr);
+    for (int j = 0; j < V; ++j) {
+      const auto want = b.at_linear(i0 + j);
+      if (!same_bits(b.template elem<V>(r, j), want) || (in_row && !same_bits(b.template elem<V>(rr, j), want))) {
+        INFO("V = " << V << ", i0 = " << i0 << ", j = " << j);
+        REQUIRE(false);
+      }
+    }
+  }
+}
 }  // namespace loom_test

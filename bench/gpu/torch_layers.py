@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""PyTorch baselines for bench_layers.cu and bench_elementwise.cu: the same
+"""PyTorch baselines for bench_layers.cu, bench_elementwise.cu and
+bench_embedding.cu (forward and embedding_dense_backward): the same
 layers, shapes and dtypes, in eager mode and under torch.compile, timed the
 same way (CUDA events after warm-up, median of many samples, each sample one
 call per rotating buffer set so the working set exceeds twice the L2 cache).
@@ -174,6 +175,27 @@ def main():
                 [("torch eager", bdr, False), ("torch.compile", compiled(bdr), True)],
                 lambda: (rnd((er, ec), dt), rnd((ec,), dt), rnd((er, ec), dt)), 3 * er * ec * es,
                 3 * er * ec * es + ec * es, None, copy_gbps, judge=dropout_judge)
+
+    # The embedding (bench_embedding.cu): forward, and the table's gradient
+    # as autograd computes it (aten's embedding_dense_backward); ids repeat
+    # (drawn from a quarter of the rows).
+    vocab, dim, tokens = (5003, 512, 1024) if args.quick else (50000, 4096, 16384)
+    es = 2
+    def emb_inputs():
+        ids = torch.randint(0, vocab // 4 + 1, (tokens,), device=dev)
+        ids[:4] = torch.arange(4, device=dev)  # the checked rows 0..3 of the gradient occur
+        return rnd((vocab, dim), torch.bfloat16), ids, rnd((tokens, dim), torch.bfloat16)
+    def emb_bwd(table, ids, dy):
+        return torch.ops.aten.embedding_dense_backward(dy, ids, vocab, -1, False)
+    def emb_bwd_ref(table, ids, dy):
+        low = ids < 4
+        return torch.zeros((4, dim), dtype=torch.float64, device=dev).index_add_(0, ids[low], dy[low].double())
+    measure("torch", "embedding", f"{tokens}x{dim}", "bf16",
+            [("torch eager", lambda table, ids, dy: F.embedding(ids, table), False)], emb_inputs,
+            (vocab + 2 * tokens) * dim * es, 2 * tokens * dim * es,
+            lambda table, ids, dy: table[ids[:4]].double(), copy_gbps)
+    measure("torch", "embedding_backward", f"{vocab}x{dim}", "bf16", [("torch eager", emb_bwd, False)], emb_inputs,
+            (vocab + 2 * tokens) * dim * es, (tokens + vocab) * dim * es, emb_bwd_ref, copy_gbps)
 
     # Row layers (bench_layers.cu). Eager backward is the kernel autograd runs
     # for the layer (the gradient with respect to x only; softmax's takes x as

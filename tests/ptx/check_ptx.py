@@ -73,6 +73,9 @@ CASES = {
     # one 16-byte store per vector step, as at rank 2.
     15: ("bf16   rows: y = softmax(x), rank 3", 4, 1),
     16: ("f32    rows: y = softmax(x), rank 3", 4, 1),
+    # an embedding reads its table run with one 16-byte load (the id is one
+    # 8-byte load per run), pos with another.
+    19: ("bf16   y = embedding(ids, table) * 2 + pos", 2, 1),
 }
 ROW_CASES = {5, 6, 7, 15, 16}
 # case: (description of a whole-tensor reduction, the form of its kernel with

@@ -139,6 +139,11 @@ void run_extremes(const device_tensor<float, 2>& x) {
   [[maybe_unused]] const auto rows = cummax(x - 1.0f, 1);
   [[maybe_unused]] const auto cols = cummin(x * 2.0f, 0);
 }
+#elif LOOM_PTX_CASE == 19  // bf16 embedding scaled plus positions: one 16-byte load per table run and per input
+void run(device_tensor<bf16, 2>& y, const device_tensor<std::int64_t, 1>& ids, const device_tensor<bf16, 2>& table,
+         const device_tensor<bf16, 2>& pos) {
+  y = embedding(ids, table) * 2.0f + pos;
+}
 #else
 #error "unknown LOOM_PTX_CASE"
 #endif

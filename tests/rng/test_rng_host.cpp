@@ -62,28 +62,6 @@ TEST_CASE("random values do not depend on the number of host threads", "[rng]") 
 #endif
 }
 
-namespace {
-// The device's vector forms (load, row_load: shared host/device code) against
-// at_linear, at every start, aligned to a block or not.
-template <int V, class B>
-void check_vector_forms(const B& b, index_t n, index_t cols) {
-  for (index_t i0 = 0; i0 + V <= n; ++i0) {
-    typename B::template regs<V> r{}, rr{};
-    b.template load<V>(i0, r);
-    const index_t lead[1] = {i0 / cols};
-    const bool in_row = i0 % cols + V <= cols;
-    if (in_row) b.template row_load<V>(lead, i0 % cols, rr);
-    for (int j = 0; j < V; ++j) {
-      const auto want = b.at_linear(i0 + j);
-      if (!loom_test::same_bits(b.template elem<V>(r, j), want) ||
-          (in_row && !loom_test::same_bits(b.template elem<V>(rr, j), want))) {
-        INFO("V = " << V << ", i0 = " << i0 << ", j = " << j);
-        REQUIRE(false);
-      }
-    }
-  }
-}
-}  // namespace
 
 TEST_CASE("the random leaf's vector loads give the values of single elements", "[rng][detail]") {
   const loom::shape<2> s{5, 37};
@@ -93,10 +71,10 @@ TEST_CASE("the random leaf's vector loads give the values of single elements", "
   const auto z = loom::detail::bind_for_read(loom::randn(3, 4), s, info);
   const auto m = loom::detail::bind_for_read(loom::bernoulli(0.3f, 3, 4), s, info);
   const auto d = loom::detail::bind_for_read(loom::randn<double>(3, 4), s, info);
-  check_vector_forms<4>(u, s[0] * s[1], s[1]);
-  check_vector_forms<8>(u, s[0] * s[1], s[1]);
-  check_vector_forms<4>(z, s[0] * s[1], s[1]);
-  check_vector_forms<8>(z, s[0] * s[1], s[1]);
-  check_vector_forms<16>(m, s[0] * s[1], s[1]);
-  check_vector_forms<2>(d, s[0] * s[1], s[1]);
+  loom_test::check_vector_forms<4>(u, s[0] * s[1], s[1]);
+  loom_test::check_vector_forms<8>(u, s[0] * s[1], s[1]);
+  loom_test::check_vector_forms<4>(z, s[0] * s[1], s[1]);
+  loom_test::check_vector_forms<8>(z, s[0] * s[1], s[1]);
+  loom_test::check_vector_forms<16>(m, s[0] * s[1], s[1]);
+  loom_test::check_vector_forms<2>(d, s[0] * s[1], s[1]);
 }

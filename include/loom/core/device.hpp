@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "loom/core/error.hpp"
+#include "loom/core/index_fault.hpp"
 
 namespace loom::gpu {
 
@@ -116,9 +117,11 @@ inline device_properties properties(int id = -1) {
   return out;
 }
 
-//! Blocks until all work on the current device has finished.
+//! Blocks until all work on the current device has finished; then throws
+//! the index_error of an out-of-range index a kernel recorded, if any.
 inline void device_synchronize() {
   require_device("gpu::device_synchronize()");
   LOOM_CUDA_CHECK(cudaDeviceSynchronize());
+  loom::detail::raise_index_fault();
 }
 }  // namespace loom::gpu

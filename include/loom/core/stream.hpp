@@ -7,6 +7,7 @@
 
 #include "loom/core/device.hpp"
 #include "loom/core/error.hpp"
+#include "loom/core/index_fault.hpp"
 
 namespace loom {
 
@@ -19,10 +20,13 @@ class stream_ref {
   stream_ref(cudaStream_t s, int device) : stream_(s), device_(device) {}
   [[nodiscard]] cudaStream_t get() const noexcept { return stream_; }
   [[nodiscard]] int device() const noexcept { return device_; }
-  //! Blocks the calling thread until all work queued on this stream is done.
+  //! Blocks the calling thread until all work queued on this stream is
+  //! done; then throws the index_error of an out-of-range index a kernel
+  //! recorded, if any (loom::check_index_errors).
   void synchronize() const {
     gpu::require_device("stream synchronize");
     LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    detail::raise_index_fault();
   }
   friend bool operator==(const stream_ref&, const stream_ref&) = default;
 
@@ -136,8 +140,12 @@ class event {
   void record(stream_ref s = current_stream()) { LOOM_CUDA_CHECK(cudaEventRecord(ev_, s.get())); }
   //! Makes `s` wait for the work recorded before this event.
   void wait_on(stream_ref s) const { LOOM_CUDA_CHECK(cudaStreamWaitEvent(s.get(), ev_, 0)); }
-  //! Blocks the calling thread until the recorded work is done.
-  void synchronize() const { LOOM_CUDA_CHECK(cudaEventSynchronize(ev_)); }
+  //! Blocks the calling thread until the recorded work is done; then throws
+  //! the index_error of an out-of-range index a kernel recorded, if any.
+  void synchronize() const {
+    LOOM_CUDA_CHECK(cudaEventSynchronize(ev_));
+    detail::raise_index_fault();
+  }
   //! True when the recorded work is done (never blocks).
   [[nodiscard]] bool query() const {
     const cudaError_t e = cudaEventQuery(ev_);

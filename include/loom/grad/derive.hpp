@@ -264,8 +264,10 @@ auto adjoint(const N& n, const A& a) {
     return adjoint<I>(n.e, a);
   } else {
     static_assert(always_false<N>,
-                  "loom: grad: no derivative rule for this node kind (matmul and the reductions that return "
-                  "tensors are not differentiated inside a layer; see docs/08_gradients.md)");
+                  "loom: grad: no derivative rule for this node kind (matmul, the reductions that return tensors "
+                  "and the indexing and joining nodes (index_select, gather, embedding, concat, stack) are not "
+                  "differentiated inside a layer; see docs/08_gradients.md; loom::embedding_backward gives an "
+                  "embedding table's gradient)");
     return no_grad{};
   }
 }

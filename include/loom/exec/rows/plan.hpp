@@ -345,7 +345,7 @@ row_cache_plan<leaf_count<B>, R> plan_row_inputs(const B& b, index_t cols, index
   plan.need = total;
   plan.on = true;
   plan.group_bytes = static_cast<std::uint32_t>(total);
-  for (std::size_t kk = 0; kk < Leaves; ++kk) {
+  for (std::size_t kk = 0; kk != Leaves; ++kk) {
     if (which[kk] < 0 || slot[static_cast<std::size_t>(which[kk])] < 0) continue;
     plan.cached[kk] = 1;
     plan.off[kk] = plan.to[static_cast<std::size_t>(slot[static_cast<std::size_t>(which[kk])])];

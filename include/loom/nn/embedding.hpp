@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The embedding's backward: the gradient of the table, deterministic and
+// without floating atomics. The positions of the ids are sorted by id
+// (stably, so each id keeps its positions in increasing order), and each
+// table row is the sum of the gradient rows at its positions, added in
+// that order in the accumulation type of the row reductions (float, double
+// for double). So every run gives the same bits, and the host and the
+// device give the same bits too. The host sorts by counting; the device
+// sorts with CUB's radix sort and then runs one kernel in which each block
+// finds its rows' runs of positions by binary search.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "loom/config.hpp"
+#include "loom/core/error.hpp"
+#include "loom/core/index_fault.hpp"
+#include "loom/core/launch.hpp"
+#include "loom/core/space.hpp"
+#include "loom/exec/assign.hpp"
+#include "loom/expr/indexing.hpp"
+#include "loom/expr/row_nodes.hpp"
+#include "loom/ops/creation.hpp"
+#include "loom/reduce/cuda.hpp"
+#include "loom/tensor/copy.hpp"
+#include "loom/tensor/tensor.hpp"
+
+#if LOOM_CUDA_COMPILER
+#include <cub/device/device_radix_sort.cuh>
+#endif
+
+namespace loom {
+//! "No padding row" for embedding_backward's padding_idx.
+inline constexpr index_t no_padding = std::numeric_limits<index_t>::min();
+
+namespace detail::emb {
+// The padding row in [0, rows), or -1 for none; a padding index outside
+// [-rows, rows) throws (a negative one counts from the end, as in PyTorch).
+inline index_t padding_row(index_t padding_idx, index_t rows) {
+  if (padding_idx == no_padding) return -1;
+  if (padding_idx < -rows || padding_idx >= rows)
+    throw index_error("loom: embedding_backward: padding_idx " + std::to_string(padding_idx) +
+                      " is out of range for a table of " + std::to_string(rows) + " rows (valid: " +
+                      std::to_string(-rows) + " to " + std::to_string(rows - 1) + ")");
+  return padding_idx < 0 ? padding_idx + rows : padding_idx;
+}
+
+// A view of rank R whose leading axes can be read as one ([N, D] for R == 2,
+// [N] for R == 1), or a contiguous copy when they cannot.
+template <class T, std::size_t R, class S>
+bool lead_axes_merge(const view<T, R, S>& v) {
+  for (std::size_t d = 0; d + 2 < R; ++d)
+    if (v.extent(d) != 1 && v.stride(d) != v.stride(d + 1) * v.extent(d + 1)) return false;
+  return true;
+}
+template <std::size_t Out, class T, std::size_t R, class S>
+view<const T, Out, S> merged(const view<const T, R, S>& v) {
+  shape<Out> e{}, st{};
+  if constexpr (Out == 2) {
+    e[1] = R >= 1 ? v.extent(R - 1) : 1;
+    st[1] = R >= 1 ? v.stride(R - 1) : 1;
+  }
+  constexpr std::size_t lead = Out == 2 ? R - 1 : R;
+  index_t n = 1, stride = 1;
+  for (std::size_t d = 0; d != lead; ++d) n *= v.extent(d);
+  // The merged axis steps by the stride of the innermost leading axis of
+  // extent above 1.
+  for (std::size_t d = lead; d-- > 0;)
+    if (v.extent(d) != 1) {
+      stride = v.stride(d);
+      break;
+    }
+  e[0] = n;
+  st[0] = stride;
+  return view<const T, Out, S>(v.data(), e, st);
+}
+
+// Accumulates the gradient rows of one table row, in position order.
+template <class T, class G, class I>
+void host_backward(const view<T, 2, host>& out, const view<const G, 2, host>& grad, const view<const I, 1, host>& ids,
+                   index_t pad) {
+  using A = row_acc_t<G>;
+  const index_t n = ids.extent(0), rows = out.extent(0), dim = out.extent(1);
+  // Counting sort of the positions by id (stable: positions ascending within an id).
+  std::vector<index_t> start(static_cast<std::size_t>(rows) + 1, 0);
+  for (index_t i = 0; i < n; ++i) {
+    const auto v = static_cast<index_t>(ids(i));
+    if (v >= 0 && v < rows) ++start[static_cast<std::size_t>(v) + 1];
+  }
+  for (index_t v = 0; v < rows; ++v) start[static_cast<std::size_t>(v) + 1] += start[static_cast<std::size_t>(v)];
+  std::vector<index_t> order(static_cast<std::size_t>(start.back()));
+  {
+    std::vector<index_t> next(start.begin(), start.end() - 1);
+    for (index_t i = 0; i < n; ++i) {
+      const auto v = static_cast<index_t>(ids(i));
+      if (v >= 0 && v < rows) order[static_cast<std::size_t>(next[static_cast<std::size_t>(v)]++)] = i;
+    }
+  }
+  constexpr index_t chunk = 256;
+  const index_t gs0 = grad.stride(0), gs1 = grad.stride(1), os0 = out.stride(0), os1 = out.stride(1);
+  host_for_each(
+      rows,
+      [&](index_t v) {
+        A acc[chunk];
+        const auto at = static_cast<std::size_t>(v);
+        const index_t lo = start[at], hi = v == pad ? lo : start[at + 1];
+        T* const o = out.data() + v * os0;
+        if (lo == hi && os1 == 1) {  // no ids here: a row of zeros
+          std::fill(o, o + dim, convert<T>(A(0)));
+          return;
+        }
+        for (index_t c0 = 0; c0 < dim; c0 += chunk) {
+          const index_t len = std::min(chunk, dim - c0);
+          for (index_t j = 0; j < len; ++j) acc[j] = A(0);
+          for (index_t k = lo; k < hi; ++k) {
+            const G* const gr = grad.data() + order[static_cast<std::size_t>(k)] * gs0 + c0 * gs1;
+            if (gs1 == 1) {
+              for (index_t j = 0; j < len; ++j) acc[j] += static_cast<A>(static_cast<compute_t<G>>(gr[j]));
+            } else {
+              for (index_t j = 0; j < len; ++j) acc[j] += static_cast<A>(static_cast<compute_t<G>>(gr[j * gs1]));
+            }
+          }
+          if (os1 == 1) {
+            for (index_t j = 0; j < len; ++j) o[c0 + j] = convert<T>(acc[j]);
+          } else {
+            for (index_t j = 0; j < len; ++j) o[(c0 + j) * os1] = convert<T>(acc[j]);
+          }
+        }
+      },
+      dim * (n / (rows > 0 ? rows : 1) + 1));
+}
+
+#if LOOM_CUDA_COMPILER
+// Block b takes table rows b, b + gridDim.x, ...: the run of sorted ids
+// equal to the row (two binary searches), then each thread a column,
+// adding the gradient rows at the run's positions in order.
+template <class T, class G, class I>
+__global__ void __launch_bounds__(256)
+    backward_kernel(view<T, 2, device> out, view<const G, 2, device> grad, const I* keys, const index_t* pos,
+                    index_t n, index_t pad, index_fault_record* fault) {
+  using A = row_acc_t<G>;
+  const index_t rows = out.extent(0), dim = out.extent(1);
+  if (blockIdx.x == 0 && threadIdx.x == 0 && n > 0) {
+    if (keys[0] < 0) record_index_fault(fault, index_op::embedding_backward, 0, keys[0], rows);
+    if (keys[n - 1] >= rows) record_index_fault(fault, index_op::embedding_backward, 0, keys[n - 1], rows);
+  }
+  for (index_t v = blockIdx.x; v < rows; v += gridDim.x) {
+    auto lower = [&](index_t x) {
+      index_t lo = 0, hi = n;
+      while (lo < hi) {
+        const index_t mid = lo + (hi - lo) / 2;
+        if (static_cast<index_t>(keys[mid]) < x)
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      return lo;
+    };
+    const index_t lo = lower(v), hi = v == pad ? lo : lower(v + 1);
+    for (index_t c = threadIdx.x; c < dim; c += blockDim.x) {
+      A acc = A(0);
+      for (index_t k = lo; k < hi; ++k) acc += static_cast<A>(static_cast<compute_t<G>>(grad(pos[k], c)));
+      out(v, c) = convert<T>(acc);
+    }
+  }
+}
+
+template <class T, class G, class I>
+void device_backward(const view<T, 2, device>& out, const view<const G, 2, device>& grad,
+                     const view<const I, 1, device>& ids, index_t pad, bool checked) {
+  const stream_ref s = current_stream();
+  const index_t n = ids.extent(0);
+  // The ids as one contiguous array (a copy when strided), the positions 0..n-1.
+  tensor<I, 1, device> keys_in(shape<1>{ids.is_contiguous() ? 0 : n});
+  const I* kin = ids.data();
+  if (!ids.is_contiguous()) {
+    assign(keys_in, ids);
+    kin = keys_in.data();
+  }
+  tensor<I, 1, device> keys(shape<1>{n});
+  tensor<index_t, 1, device> pos_in(shape<1>{n}), pos(shape<1>{n});
+  if (n > 0) {
+    assign(pos_in, arange<index_t>(n));
+    reduce::run_cub(
+        [&](void* tmp, std::size_t& bytes) {
+          return cub::DeviceRadixSort::SortPairs(tmp, bytes, kin, keys.data(), pos_in.data(), pos.data(), n, 0,
+                                                 static_cast<int>(8 * sizeof(I)), s.get());
+        },
+        s);
+  }
+  index_fault_record* fault = checked ? index_fault_device() : nullptr;
+  launch_kernel(backward_kernel<T, G, I>, dim3(grid_size(out.extent(0), 8, s.device())), 256, 0, s.get(), out, grad,
+                static_cast<const I*>(keys.data()), static_cast<const index_t*>(pos.data()), n, pad, fault);
+}
+#endif
+}  // namespace detail::emb
+
+//! The gradient of embedding(ids, table) with respect to the table, written
+//! into `out` ([rows, dim]), as torch's embedding_dense_backward: row v is
+//! the sum of the rows of `grad` (shape ids.shape + [dim]) at the positions
+//! where ids equal v, 0 where there are none, and 0 for the row padding_idx
+//! (negative counts from the end; no_padding: none). Deterministic without
+//! atomics: repeated ids are added in the order of their positions, in float
+//! (double for double), the same bits on every run and on both executors.
+//! Host: a counting sort and one parallel loop over the rows. Device: a CUB
+//! radix sort of (id, position) pairs and one kernel (plus a copy of strided
+//! ids or gradients, and the positions' fill), nothing synchronized.
+//! Out-of-range ids: index_error (checked, the host before anything runs,
+//! the device at the next synchronization), or skipped (unchecked).
+//! Example: `loom::embedding_backward(dtable, dy, ids, pad);`
+template <tensor_like O, tensor_like G, tensor_like I>
+void embedding_backward(O&& out, const G& grad, const I& ids, index_t padding_idx = no_padding,
+                        index_mode mode = index_mode::checked) {
+  auto o = detail::as_view(out);
+  const auto g = view<const typename decltype(detail::as_view(grad))::value_type,
+                      decltype(detail::as_view(grad))::rank, typename decltype(detail::as_view(grad))::space>(
+      detail::as_view(grad));
+  const auto i = view<const typename decltype(detail::as_view(ids))::value_type, decltype(detail::as_view(ids))::rank,
+                      typename decltype(detail::as_view(ids))::space>(detail::as_view(ids));
+  using OV = decltype(o);
+  using GV = std::remove_const_t<decltype(g)>;
+  using IV = std::remove_const_t<decltype(i)>;
+  using S = typename OV::space;
+  using T = typename OV::value_type;
+  using Gt = typename GV::value_type;
+  using It = typename IV::value_type;
+  constexpr std::size_t Ri = IV::rank;
+  static_assert(!std::is_const_v<typename OV::element_type>, "loom: embedding_backward writes `out`; it is const");
+  static_assert(std::is_same_v<typename GV::space, S> && std::is_same_v<typename IV::space, S>,
+                "loom: embedding_backward's tensors must live in one memory space");
+  static_assert(OV::rank == 2, "loom: embedding_backward writes a table of rank 2 ([rows, dim])");
+  static_assert(GV::rank == Ri + 1, "loom: embedding_backward's gradient has the ids' rank plus one");
+  static_assert(std::is_same_v<It, std::int32_t> || std::is_same_v<It, std::int64_t>,
+                "loom: indices must be an int32 or int64 tensor");
+  static_assert(is_floating_v<T> && is_floating_v<Gt>, "loom: embedding_backward needs floating gradients");
+  detail::require_cuda_compiler_for<S>();
+  for (std::size_t d = 0; d != Ri; ++d)
+    if (g.extent(d) != i.extent(d))
+      throw shape_error("loom: embedding_backward: the gradient of shape " + shape_string(g.extents()) +
+                        " does not fit ids of shape " + shape_string(i.extents()) + " (axis " + std::to_string(d) +
+                        ")");
+  if (g.extent(Ri) != o.extent(1))
+    throw shape_error("loom: embedding_backward: the gradient of shape " + shape_string(g.extents()) +
+                      " does not fit a table of shape " + shape_string(o.extents()) + " (its last axis)");
+  if (may_overlap(o, g) || may_overlap(o, i))
+    throw aliasing_error("loom: embedding_backward: the output overlaps the gradient or the ids");
+  for (std::size_t d = 0; d != 2; ++d)
+    if (o.extent(d) > 1 && o.stride(d) == 0) detail::throw_repeating_output(o.extents(), o.strides());
+  const index_t pad = detail::emb::padding_row(padding_idx, o.extent(0));
+  if (o.size() == 0) return;
+  // One run of positions and one [n, dim] gradient: merge the leading axes
+  // (contiguous copies where they do not merge).
+  tensor<Gt, GV::rank, S> g_copy;
+  tensor<It, Ri, S> i_copy;
+  auto g2 = detail::emb::merged<2>(g);
+  auto i1 = detail::emb::merged<1>(i);
+  if (!detail::emb::lead_axes_merge(g)) {
+    g_copy = contiguous(g);
+    g2 = detail::emb::merged<2>(view<const Gt, GV::rank, S>(g_copy.view()));
+  }
+  if (Ri > 1 && !detail::emb::lead_axes_merge(i.unsqueeze(static_cast<int>(Ri)))) {
+    i_copy = contiguous(i);
+    i1 = detail::emb::merged<1>(view<const It, Ri, S>(i_copy.view()));
+  }
+  if constexpr (std::is_same_v<S, host>) {
+    if (mode == index_mode::checked)
+      detail::check_host_indices(i1, detail::index_op::embedding_backward, 0, o.extent(0));
+    detail::emb::host_backward(o, g2, i1, pad);
+  } else {
+#if LOOM_CUDA_COMPILER
+    detail::emb::device_backward(o, g2, i1, pad, mode == index_mode::checked);
+#endif
+  }
+}
+
+//! A new table gradient [rows, dim] in the gradient's type and space; see
+//! embedding_backward(out, ...). Example: `auto dw = loom::embedding_backward(dy, ids, 50257);`
+template <tensor_like G, tensor_like I>
+[[nodiscard]] auto embedding_backward(const G& grad, const I& ids, index_t rows, index_t padding_idx = no_padding,
+                                      index_mode mode = index_mode::checked) {
+  const auto g = detail::as_view(grad);
+  using GV = decltype(g);
+  if (rows < 0) throw value_error("loom: embedding_backward needs rows >= 0, got " + std::to_string(rows));
+  tensor<typename GV::value_type, 2, typename GV::space> out(shape<2>{rows, GV::rank > 0 ? g.extent(GV::rank - 1) : 1});
+  embedding_backward(out, grad, ids, padding_idx, mode);
+  return out;
+}
+}  // namespace loom

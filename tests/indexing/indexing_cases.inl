@@ -1,0 +1,464 @@
+// SPDX-License-Identifier: Apache-2.0
+// Creating and indexing tensors, checked on both executors against plain
+// loops written here from NumPy's and PyTorch's definitions: arange,
+// linspace, eye, index_select, gather, embedding, concat, stack and the
+// embedding's backward. The including file defines LOOM_TEST_SPACE and
+// LOOM_TEST_TAG.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loom_test.hpp"
+
+using loom::index_t;
+using loom::none;
+using loom::range;
+using loom::whole;
+using space_t = LOOM_TEST_SPACE;
+
+namespace {
+// Matches an exception whose message contains every one of the strings.
+struct what_contains : Catch::MatcherBase<std::exception> {
+  std::vector<std::string> parts;
+  what_contains(std::initializer_list<std::string> p) : parts(p) {}
+  bool match(const std::exception& e) const override {
+    for (const auto& p : parts)
+      if (std::string(e.what()).find(p) == std::string::npos) return false;
+    return true;
+  }
+  std::string describe() const override {
+    std::string d = "message contains";
+    for (const auto& p : parts) d += " \"" + p + "\"";
+    return d;
+  }
+};
+
+constexpr bool on_device = std::is_same_v<space_t, loom::device>;
+
+template <class T, std::size_t R>
+loom::tensor<T, R, space_t> in_space(const loom::host_tensor<T, R>& h) {
+  if constexpr (on_device)
+    return loom::to_device(h);
+  else
+    return h;
+}
+
+template <class T, std::size_t R>
+loom::host_tensor<T, R> random_host(const loom::shape<R>& s, std::mt19937_64& g) {
+  loom::host_tensor<T, R> h(s);
+  for (index_t i = 0; i < h.size(); ++i) h.data()[i] = loom_test::random_value<T>(g);
+  return h;
+}
+
+template <class T, std::size_t R>
+loom::host_tensor<T, R> random_ids(const loom::shape<R>& s, index_t rows, std::mt19937_64& g) {
+  loom::host_tensor<T, R> h(s);
+  std::uniform_int_distribution<index_t> d(0, rows - 1);
+  for (index_t i = 0; i < h.size(); ++i) h.data()[i] = static_cast<T>(d(g));
+  return h;
+}
+
+template <class T, std::size_t R>
+loom::tensor<T, R, space_t> poisoned(const loom::shape<R>& s) {
+  loom::host_tensor<T, R> h(s);
+  for (index_t i = 0; i < h.size(); ++i) h.data()[i] = loom_test::poison_value<T>();
+  return in_space(h);
+}
+
+// Checks every element of y (row-major index i) against want(i): bit for
+// bit when rel is 0, else within rel of the value.
+template <class V, class Want>
+void check_all(const V& y, Want want, double rel = 0) {
+  const auto h = loom::to_host(y);
+  using T = typename decltype(h)::value_type;
+  index_t bad = 0;
+  for (index_t i = 0; i < h.size(); ++i) {
+    const double got = loom_test::as_double(h.data()[h.view().offset_of(i)]);
+    const double w = want(i);
+    const bool ok = rel == 0 ? loom_test::same_bits(h.data()[h.view().offset_of(i)], static_cast<T>(w))
+                             : std::abs(got - w) <= rel * std::abs(w) + 1e-30 || (std::isnan(got) && std::isnan(w));
+    if (!ok && bad++ < 5) {
+      INFO("element " << i << " of " << loom::shape_string(h.extents()) << ": got " << got << ", want " << w);
+      CHECK(false);
+    }
+  }
+  CHECK(bad == 0);
+}
+
+// Coordinates of row-major element i of shape s.
+template <std::size_t R>
+std::array<index_t, R> coords(index_t i, const loom::shape<R>& s) {
+  std::array<index_t, R> c{};
+  for (std::size_t d = R; d-- > 0;) {
+    c[d] = i % s[d];
+    i /= s[d];
+  }
+  return c;
+}
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Creation leaves
+
+TEST_CASE("arange, linspace and eye give NumPy's and PyTorch's values on every path", "[indexing]" LOOM_TEST_TAG) {
+  // Contiguous output: the linear path.
+  auto a = poisoned<float, 1>({37});
+  a = loom::arange<float>(37);
+  CHECK(loom::last_eval().path == loom::eval_path::contiguous);
+  check_all(a, [](index_t i) { return static_cast<float>(i); });
+  auto b = poisoned<double, 1>({10});
+  b = loom::arange<double>(1.5, -2.5, -0.4);  // ceil(-4 / -0.4) = 10 values
+  check_all(b, [](index_t i) { return 1.5 + -0.4 * static_cast<double>(i); });
+  auto ints = poisoned<std::int64_t, 1>({4});
+  ints = loom::arange<std::int64_t>(-3, 9, 3);
+  check_all(ints, [](index_t i) { return static_cast<double>(-3 + 3 * i); });
+  CHECK(loom::arange<float>(0.0, 1.0, 0.3).extents()[0] == 4);
+  CHECK(loom::arange<float>(2.0, 2.0).extents()[0] == 0);
+  // linspace: torch.linspace's two halves, both ends exact.
+  auto l = poisoned<float, 1>({7});
+  l = loom::linspace<float>(-1.0, 2.0, 7);
+  check_all(l, [](index_t i) {
+    const double step = 3.0 / 6.0;
+    return static_cast<double>(static_cast<float>(i < 3 ? -1.0 + step * i : 2.0 - step * (6 - i)));
+  });
+  auto one = poisoned<float, 1>({1});
+  one = loom::linspace<float>(5.0, 9.0, 1);
+  check_all(one, [](index_t) { return 5.0; });
+  // eye with a diagonal offset, through a transposed output: the general path.
+  for (index_t k : {index_t{0}, index_t{2}, index_t{-1}}) {
+    auto e = poisoned<float, 2>({9, 5});
+    e.t() = loom::eye<float>(5, 9, k);
+    CHECK(loom::last_eval().path == loom::eval_path::general);
+    check_all(e, [&](index_t i) { return (i / 5) - (i % 5) == k ? 1.0 : 0.0; });  // e[j, r] = eye[r, j]
+  }
+  // Broadcast into a larger output, and as operands of a row kernel.
+  std::mt19937_64 g(loom_test::seed_for("creation rows"));
+  const auto xh = random_host<float, 2>({6, 33}, g);
+  const auto x = in_space(xh);
+  auto y = poisoned<float, 2>({6, 33});
+  y = x * loom::arange<float>(33) - loom::row_max(x + loom::eye<float>(6, 33, 3));
+  CHECK(loom::last_eval().path == loom::eval_path::rows);
+  check_all(
+      y,
+      [&](index_t i) {
+        const index_t r = i / 33, c = i % 33;
+        double m = -1e300;
+        for (index_t j = 0; j < 33; ++j) m = std::max(m, double(xh(r, j)) + (j - r == 3 ? 1.0 : 0.0));
+        return double(xh(r, c)) * double(c) - m;
+      },
+      1e-6);
+  // One kernel for a whole expression of creation leaves and a tensor.
+  const auto before = loom::launches();
+  y = loom::sin(loom::arange<float>(33) * 0.25f) + x;
+  const auto after = loom::launches();
+  CHECK((on_device ? after.device - before.device : after.host - before.host) == 1);
+  check_all(y, [&](index_t i) { return double(std::sin(float(i % 33) * 0.25f) + xh(i / 33, i % 33)); }, 1e-6);
+}
+
+TEST_CASE("creation helpers return tensors and bad arguments throw", "[indexing]" LOOM_TEST_TAG) {
+  const auto a = loom::arange<std::int32_t, space_t>(5);
+  check_all(a, [](index_t i) { return static_cast<double>(i); });
+  const auto l = loom::linspace<double, space_t>(0.0, 1.0, 5);
+  check_all(l, [](index_t i) { return i < 2 ? 0.25 * i : 1.0 - 0.25 * (4 - i); });
+  const auto e = loom::eye<loom::bf16, space_t>(3);
+  check_all(e, [](index_t i) { return i % 4 == 0 ? 1.0 : 0.0; });
+  const auto o = loom::ones<float, 2, space_t>({2, 3});
+  check_all(o, [](index_t) { return 1.0; });
+  CHECK_THROWS_MATCHES(loom::arange<float>(0.0, 1.0, 0.0), loom::value_error, what_contains({"non-zero step"}));
+  CHECK_THROWS_MATCHES(loom::arange<float>(0.0, 1.0, -1.0), loom::value_error, what_contains({"away from stop"}));
+  CHECK_THROWS_AS(loom::arange<float>(-1), loom::value_error);
+  CHECK_THROWS_AS(loom::linspace<float>(0.0, 1.0, -2), loom::value_error);
+  CHECK_THROWS_AS(loom::eye<float>(-1, 2), loom::value_error);
+}
+
+// ---------------------------------------------------------------------------
+// index_select, gather, embedding
+
+TEMPLATE_TEST_CASE("index_select picks entries along any axis of strided sources through int32 and int64 indices",
+                   "[indexing]" LOOM_TEST_TAG, std::int32_t, std::int64_t) {
+  using I = TestType;
+  std::mt19937_64 g(loom_test::seed_for("index_select"));
+  const auto xh = random_host<float, 3>({7, 5, 33}, g);
+  const auto x = in_space(xh);
+  // The index read with stride 2 (every other element of a longer tensor).
+  auto long_ids = random_ids<I, 1>({9}, 5, g);
+  const auto ids = in_space(long_ids);
+  const auto picks = ids.slice(range(0, none, 2));  // 5 indices, repeated ones likely
+  for (int axis : {1, -1, 0}) {
+    const std::size_t a = static_cast<std::size_t>(axis < 0 ? axis + 3 : axis);
+    const index_t bound = xh.extent(a);
+    auto idx_h = random_ids<I, 1>({4}, bound, g);
+    const auto idx = in_space(idx_h);
+    loom::shape<3> s = xh.extents();
+    s[a] = 4;
+    auto y = poisoned<float, 3>(s);
+    y = loom::index_select(x * 2.0f, axis, idx);
+    check_all(y, [&](index_t i) {
+      auto c = coords(i, s);
+      c[a] = idx_h(c[a]);
+      return 2.0 * double(xh(c[0], c[1], c[2]));
+    });
+  }
+  // A permuted source, a strided index, the rows path.
+  const auto xp = x.permute({1, 0, 2});  // [5, 7, 33]
+  auto z = poisoned<float, 3>({5, 7, 33});
+  z = loom::index_select(xp, 0, picks) - loom::row_max(loom::index_select(xp, 0, picks));
+  CHECK(loom::last_eval().path == loom::eval_path::rows);
+  check_all(z, [&](index_t i) {
+    const auto c = coords(i, loom::shape<3>{5, 7, 33});
+    const index_t r = long_ids(2 * c[0]);
+    double m = -1e300;
+    for (index_t j = 0; j < 33; ++j) m = std::max(m, double(xh(c[1], r, j)));
+    return double(xh(c[1], r, c[2])) - m;
+  });
+  // An empty index: an empty result.
+  const auto none_h = loom::host_tensor<I, 1>(loom::shape<1>{0});
+  auto e = poisoned<float, 3>({7, 0, 33});
+  e = loom::index_select(x, 1, in_space(none_h));
+  CHECK(e.size() == 0);
+}
+
+TEST_CASE("gather reads along an axis at the index's positions, with an index smaller than the source",
+          "[indexing]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("gather"));
+  const auto xh = random_host<double, 2>({9, 13}, g);
+  const auto x = in_space(xh);
+  const auto i0 = random_ids<std::int64_t, 2>({4, 11}, 9, g);
+  auto y = poisoned<double, 2>({4, 11});
+  y = loom::gather(x, 0, in_space(i0));
+  check_all(y, [&](index_t i) { return xh(i0(i / 11, i % 11), i % 11); });
+  // Axis -1 through a transposed index: y[r, c] = x[r, index[r, c]].
+  const auto i1 = random_ids<std::int32_t, 2>({6, 8}, 13, g);  // read transposed as [8, 6]
+  const auto i1d = in_space(i1);
+  auto z = poisoned<double, 2>({8, 6});
+  z = loom::gather(x, -1, i1d.t()) + 1.0;
+  check_all(z, [&](index_t i) { return xh(i / 6, i1(i % 6, i / 6)) + 1.0; });
+  // Two identical row reductions over a selection are computed once (same_as).
+  const auto sel_h = random_ids<std::int64_t, 1>({5}, 9, g);
+  const auto sel = in_space(sel_h);
+  const auto e = loom::index_select(x, 0, sel);
+  auto sm = poisoned<double, 2>({5, 13});
+  sm = loom::exp(e - loom::row_max(e)) / loom::row_sum(loom::exp(e - loom::row_max(e)));
+  CHECK(loom::last_eval().row_passes == 2);
+  check_all(
+      sm,
+      [&](index_t i) {
+        const index_t r = sel_h(i / 13);
+        double m = -1e300, s = 0;
+        for (index_t j = 0; j < 13; ++j) m = std::max(m, xh(r, j));
+        for (index_t j = 0; j < 13; ++j) s += std::exp(xh(r, j) - m);
+        return std::exp(xh(r, i % 13) - m) / s;
+      },
+      1e-13);
+  CHECK_THROWS_MATCHES(loom::gather(x, 0, in_space(random_ids<std::int64_t, 2>({2, 14}, 9, g))), loom::shape_error,
+                       what_contains({"[2, 14]", "[9, 13]", "axis 0"}));
+}
+
+TEMPLATE_TEST_CASE("embedding looks up table rows for ids of any rank, fused with what follows",
+                   "[indexing]" LOOM_TEST_TAG, (std::pair<std::int32_t, float>),
+                   (std::pair<std::int64_t, loom::bf16>)) {
+  using I = typename TestType::first_type;
+  using T = typename TestType::second_type;
+  std::mt19937_64 g(loom_test::seed_for("embedding"));
+  const index_t rows = 37, dim = 40;  // dim: a multiple of every vector width, so whole vectors are read
+  const auto th = random_host<T, 2>({rows, dim}, g);
+  const auto table = in_space(th);
+  const auto posh = random_host<float, 2>({5, dim}, g);
+  const auto pos = in_space(posh);
+  const auto ids_h = random_ids<I, 2>({5, 3}, rows, g);  // read transposed: [3, 5] tokens
+  const auto ids = in_space(ids_h);
+  auto y = poisoned<float, 3>({3, 5, dim});
+  const auto before = loom::launches();
+  y = loom::embedding(ids.t(), table) * 0.5f + pos;
+  const auto after = loom::launches();
+  CHECK((on_device ? after.device - before.device : after.host - before.host) == 1);
+  check_all(y, [&](index_t i) {
+    const auto c = coords(i, loom::shape<3>{3, 5, dim});
+    return double(float(th(ids_h(c[1], c[0]), c[2])) * 0.5f + posh(c[1], c[2]));
+  });
+  // A table that starts one column in (no aligned vector loads) and odd columns.
+  const auto narrow = table.slice(whole, range(1, none));
+  auto w = poisoned<T, 2>({5, dim - 1});
+  w = loom::embedding(ids.slice(whole, 0), narrow);
+  check_all(w, [&](index_t i) { return loom_test::as_double(th(ids_h(i / (dim - 1), 0), 1 + i % (dim - 1))); });
+  // Rank-0 ids: one row.
+  const auto one = ids.slice(2, 1);
+  auto r = poisoned<T, 1>({dim});
+  r = loom::embedding(one, table);
+  check_all(r, [&](index_t i) { return loom_test::as_double(th(ids_h(2, 1), i)); });
+  // Empty ids.
+  auto e = poisoned<T, 2>({0, dim});
+  e = loom::embedding(ids.slice(range(0, 0), 0), table);
+  CHECK(e.size() == 0);
+}
+
+TEST_CASE("out-of-range indices throw index_error naming the index and the bound, or are clamped unchecked",
+          "[indexing]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("out of range"));
+  const auto th = random_host<float, 2>({5, 8}, g);
+  const auto table = in_space(th);
+  const auto bad = in_space(loom::host_tensor<std::int64_t, 1>({3}, {1, 5, 2}));
+  const auto negative = in_space(loom::host_tensor<std::int32_t, 1>({2}, {0, -1}));
+  auto y = poisoned<float, 2>({3, 8});
+  if constexpr (!on_device) {
+    CHECK_THROWS_MATCHES(y = loom::embedding(bad, table), loom::index_error,
+                         what_contains({"embedding: index 5 is out of range for axis 0 of extent 5", "[1]"}));
+    // Nothing was written.
+    check_all(y, [](index_t) { return std::nan(""); }, 1);
+    CHECK_THROWS_MATCHES(y.slice(range(0, 2)) = loom::index_select(table, 0, negative), loom::index_error,
+                         what_contains({"index_select: index -1", "extent 5"}));
+    const auto picks =
+        in_space(loom::host_tensor<std::int32_t, 2>({2, 8}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0}));
+    CHECK_THROWS_MATCHES(y.slice(range(0, 2)) = loom::gather(table.slice(range(0, 2)), 1, picks),
+                         loom::index_error, what_contains({"gather: index 8 is out of range for axis 1 of extent 8"}));
+  } else {
+    // The device reads a clamped row and reports at the next synchronization.
+    y = loom::embedding(bad, table);
+    CHECK_THROWS_MATCHES(loom::synchronize(), loom::index_error,
+                         what_contains({"embedding: index 5 is out of range for axis 0 of extent 5"}));
+    loom::synchronize();  // reported once
+    check_all(y, [&](index_t i) { return double(th(i / 8 == 1 ? 4 : i / 8 == 0 ? 1 : 2, i % 8)); });
+  }
+  // Unchecked: the index is clamped into range, nothing is reported.
+  y = loom::embedding(bad, table, loom::index_mode::unchecked);
+  loom::check_index_errors();
+  check_all(y, [&](index_t i) { return double(th(i / 8 == 1 ? 4 : i / 8 == 0 ? 1 : 2, i % 8)); });
+  auto z = poisoned<float, 2>({2, 8});
+  z = loom::index_select(table, 0, negative, loom::index_mode::unchecked);
+  check_all(z, [&](index_t i) { return double(th(0, i % 8)); });
+  // An empty source has nothing to clamp into: an error in either mode.
+  auto e = poisoned<float, 2>({3, 8});
+  CHECK_THROWS_MATCHES(e = loom::embedding(bad, table.slice(range(0, 0)), loom::index_mode::unchecked),
+                       loom::index_error, what_contains({"every index is out of range for axis 0 of extent 0"}));
+  // The output may not overlap the source.
+  auto t2 = in_space(th);
+  CHECK_THROWS_AS(t2.slice(range(0, 3)) = loom::embedding(bad, t2, loom::index_mode::unchecked), loom::aliasing_error);
+}
+
+// ---------------------------------------------------------------------------
+// concat and stack
+
+TEST_CASE("concat and stack join expressions along any axis in one kernel", "[indexing]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("concat"));
+  const auto ah = random_host<float, 3>({3, 5, 7}, g);
+  const auto bh = random_host<std::int32_t, 3>({3, 2, 7}, g);
+  const auto ch = random_host<float, 3>({3, 5, 7}, g);
+  const auto a = in_space(ah);
+  const auto b = in_space(bh);
+  const auto c = in_space(ch);
+  auto y = poisoned<float, 3>({3, 12, 7});
+  const auto before = loom::launches();
+  y = loom::concat(a * 2.0f, b, a, 1);
+  const auto after = loom::launches();
+  CHECK((on_device ? after.device - before.device : after.host - before.host) == 1);
+  check_all(y, [&](index_t i) {
+    const auto k = coords(i, loom::shape<3>{3, 12, 7});
+    if (k[1] < 5) return 2.0 * ah(k[0], k[1], k[2]);
+    if (k[1] < 7) return double(bh(k[0], k[1] - 5, k[2]));
+    return double(ah(k[0], k[1] - 7, k[2]));
+  });
+  // The last axis, as a row kernel's operand, through a permuted operand.
+  auto r = poisoned<float, 3>({3, 5, 14});
+  r = loom::concat(a, c.permute({0, 1, 2}), -1) / loom::row_sum(loom::concat(a, c, -1));
+  check_all(
+      r,
+      [&](index_t i) {
+        const auto k = coords(i, loom::shape<3>{3, 5, 14});
+        double s = 0;
+        for (index_t j = 0; j < 7; ++j) s += double(ah(k[0], k[1], j)) + double(ch(k[0], k[1], j));
+        return (k[2] < 7 ? double(ah(k[0], k[1], k[2])) : double(ch(k[0], k[1], k[2] - 7))) / s;
+      },
+      1e-5);
+  // The default axis 0.
+  auto v = poisoned<float, 3>({6, 5, 7});
+  v = loom::concat(a, c);
+  check_all(v, [&](index_t i) {
+    const auto k = coords(i, loom::shape<3>{6, 5, 7});
+    return double(k[0] < 3 ? ah(k[0], k[1], k[2]) : ch(k[0] - 3, k[1], k[2]));
+  });
+  // stack along a new middle axis, and at the end.
+  auto s = poisoned<float, 4>({3, 2, 5, 7});
+  s = loom::stack(a, c, 1);
+  check_all(s, [&](index_t i) {
+    const auto k = coords(i, loom::shape<4>{3, 2, 5, 7});
+    return double(k[1] == 0 ? ah(k[0], k[2], k[3]) : ch(k[0], k[2], k[3]));
+  });
+  auto s2 = poisoned<float, 4>({3, 5, 7, 3});
+  s2 = loom::stack(a, c, a - c, -1);
+  check_all(s2, [&](index_t i) {
+    const auto k = coords(i, loom::shape<4>{3, 5, 7, 3});
+    const double x = ah(k[0], k[1], k[2]), z = ch(k[0], k[1], k[2]);
+    return k[3] == 0 ? x : k[3] == 1 ? z : double(float(x) - float(z));
+  });
+  CHECK_THROWS_MATCHES(loom::concat(a, b, 2), loom::shape_error,
+                       what_contains({"[3, 5, 7]", "[3, 2, 7]", "axis 2"}));
+  CHECK_THROWS_MATCHES(loom::stack(a, b, 0), loom::shape_error, what_contains({"[3, 5, 7]", "[3, 2, 7]"}));
+  CHECK_THROWS_AS(loom::concat(a, c, 3), loom::index_error);
+  auto a2 = in_space(ah);
+  CHECK_THROWS_AS(a2.slice(range(0, 2)) = loom::concat(a2.slice(range(0, 1)), a2.slice(range(2, 3)), 0),
+                  loom::aliasing_error);
+}
+
+// ---------------------------------------------------------------------------
+// The embedding's backward
+
+TEMPLATE_TEST_CASE("embedding_backward sums repeated ids in position order, deterministically, padding excluded",
+                   "[indexing]" LOOM_TEST_TAG, (std::pair<std::int64_t, float>),
+                   (std::pair<std::int32_t, loom::bf16>)) {
+  using I = typename TestType::first_type;
+  using T = typename TestType::second_type;
+  std::mt19937_64 g(loom_test::seed_for("embedding backward"));
+  const index_t rows = 23, dim = 37;
+  const auto ids_h = random_ids<I, 2>({9, 13}, rows / 3, g);  // few distinct ids: many repeats
+  const auto gh = random_host<T, 3>({13, 9, dim}, g);         // read permuted as [9, 13, dim]
+  const auto ids = in_space(ids_h);
+  const auto grad = in_space(gh);
+  for (index_t padding : {loom::no_padding, index_t{2}, index_t{-rows + 4}}) {
+    const index_t pad = padding == loom::no_padding ? -1 : padding < 0 ? padding + rows : padding;
+    auto out = poisoned<T, 2>({rows, dim});
+    loom::embedding_backward(out, grad.permute({1, 0, 2}), ids, padding);
+    // Reference: the float sum in position order (bits), and a double sum (value).
+    std::vector<double> exact(static_cast<std::size_t>(rows * dim), 0.0);
+    std::vector<float> ordered(static_cast<std::size_t>(rows * dim), 0.0f);
+    for (index_t p = 0; p < 9 * 13; ++p) {
+      const index_t v = ids_h(p / 13, p % 13);
+      if (v == pad) continue;
+      for (index_t c = 0; c < dim; ++c) {
+        const float x = static_cast<float>(gh(p % 13, p / 13, c));
+        ordered[static_cast<std::size_t>(v * dim + c)] += x;
+        exact[static_cast<std::size_t>(v * dim + c)] += x;
+      }
+    }
+    check_all(out, [&](index_t i) { return double(static_cast<T>(ordered[static_cast<std::size_t>(i)])); });
+    check_all(out, [&](index_t i) { return exact[static_cast<std::size_t>(i)]; }, 2e-2);
+    // The same bits again.
+    const auto again = loom::embedding_backward(grad.permute({1, 0, 2}), ids, rows, padding);
+    const auto h1 = loom::to_host(out), h2 = loom::to_host(again);
+    CHECK(std::memcmp(h1.data(), h2.data(), h1.nbytes()) == 0);
+  }
+  // Empty ids: all zeros.
+  const auto none_ids = in_space(loom::host_tensor<I, 1>(loom::shape<1>{0}));
+  const auto none_grad = in_space(loom::host_tensor<T, 2>(loom::shape<2>{0, dim}));
+  check_all(loom::embedding_backward(none_grad, none_ids, rows), [](index_t) { return 0.0; });
+  CHECK_THROWS_MATCHES(loom::embedding_backward(grad, ids, rows), loom::shape_error, what_contains({"[13, 9, 37]"}));
+  CHECK_THROWS_MATCHES(loom::embedding_backward(grad.permute({1, 0, 2}), ids, rows, rows), loom::index_error,
+                       what_contains({"padding_idx 23"}));
+}
+
+TEST_CASE("embedding_backward reports out-of-range ids, or skips them unchecked", "[indexing]" LOOM_TEST_TAG) {
+  const auto ids = in_space(loom::host_tensor<std::int32_t, 1>({3}, {1, 7, 1}));
+  const auto grad = in_space(loom::host_tensor<float, 2>({3, 2}, {1, 2, 3, 4, 5, 6}));
+  auto out = poisoned<float, 2>({4, 2});
+  if constexpr (!on_device) {
+    CHECK_THROWS_MATCHES(loom::embedding_backward(out, grad, ids), loom::index_error,
+                         what_contains({"embedding_backward: index 7 is out of range for axis 0 of extent 4"}));
+  } else {
+    loom::embedding_backward(out, grad, ids);
+    CHECK_THROWS_MATCHES(loom::synchronize(), loom::index_error, what_contains({"index 7"}));
+  }
+  loom::embedding_backward(out, grad, ids, loom::no_padding, loom::index_mode::unchecked);
+  check_all(out, [](index_t i) { return i == 2 ? 6.0 : i == 3 ? 8.0 : 0.0; });
+}
