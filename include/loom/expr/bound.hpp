@@ -70,6 +70,8 @@ template <class To, class From>
 LOOM_HD To convert(From v) {
   if constexpr (std::is_same_v<To, bool>)
     return v != From(0);
+  else if constexpr (is_float8_v<To>)
+    return to_float8<To>(v);
   else if constexpr (std::is_same_v<To, half> || std::is_same_v<To, bf16>)
     return To(static_cast<float>(v));
   else

@@ -77,7 +77,7 @@ template <std::size_t R>
 template <class T, std::size_t Rank, memory_space Space>
 class view {
   static_assert(element<T>, "loom: a view's element type must be one of bool, int8_t, uint8_t, int32_t, "
-                            "int64_t, loom::half, loom::bf16, float, double");
+                            "int64_t, loom::half, loom::bf16, float, double, loom::e4m3, loom::e5m2, loom::e8m0");
   static_assert(Rank <= max_rank, "loom: tensors have rank 0 to 8");
 
  public:

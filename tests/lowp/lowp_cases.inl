@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: Apache-2.0
+// Low-precision element types and quantization, checked on both executors
+// against goldens written by ml_dtypes (tests/data/lowp/make_goldens.py).
+// The including file defines LOOM_TEST_SPACE and LOOM_TEST_TAG.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "loom_test.hpp"
+
+using loom::index_t;
+using loom::range;
+using loom::whole;
+using space_t = LOOM_TEST_SPACE;
+
+namespace {
+constexpr bool on_device = std::is_same_v<space_t, loom::device>;
+const std::string lowp_dir = std::string(LOOM_TEST_DATA_DIR) + "/lowp/";
+
+template <class T, std::size_t R>
+loom::tensor<T, R, space_t> in_space(const loom::host_tensor<T, R>& h) {
+  if constexpr (on_device)
+    return loom::to_device(h);
+  else
+    return h;
+}
+template <class T, std::size_t R>
+loom::host_tensor<T, R> on_host(const loom::tensor<T, R, space_t>& t) {
+  if constexpr (on_device)
+    return loom::to_host(t);
+  else
+    return t;
+}
+
+template <class T>
+std::uint8_t code(T v) {
+  return loom::detail::bits_of(v);
+}
+template <class T>
+T from_code(std::uint8_t c) {
+  return loom::detail::from_bits<T>(c);
+}
+
+// The golden file name of each fp8 type (ml_dtypes' names).
+template <class T>
+std::string golden_name() {
+  if constexpr (std::is_same_v<T, loom::e4m3>)
+    return "e4m3fn";
+  else if constexpr (std::is_same_v<T, loom::e5m2>)
+    return "e5m2";
+  else
+    return "e8m0fnu";
+}
+
+// An fp8 tensor poisoned with a code no conversion in these tests gives.
+template <class T>
+loom::tensor<T, 1, space_t> poisoned_fp8(index_t n) {
+  loom::host_tensor<T, 1> h({n});
+  for (index_t i = 0; i < n; ++i) h.data()[i] = from_code<T>(0x5a);
+  return in_space(h);
+}
+
+// Counts elements whose codes differ from the goldens; reports the first.
+template <class T>
+void require_codes(const loom::host_tensor<T, 1>& got, const loom::host_tensor<std::uint8_t, 1>& want,
+                   const std::vector<double>& inputs) {
+  REQUIRE(got.size() == want.size());
+  index_t bad = 0, first = -1;
+  for (index_t i = 0; i < got.size(); ++i)
+    if (code(got.data()[i]) != want.data()[i] && bad++ == 0) first = i;
+  if (bad) {
+    INFO(bad << " of " << got.size() << " codes differ; first at " << first << ": input " << inputs[first]
+             << ", got 0x" << std::hex << int(code(got.data()[first])) << ", ml_dtypes 0x"
+             << int(want.data()[first]));
+    CHECK(bad == 0);
+  } else {
+    CHECK(bad == 0);
+  }
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("fp8 codes decode to the values ml_dtypes gives, all 256", "[lowp]" LOOM_TEST_TAG, loom::e4m3,
+                   loom::e5m2, loom::e8m0) {
+  using T = TestType;
+  const auto want = loom::load_npy<float, 1>(lowp_dir + "decode_" + golden_name<T>() + ".npy");
+  REQUIRE(want.size() == 256);
+  loom::host_tensor<T, 1> codes({256});
+  for (int c = 0; c < 256; ++c) codes.data()[c] = from_code<T>(static_cast<std::uint8_t>(c));
+  // The scalar conversion, then the same through an assignment (read as float).
+  auto x = in_space(codes);
+  auto y = loom::full<float, 1, space_t>({256}, -7.0f);
+  y = x;
+  const auto got = on_host(y);
+  int bad = 0;
+  for (int c = 0; c < 256; ++c) {
+    const float w = want.data()[c];
+    const float s = static_cast<float>(codes.data()[c]), e = got.data()[c];
+    const bool ok = std::isnan(w) ? (std::isnan(s) && std::isnan(e))
+                                  : (loom_test::same_bits(s, w) && loom_test::same_bits(e, w));
+    if (!ok && bad++ == 0) {
+      INFO("code 0x" << std::hex << c << ": scalar " << s << ", assignment " << e << ", ml_dtypes " << w);
+      CHECK(ok);
+    }
+  }
+  CHECK(bad == 0);
+}
+
+TEMPLATE_TEST_CASE("every bf16 value casts to fp8 as ml_dtypes rounds it", "[lowp]" LOOM_TEST_TAG, loom::e4m3,
+                   loom::e5m2, loom::e8m0) {
+  using T = TestType;
+  const auto want = loom::load_npy<std::uint8_t, 1>(lowp_dir + "bf16_to_" + golden_name<T>() + ".npy");
+  REQUIRE(want.size() == 65536);
+  loom::host_tensor<loom::bf16, 1> in({65536});
+  std::vector<double> inputs(65536);
+  for (index_t i = 0; i < 65536; ++i) {
+    in.data()[i] = loom::detail::from_bits<loom::bf16>(static_cast<std::uint16_t>(i));
+    inputs[i] = static_cast<double>(static_cast<float>(in.data()[i]));
+  }
+  const auto x = in_space(in);
+  SECTION("assigned into an fp8 tensor") {
+    auto y = poisoned_fp8<T>(65536);
+    y = x;
+    require_codes(on_host(y), want, inputs);
+  }
+  SECTION("cast<T> inside an expression, stored as float") {
+    auto y = loom::full<float, 1, space_t>({65536}, -7.0f);
+    y = loom::cast<T>(x);
+    const auto got = on_host(y);
+    index_t bad = 0;
+    for (index_t i = 0; i < 65536; ++i) {
+      const float w = static_cast<float>(from_code<T>(want.data()[i])), g = got.data()[i];
+      if (!(std::isnan(w) ? std::isnan(g) : loom_test::same_bits(g, w))) ++bad;
+    }
+    CHECK(bad == 0);
+  }
+}
+
+TEMPLATE_TEST_CASE("float and double cast to fp8 as ml_dtypes rounds them: boundaries, subnormals, NaN, inf",
+                   "[lowp]" LOOM_TEST_TAG, loom::e4m3, loom::e5m2, loom::e8m0) {
+  using T = TestType;
+  SECTION("float") {
+    const auto in = loom::load_npy<float, 1>(lowp_dir + "f32_inputs.npy");
+    const auto want = loom::load_npy<std::uint8_t, 1>(lowp_dir + "f32_to_" + golden_name<T>() + ".npy");
+    std::vector<double> inputs(in.data(), in.data() + in.size());
+    auto y = poisoned_fp8<T>(in.size());
+    y = in_space(in);
+    require_codes(on_host(y), want, inputs);
+  }
+  SECTION("double (rounded once, not through float)") {
+    const auto in = loom::load_npy<double, 1>(lowp_dir + "f64_inputs.npy");
+    const auto want = loom::load_npy<std::uint8_t, 1>(lowp_dir + "f64_to_" + golden_name<T>() + ".npy");
+    std::vector<double> inputs(in.data(), in.data() + in.size());
+    auto y = poisoned_fp8<T>(in.size());
+    y = in_space(in);
+    require_codes(on_host(y), want, inputs);
+  }
+}
+
+TEMPLATE_TEST_CASE("the saturating fp8 conversion clamps overflow and infinity to the largest finite value",
+                   "[lowp]", loom::e4m3, loom::e5m2, loom::e8m0) {
+  using T = TestType;
+  const auto in = loom::load_npy<float, 1>(lowp_dir + "f32_inputs.npy");
+  const auto want = loom::load_npy<std::uint8_t, 1>(lowp_dir + "f32_to_" + golden_name<T>() + ".npy");
+  // The largest finite code, from the decoded goldens: the largest finite value's code.
+  const auto dec = loom::load_npy<float, 1>(lowp_dir + "decode_" + golden_name<T>() + ".npy");
+  int max_code = 0;
+  for (int c = 0; c < 128 + (std::is_same_v<T, loom::e8m0> ? 128 : 0); ++c)
+    if (std::isfinite(dec.data()[c]) && dec.data()[c] > dec.data()[max_code]) max_code = c;
+  const double max_value = dec.data()[max_code];
+  index_t bad = 0, clamped = 0;
+  for (index_t i = 0; i < in.size(); ++i) {
+    const float x = in.data()[i];
+    const bool unsigned_format = std::is_same_v<T, loom::e8m0>;
+    std::uint8_t expect = want.data()[i];
+    const double decoded = static_cast<double>(dec.data()[expect]);
+    // ml_dtypes' plain cast overflowed (NaN or inf for a non-NaN input beyond the largest finite value).
+    if (!std::isnan(x) && !std::isfinite(decoded) && (unsigned_format ? x > 0 : true) &&
+        std::fabs(static_cast<double>(x)) > max_value) {
+      expect = static_cast<std::uint8_t>(max_code | (!unsigned_format && std::signbit(x) ? 0x80 : 0));
+      ++clamped;
+    }
+    if (code(loom::detail::to_float8<T>(x, true)) != expect && bad++ == 0) {
+      INFO("input " << x << ": got 0x" << std::hex << int(code(loom::detail::to_float8<T>(x, true))) << ", want 0x"
+                    << int(expect));
+      CHECK(false);
+    }
+  }
+  CHECK(clamped > 10);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("fp8 tensors are written through strided views and read from odd-sized random data",
+          "[lowp]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("fp8 strided"));
+  const index_t rows = 257, cols = 33;
+  loom::host_tensor<float, 2> h({rows, cols});
+  for (index_t i = 0; i < h.size(); ++i) h.data()[i] = loom_test::random_value<float>(g, -600, 600);
+  const auto x = in_space(h);
+  // Every other column of a wider poisoned e4m3 tensor.
+  loom::host_tensor<loom::e4m3, 2> big_h({rows, 2 * cols + 1});
+  for (index_t i = 0; i < big_h.size(); ++i) big_h.data()[i] = from_code<loom::e4m3>(0x5a);
+  auto big = in_space(big_h);
+  big.slice(whole, range(1, loom::none, 2)) = x * 0.5f;
+  // Read back through a strided view into e5m2: fp8 -> float -> e5m2 in one expression.
+  loom::tensor<loom::e5m2, 2, space_t> z({rows, cols});
+  z = big.slice(whole, range(1, loom::none, 2)) + 1.0f;
+  const auto got = on_host(big);
+  const auto gz = on_host(z);
+  index_t bad = 0;
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t c = 0; c < 2 * cols + 1; ++c) {
+      const std::uint8_t b = code(got.data()[r * (2 * cols + 1) + c]);
+      if (c % 2 == 0) {
+        bad += b != 0x5a;  // untouched
+        continue;
+      }
+      const float v = h.data()[r * cols + c / 2] * 0.5f;
+      bad += b != code(loom::detail::to_float8<loom::e4m3>(v, false));
+      const float w = static_cast<float>(loom::detail::to_float8<loom::e4m3>(v, false)) + 1.0f;
+      bad += code(gz.data()[r * cols + c / 2]) != code(loom::detail::to_float8<loom::e5m2>(w, false));
+    }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("fp8 dtypes have ml_dtypes' names, one byte and DLPack 1.1's codes", "[lowp]" LOOM_TEST_TAG) {
+  STATIC_REQUIRE(loom::element<loom::e4m3> && loom::element<const loom::e5m2> && loom::element<loom::e8m0>);
+  STATIC_REQUIRE(std::is_same_v<loom::compute_t<loom::e4m3>, float> && loom::is_floating_v<loom::e8m0>);
+  CHECK(loom::dtype_name(loom::dtype_of<loom::e4m3>) == "float8_e4m3fn");
+  CHECK(loom::dtype_name(loom::dtype_of<loom::e5m2>) == "float8_e5m2");
+  CHECK(loom::dtype_name(loom::dtype_of<loom::e8m0>) == "float8_e8m0fnu");
+  for (auto d : {loom::dtype::float8_e4m3fn, loom::dtype::float8_e5m2, loom::dtype::float8_e8m0fnu}) {
+    CHECK(loom::dtype_size(d) == 1);
+    const auto t = loom::dlpack::data_type_of(d);
+    CHECK(t.bits == 8);
+    CHECK(loom::dlpack::dtype_from(t) == d);
+  }
+  CHECK(loom::dlpack::data_type_of(loom::dtype::float8_e4m3fn).code == 10);
+  CHECK(loom::dlpack::data_type_of(loom::dtype::float8_e5m2).code == 12);
+  CHECK(loom::dlpack::data_type_of(loom::dtype::float8_e8m0fnu).code == 14);
+}
+
+TEST_CASE("fp8 tensors load from ml_dtypes' .npy files, save and print", "[lowp]" LOOM_TEST_TAG) {
+  const auto codes = loom::load_npy<loom::e4m3, 1>(lowp_dir + "codes_e4m3fn.npy");
+  REQUIRE(codes.size() == 256);
+  int bad = 0;
+  for (int c = 0; c < 256; ++c) bad += code(codes.data()[c]) != c;
+  CHECK(bad == 0);
+  const std::string path = "lowp_roundtrip_" + std::string(on_device ? "cuda" : "host") + ".npy";
+  loom::save_npy(path, codes.view());
+  const auto back = loom::load_npy<loom::e4m3, 1>(path);
+  std::remove(path.c_str());
+  for (int c = 0; c < 256; ++c) bad += code(back.data()[c]) != c;
+  CHECK(bad == 0);
+  loom::host_tensor<loom::e4m3, 1> few({3});
+  few.data()[0] = from_code<loom::e4m3>(0x38);  // 1
+  few.data()[1] = from_code<loom::e4m3>(0xfe);  // -448
+  few.data()[2] = from_code<loom::e4m3>(0x7f);  // NaN
+  std::ostringstream os;
+  os << few;
+  CHECK_THAT(os.str(), Catch::Matchers::Contains("448") && Catch::Matchers::Contains("nan"));
+}
