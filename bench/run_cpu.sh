@@ -7,7 +7,8 @@
 #     exp-bound) vs op by op vs hand OpenMP loops (with and without simd),
 #     row layers vs hand loops, fused bias + dropout + residual vs a hand
 #     loop and op by op, derived backward passes (loom::grad) vs the
-#     built-in ones, and the reduction bench when it is there; the
+#     built-in ones, per-row fp8 quantization of bf16 vs a hand loop,
+#     and the reduction bench when it is there; the
 #     machine (CPU model, cores, ISA extensions) and compiler flags are
 #     recorded with them;
 #  3. the compile-time benchmark (nvcc and g++, 1/10/50 distinct expressions);
@@ -53,7 +54,7 @@ if [[ ! -f "$LOOM_BUILD_DIR/CMakeCache.txt" ]]; then
     -DCMAKE_CUDA_ARCHITECTURES="$LOOM_CUDA_ARCH" \
     -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_EXAMPLES=OFF -DLOOM_BUILD_BENCH=ON
 fi
-targets=(bench_fused_cpu bench_dropout_cpu bench_grad_cpu)
+targets=(bench_fused_cpu bench_dropout_cpu bench_grad_cpu bench_quantize_cpu)
 # The reductions bench (another issue's) joins in when it exists.
 [[ -f "$LOOM_ROOT/bench/cpu/bench_reduce_cpu.cpp" ]] && targets+=(bench_reduce_cpu)
 cmake --build "$LOOM_BUILD_DIR" -j "$LOOM_JOBS" --target "${targets[@]}"
@@ -69,6 +70,10 @@ stage "fused bias + dropout + residual on the host executor (bench_dropout_cpu)"
 stage "derived backward passes (loom::grad) against the built-in ones (bench_grad_cpu)"
 "$LOOM_BUILD_DIR/bench/bench_grad_cpu" "${quick_flag[@]}" --json "$out/cpu.jsonl" | tee "$out/bench_grad_cpu.log" ||
   failures+=("bench_grad_cpu")
+
+stage "per-row fp8 quantization of bf16 against a hand loop (bench_quantize_cpu)"
+"$LOOM_BUILD_DIR/bench/bench_quantize_cpu" "${quick_flag[@]}" --json "$out/cpu.jsonl" | tee "$out/bench_quantize_cpu.log" ||
+  failures+=("bench_quantize_cpu")
 
 logs=()
 if [[ " ${targets[*]} " == *" bench_reduce_cpu "* ]]; then

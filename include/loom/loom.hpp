@@ -23,6 +23,7 @@
 #include "loom/nn/layer.hpp"
 #include "loom/nn/loss.hpp"
 #include "loom/nn/norm.hpp"
+#include "loom/nn/quantize.hpp"
 #include "loom/nn/softmax.hpp"
 #include "loom/ops/activations.hpp"
 #include "loom/ops/arithmetic.hpp"

@@ -2,9 +2,12 @@
 // Low-precision element types and quantization, checked on both executors
 // against goldens written by ml_dtypes (tests/data/lowp/make_goldens.py).
 // The including file defines LOOM_TEST_SPACE and LOOM_TEST_TAG.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -261,4 +264,217 @@ TEST_CASE("fp8 tensors load from ml_dtypes' .npy files, save and print", "[lowp]
   std::ostringstream os;
   os << few;
   CHECK_THAT(os.str(), Catch::Matchers::Contains("448") && Catch::Matchers::Contains("nan"));
+}
+
+namespace {
+const index_t qrows = 37, qcols = 96;
+
+// The quantization input of the goldens (bf16 [37, 96]) on the host.
+loom::host_tensor<loom::bf16, 2> quant_input() {
+  auto x = loom::load_npy<loom::bf16, 2>(lowp_dir + "quant_x.npy");
+  REQUIRE(x.extents() == loom::shape<2>{qrows, qcols});
+  return x;
+}
+
+template <class T, std::size_t R>
+loom::tensor<T, R, space_t> poisoned_codes(const loom::shape<R>& s) {
+  loom::host_tensor<T, R> h(s);
+  for (index_t i = 0; i < h.size(); ++i) h.data()[i] = from_code<T>(0x5a);
+  return in_space(h);
+}
+
+// Compares the codes (or float bits) of `got` with the golden file `name`.
+template <class T, class G, std::size_t R>
+void require_golden(const loom::tensor<T, R, space_t>& got_t, const std::string& name) {
+  const auto got = on_host(got_t);
+  const auto want = loom::load_npy<G, R>(lowp_dir + name);
+  REQUIRE(want.extents() == got.extents());
+  index_t bad = 0, first = -1;
+  for (index_t i = 0; i < got.size(); ++i) {
+    G g;
+    static_assert(sizeof(G) == sizeof(T));
+    std::memcpy(&g, &got.data()[i], sizeof(G));
+    if (!loom_test::same_bits(g, want.data()[i]) && bad++ == 0) first = i;
+  }
+  INFO(name << ": " << bad << " of " << got.size() << " differ, first at " << first);
+  CHECK(bad == 0);
+}
+
+template <class F>
+void expect_one_launch(F&& f) {
+  const auto before = loom::launches();
+  f();
+  const auto after = loom::launches();
+  CHECK((on_device ? after.device - before.device : after.host - before.host) == 1);
+}
+}  // namespace
+
+TEST_CASE("quantize_tensor writes ml_dtypes' per-tensor scale and e4m3 codes", "[lowp]" LOOM_TEST_TAG) {
+  const auto x = in_space(quant_input());
+  auto q = poisoned_codes<loom::e4m3>(loom::shape<2>{qrows, qcols});
+  auto s = loom::full<float, 1, space_t>({1}, std::numeric_limits<float>::quiet_NaN());
+  loom::quantize_tensor(q, s, x);
+  require_golden<float, float>(s, "quant_tensor_scale.npy");
+  require_golden<loom::e4m3, std::uint8_t>(q, "quant_tensor_q.npy");
+  SECTION("a scale of two elements is refused") {
+    auto s2 = loom::full<float, 1, space_t>({2}, 0.0f);
+    CHECK_THROWS_WITH(loom::quantize_tensor(q, s2, x),
+                      "loom: quantize_tensor needs a scale of one element, got shape [2]");
+  }
+}
+
+TEMPLATE_TEST_CASE("quantize_rows writes ml_dtypes' per-row scales and codes in one row kernel", "[lowp]" LOOM_TEST_TAG,
+                   loom::e4m3, loom::e5m2) {
+  using T = TestType;
+  const auto xh = quant_input();
+  const std::string f = golden_name<T>();
+  SECTION("contiguous") {
+    const auto x = in_space(xh);
+    auto q = poisoned_codes<T>(loom::shape<2>{qrows, qcols});
+    auto s = loom::full<float, 2, space_t>({qrows, 1}, std::numeric_limits<float>::quiet_NaN());
+    expect_one_launch([&] { CHECK(loom::quantize_rows(q, s, x).path == loom::eval_path::rows); });
+    require_golden<float, float>(s, "quant_rows_" + f + "_scale.npy");
+    require_golden<T, std::uint8_t>(q, "quant_rows_" + f + "_q.npy");
+  }
+  SECTION("strided input, outputs and scales") {
+    // x as every other column of a wider tensor; q and s as views with gaps.
+    loom::host_tensor<loom::bf16, 2> wide({qrows, 2 * qcols});
+    for (index_t i = 0; i < wide.size(); ++i) wide.data()[i] = loom::bf16(1e30f);
+    for (index_t r = 0; r < qrows; ++r)
+      for (index_t c = 0; c < qcols; ++c) wide.data()[r * 2 * qcols + 2 * c + 1] = xh.data()[r * qcols + c];
+    const auto xw = in_space(wide);
+    auto qw = poisoned_codes<T>(loom::shape<2>{qrows, qcols + 5});
+    auto sw = loom::full<float, 2, space_t>({qrows, 3}, std::numeric_limits<float>::quiet_NaN());
+    loom::quantize_rows(qw.slice(whole, range(2, 2 + qcols)), sw.slice(whole, range(1, 2)),
+                        xw.slice(whole, range(1, loom::none, 2)));
+    loom::tensor<T, 2, space_t> q({qrows, qcols});
+    q = qw.slice(whole, range(2, 2 + qcols));
+    loom::tensor<float, 2, space_t> s({qrows, 1});
+    s = sw.slice(whole, range(1, 2));
+    require_golden<float, float>(s, "quant_rows_" + f + "_scale.npy");
+    require_golden<T, std::uint8_t>(q, "quant_rows_" + f + "_q.npy");
+    const auto qwh = on_host(qw);
+    const auto swh = on_host(sw);
+    index_t touched = 0;
+    for (index_t r = 0; r < qrows; ++r) {
+      for (index_t c : {index_t{0}, index_t{1}, 2 + qcols, 3 + qcols, 4 + qcols}) touched += code(qwh.data()[r * (qcols + 5) + c]) != 0x5a;
+      touched += !std::isnan(swh.data()[r * 3]) + !std::isnan(swh.data()[r * 3 + 2]);
+    }
+    CHECK(touched == 0);
+  }
+}
+
+TEST_CASE("quantize_rows at odd sizes matches a reference loop over the scalar conversion", "[lowp]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("quantize_rows odd"));
+  for (const auto& [rows, cols] : {std::pair<index_t, index_t>{1, 1}, {7, 257}, {3, 33}}) {
+    loom::host_tensor<float, 2> xh({rows, cols});
+    for (index_t i = 0; i < xh.size(); ++i) xh.data()[i] = loom_test::random_value<float>(g, -50, 50);
+    auto q = poisoned_codes<loom::e4m3>(loom::shape<2>{rows, cols});
+    auto s = loom::full<float, 2, space_t>({rows, 1}, std::numeric_limits<float>::quiet_NaN());
+    loom::quantize_rows(q, s, in_space(xh));
+    const auto qh = on_host(q);
+    const auto sh = on_host(s);
+    index_t bad = 0;
+    for (index_t r = 0; r < rows; ++r) {
+      float amax = 0;
+      for (index_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(xh.data()[r * cols + c]));
+      const float scale = amax == 0 ? 1.0f : amax / 448.0f;
+      bad += !loom_test::same_bits(sh.data()[r], scale);
+      for (index_t c = 0; c < cols; ++c) {
+        const float v = std::clamp(xh.data()[r * cols + c] / scale, -448.0f, 448.0f);
+        bad += code(qh.data()[r * cols + c]) != code(loom::detail::to_float8<loom::e4m3>(v, false));
+      }
+    }
+    INFO(rows << " x " << cols);
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("quantize_blocks writes ml_dtypes' MX (e8m0 over 32) and e4m3-over-16 scales and codes",
+          "[lowp]" LOOM_TEST_TAG) {
+  const auto x = in_space(quant_input());
+  auto q = poisoned_codes<loom::e4m3>(loom::shape<2>{qrows, qcols});
+  SECTION("MXFP8: e8m0 scales over blocks of 32") {
+    auto s = poisoned_codes<loom::e8m0>(loom::shape<2>{qrows, qcols / 32});
+    expect_one_launch([&] { loom::quantize_blocks(q, s, x, 32); });
+    require_golden<loom::e8m0, std::uint8_t>(s, "quant_mx32_scale.npy");
+    require_golden<loom::e4m3, std::uint8_t>(q, "quant_mx32_q.npy");
+  }
+  SECTION("e4m3 scales over blocks of 16") {
+    auto s = poisoned_codes<loom::e4m3>(loom::shape<2>{qrows, qcols / 16});
+    loom::quantize_blocks(q, s, x, 16);
+    require_golden<loom::e4m3, std::uint8_t>(s, "quant_b16e4m3_scale.npy");
+    require_golden<loom::e4m3, std::uint8_t>(q, "quant_b16e4m3_q.npy");
+  }
+  SECTION("a block that does not divide the row is refused") {
+    auto s = poisoned_codes<loom::e8m0>(loom::shape<2>{qrows, 2});
+    CHECK_THROWS_WITH(loom::quantize_blocks(q, s, x, 40),
+                      "loom: quantize_blocks of x [37, 96] in blocks of 40 needs q of x's shape and scales of shape "
+                      "[37, 2] (the block dividing the last extent), got q [37, 96] and scales [37, 2]");
+  }
+}
+
+TEST_CASE("dequantize fuses into any expression: per-row and per-block scales", "[lowp]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("dequantize fused"));
+  const index_t rows = 5, cols = 64;
+  loom::host_tensor<float, 2> wh({rows, cols}), xh({rows, cols});
+  for (index_t i = 0; i < wh.size(); ++i) wh.data()[i] = loom_test::random_value<float>(g, -3, 3);
+  for (index_t i = 0; i < xh.size(); ++i) xh.data()[i] = loom_test::random_value<float>(g, -2, 2);
+  const auto w = in_space(wh);
+  const auto x = in_space(xh);
+  auto gelu_ref = [](double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); };
+  SECTION("per-row scales") {
+    loom::tensor<loom::e4m3, 2, space_t> q({rows, cols});
+    loom::tensor<float, 2, space_t> s({rows, 1});
+    loom::quantize_rows(q, s, w);
+    auto y = loom::full<float, 2, space_t>({rows, cols}, std::numeric_limits<float>::quiet_NaN());
+    expect_one_launch([&] { y = loom::gelu(loom::dequantize(q, s) * x); });
+    const auto qh = on_host(q);
+    const auto sh = on_host(s);
+    const auto yh = on_host(y);
+    double worst = 0;
+    for (index_t r = 0; r < rows; ++r)
+      for (index_t c = 0; c < cols; ++c) {
+        const double dq = static_cast<double>(static_cast<float>(qh.data()[r * cols + c])) * sh.data()[r];
+        // (1 + |want|): float gelu loses relative precision where 1 + erf cancels.
+        const double want = gelu_ref(dq * xh.data()[r * cols + c]);
+        worst = std::max(worst, std::fabs(yh.data()[r * cols + c] - want) / (1 + std::fabs(want)));
+        // The round trip is within half an e4m3 step (2^-4 relative) of w, or 2^-9 * scale near zero.
+        const double err = std::fabs(dq - wh.data()[r * cols + c]);
+        CHECK(err <= std::max(std::fabs(static_cast<double>(wh.data()[r * cols + c])) / 16, sh.data()[r] / 512.0));
+      }
+    CHECK(worst < 1e-5);
+  }
+  SECTION("MX block scales read through blocks()") {
+    loom::tensor<loom::e4m3, 2, space_t> q({rows, cols});
+    loom::tensor<loom::e8m0, 2, space_t> s({rows, cols / 32});
+    loom::quantize_blocks(q, s, w, 32);
+    auto y = loom::full<float, 2, space_t>({rows, cols}, std::numeric_limits<float>::quiet_NaN());
+    expect_one_launch([&] {
+      loom::blocks(y, 32) = loom::gelu(loom::dequantize(loom::blocks(q, 32), s.view().unsqueeze(-1)) *
+                                       loom::blocks(x, 32));
+    });
+    const auto qh = on_host(q);
+    const auto sh = on_host(s);
+    const auto yh = on_host(y);
+    double worst = 0;
+    for (index_t r = 0; r < rows; ++r)
+      for (index_t c = 0; c < cols; ++c) {
+        const double dq = static_cast<double>(static_cast<float>(qh.data()[r * cols + c])) *
+                          static_cast<double>(static_cast<float>(sh.data()[r * (cols / 32) + c / 32]));
+        // (1 + |want|): float gelu loses relative precision where 1 + erf cancels.
+        const double want = gelu_ref(dq * xh.data()[r * cols + c]);
+        worst = std::max(worst, std::fabs(yh.data()[r * cols + c] - want) / (1 + std::fabs(want)));
+      }
+    CHECK(worst < 1e-5);
+  }
+}
+
+TEST_CASE("assign_with_row_stat refuses a statistic of the wrong shape", "[lowp]" LOOM_TEST_TAG) {
+  auto x = loom::full<float, 2, space_t>({3, 8}, 1.0f);
+  auto y = loom::full<float, 2, space_t>({3, 8}, 0.0f);
+  auto s = loom::full<float, 2, space_t>({3, 2}, 0.0f);
+  CHECK_THROWS_WITH(loom::assign_with_row_stat(y, x * 2, s, loom::row_max(x)),
+                    "loom: assign_with_row_stat needs a second output of the first's shape with a last extent of 1 "
+                    "([3, 1]), got [3, 8] and [3, 2]");
 }

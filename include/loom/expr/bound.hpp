@@ -68,7 +68,9 @@ LOOM_HD void vec_store(T* p, const vec_regs<T, vector_width>& r) {
 //! Converts a computed value to the output element type (rounding once).
 template <class To, class From>
 LOOM_HD To convert(From v) {
-  if constexpr (std::is_same_v<To, bool>)
+  if constexpr (std::is_same_v<To, From>)
+    return v;
+  else if constexpr (std::is_same_v<To, bool>)
     return v != From(0);
   else if constexpr (is_float8_v<To>)
     return to_float8<To>(v);
