@@ -478,3 +478,135 @@ TEST_CASE("assign_with_row_stat refuses a statistic of the wrong shape", "[lowp]
                     "loom: assign_with_row_stat needs a second output of the first's shape with a last extent of 1 "
                     "([3, 1]), got [3, 8] and [3, 2]");
 }
+
+TEST_CASE("fp4 E2M1 codes decode and every bf16 value encodes as ml_dtypes does", "[lowp]" LOOM_TEST_TAG) {
+  const auto dec = loom::load_npy<float, 1>(lowp_dir + "decode_e2m1fn.npy");
+  REQUIRE(dec.size() == 16);
+  int bad = 0;
+  for (int c = 0; c < 16; ++c) bad += !loom_test::same_bits(loom::detail::fp4::decode(static_cast<std::uint8_t>(c)), dec.data()[c]);
+  CHECK(bad == 0);
+  const auto want = loom::load_npy<std::uint8_t, 1>(lowp_dir + "bf16_to_e2m1fn.npy");
+  REQUIRE(want.size() == 65536);
+  index_t wrong = 0, nans = 0;
+  for (index_t i = 0; i < 65536; ++i) {
+    const float x = static_cast<float>(loom::detail::from_bits<loom::bf16>(static_cast<std::uint16_t>(i)));
+    const std::uint8_t got = loom::detail::fp4::encode(x);
+    if (std::isnan(x)) {
+      nans += got == 0x7;  // no NaN in E2M1: +6, as CUDA's conversion gives
+      continue;
+    }
+    wrong += got != want.data()[i];
+  }
+  CHECK(wrong == 0);
+  CHECK(nans == 254);
+}
+
+TEST_CASE("int4 rounds half to even and saturates at -8 and 7", "[lowp]" LOOM_TEST_TAG) {
+  // (input, value): NumPy's rint then clip, written out.
+  const std::pair<float, int> cases[] = {{0.0f, 0},  {0.5f, 0},   {1.5f, 2},   {2.5f, 2},   {-2.5f, -2}, {-3.5f, -4},
+                                         {6.6f, 7},  {7.5f, 7},   {100.0f, 7}, {-8.4f, -8}, {-100.0f, -8},
+                                         {0.49f, 0}, {-0.51f, -1}, {std::numeric_limits<float>::quiet_NaN(), 0}};
+  for (const auto& [x, v] : cases) {
+    INFO(x);
+    CHECK(loom::detail::int4::decode(loom::detail::int4::encode(x)) == v);
+  }
+  for (int c = 0; c < 16; ++c) CHECK(loom::detail::int4::decode(static_cast<std::uint8_t>(c)) == (c < 8 ? c : c - 16));
+}
+
+TEST_CASE("quantize_packed writes ml_dtypes' NVFP4-style, MXFP4 and per-row int4 data, low nibble first",
+          "[lowp]" LOOM_TEST_TAG) {
+  const auto x = in_space(quant_input());
+  SECTION("fp4 values, e4m3 scales over 16") {
+    auto q = poisoned_codes<loom::fp4x2>(loom::shape<2>{qrows, qcols / 2});
+    auto s = poisoned_codes<loom::e4m3>(loom::shape<2>{qrows, qcols / 16});
+    expect_one_launch([&] { loom::quantize_packed(q, s, x, 16); });
+    require_golden<loom::e4m3, std::uint8_t>(s, "quant_nvfp4_scale.npy");
+    require_golden<loom::fp4x2, std::uint8_t>(q, "quant_nvfp4_q.npy");
+  }
+  SECTION("fp4 values, e8m0 scales over 32") {
+    auto q = poisoned_codes<loom::fp4x2>(loom::shape<2>{qrows, qcols / 2});
+    auto s = poisoned_codes<loom::e8m0>(loom::shape<2>{qrows, qcols / 32});
+    loom::quantize_packed(q, s, x, 32);
+    require_golden<loom::e8m0, std::uint8_t>(s, "quant_mxfp4_scale.npy");
+    require_golden<loom::fp4x2, std::uint8_t>(q, "quant_mxfp4_q.npy");
+  }
+  SECTION("int4 values, one float scale per row (block = the row)") {
+    loom::host_tensor<loom::int4x2, 2> qh({qrows, qcols / 2});
+    for (index_t i = 0; i < qh.size(); ++i) qh.data()[i] = loom::int4x2{0x5a};
+    auto q = in_space(qh);
+    auto s = loom::full<float, 2, space_t>({qrows, 1}, std::numeric_limits<float>::quiet_NaN());
+    loom::quantize_packed(q, s, x, qcols);
+    require_golden<float, float>(s, "quant_int4_rows_scale.npy");
+    require_golden<loom::int4x2, std::uint8_t>(q, "quant_int4_rows_q.npy");
+  }
+  SECTION("a block that would split a pair, or a packed tensor of the wrong width, is refused") {
+    auto q = poisoned_codes<loom::fp4x2>(loom::shape<2>{qrows, qcols / 2});
+    auto s = poisoned_codes<loom::e4m3>(loom::shape<2>{qrows, 32});
+    CHECK_THROWS_AS(loom::quantize_packed(q, s, x, 3), loom::shape_error);
+    auto wide = poisoned_codes<loom::fp4x2>(loom::shape<2>{qrows, qcols});
+    auto s16 = poisoned_codes<loom::e4m3>(loom::shape<2>{qrows, qcols / 16});
+    CHECK_THROWS_WITH(loom::quantize_packed(wide, s16, x, 16),
+                      "loom: quantize_packed of x [37, 96] in blocks of 16 needs an even block dividing the last "
+                      "extent, packed of shape [37, 48] and scales of shape [..., K / block], got packed [37, 96] "
+                      "and scales [37, 6]");
+  }
+}
+
+TEST_CASE("packed 4-bit data at odd sizes and strided inputs, dequantized in one fused kernel",
+          "[lowp]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("packed odd"));
+  const index_t rows = 3, cols = 66;  // 33 bytes per row
+  loom::host_tensor<float, 2> wide({rows, 2 * cols});
+  for (index_t i = 0; i < wide.size(); ++i) wide.data()[i] = loom_test::random_value<float>(g, -9, 9);
+  const auto wd = in_space(wide);
+  const auto x = wd.slice(whole, range(0, loom::none, 2));  // strided: every other column
+  loom::tensor<loom::int4x2, 2, space_t> q({rows, cols / 2});
+  loom::tensor<float, 2, space_t> s({rows, 1});
+  loom::quantize_packed(q.view(), s.view(), x, cols);
+  const auto qh = on_host(q);
+  const auto sh = on_host(s);
+  index_t bad = 0;
+  for (index_t r = 0; r < rows; ++r) {
+    float amax = 0;
+    for (index_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(wide.data()[r * 2 * cols + 2 * c]));
+    const float scale = amax / 7.0f;
+    bad += !loom_test::same_bits(sh.data()[r], scale);
+    for (index_t c = 0; c < cols; ++c) {
+      const float v = std::clamp(std::nearbyint(wide.data()[r * 2 * cols + 2 * c] / scale), -8.0f, 7.0f);
+      const std::uint8_t byte = qh.data()[r * (cols / 2) + c / 2].bits;
+      bad += loom::detail::int4::decode(static_cast<std::uint8_t>(c % 2 ? byte >> 4 : byte)) != static_cast<int>(v);
+    }
+  }
+  CHECK(bad == 0);
+  // Dequantized into the even and odd columns of y, with an activation: one kernel.
+  auto y = loom::full<float, 2, space_t>({rows, cols}, std::numeric_limits<float>::quiet_NaN());
+  expect_one_launch([&] {
+    loom::assign_pair(loom::even(y), loom::relu(loom::low(q) * s), loom::odd(y), loom::relu(loom::high(q) * s));
+  });
+  const auto yh = on_host(y);
+  index_t off = 0;
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t c = 0; c < cols; ++c) {
+      const std::uint8_t byte = qh.data()[r * (cols / 2) + c / 2].bits;
+      const float want =
+          std::max(0.0f, static_cast<float>(loom::detail::int4::decode(static_cast<std::uint8_t>(c % 2 ? byte >> 4 : byte))) * sh.data()[r]);
+      off += !loom_test::same_bits(yh.data()[r * cols + c], want);
+    }
+  CHECK(off == 0);
+  CHECK_THROWS_WITH(loom::even(loom::tensor<float, 2, space_t>({2, 5})),
+                    "loom: even() and odd() need an even last extent (4-bit values are packed in pairs), got shape "
+                    "[2, 5]");
+}
+
+TEST_CASE("even and odd columns of one tensor do not overlap; views of the same parity do", "[lowp]" LOOM_TEST_TAG) {
+  loom::tensor<float, 2, space_t> y({4, 10});
+  const auto v = y.view();
+  CHECK_FALSE(loom::may_overlap(loom::even(v), loom::odd(v)));
+  CHECK(loom::may_overlap(loom::even(v), v));
+  CHECK(loom::may_overlap(loom::even(v), loom::even(v.slice(whole, range(2, 10)))));
+  CHECK(loom::may_overlap(loom::odd(v), loom::even(v.slice(whole, range(1, 9)))));
+  STATIC_REQUIRE(loom::element<loom::fp4x2> && loom::element<loom::int4x2>);
+  CHECK(loom::dtype_name(loom::dtype_of<loom::fp4x2>) == "float4_e2m1fn_x2");
+  CHECK(loom::dtype_name(loom::dtype_of<loom::int4x2>) == "int4x2");
+  CHECK(loom::dtype_size(loom::dtype_of<loom::int4x2>) == 1);
+}

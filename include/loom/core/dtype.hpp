@@ -11,6 +11,7 @@
 
 #include "loom/config.hpp"
 #include "loom/core/bits.hpp"
+#include "loom/core/float4.hpp"
 #include "loom/core/float8.hpp"
 
 namespace loom {
@@ -41,7 +42,9 @@ enum class dtype : std::uint8_t {
   float64,
   float8_e4m3fn,
   float8_e5m2,
-  float8_e8m0fnu
+  float8_e8m0fnu,
+  float4_e2m1fn_x2,
+  int4x2
 };
 
 namespace detail {
@@ -59,6 +62,8 @@ template <> struct dtype_of<double> { static constexpr dtype value = dtype::floa
 template <> struct dtype_of<e4m3> { static constexpr dtype value = dtype::float8_e4m3fn; };
 template <> struct dtype_of<e5m2> { static constexpr dtype value = dtype::float8_e5m2; };
 template <> struct dtype_of<e8m0> { static constexpr dtype value = dtype::float8_e8m0fnu; };
+template <> struct dtype_of<fp4x2> { static constexpr dtype value = dtype::float4_e2m1fn_x2; };
+template <> struct dtype_of<int4x2> { static constexpr dtype value = dtype::int4x2; };
 template <class T, class = void>
 inline constexpr bool has_dtype = false;
 template <class T>
@@ -66,7 +71,8 @@ inline constexpr bool has_dtype<T, std::void_t<decltype(dtype_of<T>::value)>> = 
 }  // namespace detail
 
 //! Satisfied by the types a tensor may hold: bool, int8, uint8, int32, int64,
-//! half, bf16, float, double, e4m3, e5m2, e8m0.
+//! half, bf16, float, double, e4m3, e5m2, e8m0, and the packed 4-bit pairs
+//! fp4x2 and int4x2 (bytes; see core/float4.hpp).
 template <class T>
 concept element = detail::has_dtype<std::remove_const_t<T>>;
 
@@ -89,6 +95,8 @@ constexpr std::string_view dtype_name(dtype d) {
     case dtype::float8_e4m3fn: return "float8_e4m3fn";
     case dtype::float8_e5m2: return "float8_e5m2";
     case dtype::float8_e8m0fnu: return "float8_e8m0fnu";
+    case dtype::float4_e2m1fn_x2: return "float4_e2m1fn_x2";
+    case dtype::int4x2: return "int4x2";
   }
   return "unknown";
 }
@@ -98,6 +106,7 @@ constexpr std::size_t dtype_size(dtype d) {
   switch (d) {
     case dtype::bool_: case dtype::int8: case dtype::uint8: return 1;
     case dtype::float8_e4m3fn: case dtype::float8_e5m2: case dtype::float8_e8m0fnu: return 1;
+    case dtype::float4_e2m1fn_x2: case dtype::int4x2: return 1;
     case dtype::float16: case dtype::bfloat16: return 2;
     case dtype::int32: case dtype::float32: return 4;
     case dtype::int64: case dtype::float64: return 8;

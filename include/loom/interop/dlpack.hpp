@@ -35,7 +35,9 @@ namespace dlpack {
 
 //! The DLPack data type of a loom dtype (one lane): bool is kDLBool of 8
 //! bits, the integers kDLInt/kDLUInt, half and float kDLFloat, bf16 kDLBfloat,
-//! the fp8 types kDLFloat8_e4m3fn, kDLFloat8_e5m2 and kDLFloat8_e8m0fnu.
+//! the fp8 types kDLFloat8_e4m3fn, kDLFloat8_e5m2 and kDLFloat8_e8m0fnu; the
+//! packed 4-bit pairs have no DLPack type and are described as 8-bit
+//! kDLOpaqueHandle.
 constexpr dl_data_type data_type_of(dtype d) {
   const auto bits = static_cast<std::uint8_t>(dtype_size(d) * 8);
   switch (d) {
@@ -59,6 +61,9 @@ constexpr dl_data_type data_type_of(dtype d) {
       return {float8_e5m2_code, bits, 1};
     case dtype::float8_e8m0fnu:
       return {float8_e8m0fnu_code, bits, 1};
+    case dtype::float4_e2m1fn_x2:
+    case dtype::int4x2:
+      return {opaque_handle_code, bits, 1};  // no DLPack type for packed pairs
   }
   return {opaque_handle_code, 0, 0};
 }

@@ -4,6 +4,7 @@
 #include <string>
 #include <type_traits>
 
+#include "loom/core/float4.hpp"
 #include "loom/core/float8.hpp"
 #include "loom/exec/assign.hpp"
 #include "loom/exec/rows.hpp"
@@ -224,5 +225,120 @@ eval_info quantize_blocks(const view<Q, R, Sp>& q, const view<S, R, Sp>& scales,
 template <class Q, class S, class X, std::size_t R, class Sp>
 eval_info quantize_blocks(tensor<Q, R, Sp>& q, tensor<S, R, Sp>& scales, const tensor<X, R, Sp>& x, index_t block) {
   return quantize_blocks(q.view(), scales.view(), x.view(), block);
+}
+// 4-bit values, two per byte (fp4x2, int4x2; core/float4.hpp).
+//! The largest finite value of packed 4-bit type P: 6 (fp4 E2M1), 7 (int4).
+template <>
+inline constexpr float max_finite_v<fp4x2> = 6.0f;
+template <>
+inline constexpr float max_finite_v<int4x2> = 7.0f;
+
+namespace fn {
+//! Two values divided by the scale, rounded to nearest even, saturated and
+//! packed into a pair (`first` in the low nibble). NaN gives +6 (fp4), 0 (int4).
+template <class P>
+struct quantize_pack {
+  using result_type = P;
+  template <class C>
+  LOOM_HD P operator()(C first, C second, C scale) const {
+    return detail::pack4<P>(static_cast<float>(first / scale), static_cast<float>(second / scale));
+  }
+};
+//! The first (High = 0, low nibble) or second value of a packed pair, as a float.
+template <int High>
+struct unpack_nibble {
+  using result_type = float;
+  template <class P>
+  LOOM_HD float operator()(P p) const {
+    return detail::unpack4<High>(p);
+  }
+};
+}  // namespace fn
+
+//! The elements 0, 2, 4, ... (even) or 1, 3, 5, ... (odd) of the last axis
+//! of `v`: [..., K] -> [..., K / 2], the same memory. The values a packed
+//! 4-bit tensor holds in its low (even) and high (odd) nibbles line up with
+//! these. Throws shape_error when K is odd (a pair would be split).
+//! Example: `assign_pair(even(y), low(w4) * s, odd(y), high(w4) * s);`
+template <class T, std::size_t R, class Sp>
+[[nodiscard]] view<T, R, Sp> even(const view<T, R, Sp>& v) {
+  static_assert(R >= 1, "loom: even() splits the last axis of a view of rank 1 or more");
+  if (v.extent(R - 1) % 2 != 0)
+    throw shape_error("loom: even() and odd() need an even last extent (4-bit values are packed in pairs), got shape " +
+                      shape_string(v.extents()));
+  auto ext = v.extents();
+  auto st = v.strides();
+  ext[R - 1] /= 2;
+  st[R - 1] *= 2;
+  return view<T, R, Sp>(v.data(), ext, st);
+}
+//! See even(view).
+template <class T, std::size_t R, class Sp>
+[[nodiscard]] view<T, R, Sp> odd(const view<T, R, Sp>& v) {
+  const auto e = even(v);
+  return view<T, R, Sp>(v.data() + v.stride(R - 1), e.extents(), e.strides());
+}
+//! See even(view); a tensor enters as its view.
+template <class T, std::size_t R, class Sp>
+[[nodiscard]] auto even(tensor<T, R, Sp>& t) { return even(t.view()); }
+//! See even(view); a tensor enters as its view.
+template <class T, std::size_t R, class Sp>
+[[nodiscard]] auto even(const tensor<T, R, Sp>& t) { return even(t.view()); }
+//! See even(view); a tensor enters as its view.
+template <class T, std::size_t R, class Sp>
+[[nodiscard]] auto odd(tensor<T, R, Sp>& t) { return odd(t.view()); }
+//! See even(view); a tensor enters as its view.
+template <class T, std::size_t R, class Sp>
+[[nodiscard]] auto odd(const tensor<T, R, Sp>& t) { return odd(t.view()); }
+
+//! The first (low-nibble) values of a packed 4-bit tensor, lazily, as floats
+//! (the elements at even positions of the unpacked row; see even()).
+template <expression E>
+[[nodiscard]] auto low(const E& packed) {
+  static_assert(is_packed4_v<typename detail::node_t<E>::value_type>, "loom: low() and high() read fp4x2 or int4x2");
+  return map(fn::unpack_nibble<0>{}, packed);
+}
+//! The second (high-nibble) values of a packed 4-bit tensor, lazily, as floats.
+template <expression E>
+[[nodiscard]] auto high(const E& packed) {
+  static_assert(is_packed4_v<typename detail::node_t<E>::value_type>, "loom: low() and high() read fp4x2 or int4x2");
+  return map(fn::unpack_nibble<1>{}, packed);
+}
+
+//! Quantizes `x` ([..., K]) to 4-bit pairs P (fp4x2 or int4x2) in blocks of
+//! `block` (even) consecutive elements along the last axis, each with a scale
+//! of type S (block_scale: e4m3 over 16 for NVFP4-style data, e8m0 over 32
+//! for MXFP4, float; block = K gives one scale per row): writes `packed`
+//! ([..., K / 2], element 2j in the low nibble of byte j) and `scales`
+//! ([..., K / block]) in ONE row kernel whose rows are the blocks. Throws
+//! shape_error unless `block` is even and divides K and the shapes agree.
+//! Example: `loom::quantize_packed(w4, scales_e4m3, w, 16);  // NVFP4-style`
+template <class P, class S, class X, std::size_t R, class Sp>
+eval_info quantize_packed(const view<P, R, Sp>& packed, const view<S, R, Sp>& scales, const view<X, R, Sp>& x,
+                          index_t block) {
+  static_assert(is_packed4_v<P>, "loom: quantize_packed writes fp4x2 or int4x2 pairs");
+  const index_t k = x.extent(R - 1);
+  const bool block_ok = block > 0 && block % 2 == 0 && k % block == 0;
+  auto want_packed = x.extents();
+  auto want_scales = x.extents();
+  want_packed[R - 1] = k / 2;
+  want_scales[R - 1] = block_ok ? k / block : 0;
+  if (!block_ok || packed.extents() != want_packed || scales.extents() != want_scales)
+    throw shape_error("loom: quantize_packed of x " + shape_string(x.extents()) + " in blocks of " +
+                      std::to_string(block) + " needs an even block dividing the last extent, packed of shape " +
+                      shape_string(want_packed) + " and scales of shape [..., K / block], got packed " +
+                      shape_string(packed.extents()) + " and scales " + shape_string(scales.extents()));
+  const auto xb = blocks(x, block);
+  const auto xe = even(xb);
+  const auto xo = odd(xb);
+  const auto s = map(fn::block_scale<P, S>{}, max(row_max(abs(xe)), row_max(abs(xo))));
+  return assign_with_row_stat(blocks(packed, block / 2), map(fn::quantize_pack<P>{}, xe, xo, s),
+                              scales.unsqueeze(-1), s);
+}
+//! See quantize_packed(view, view, view, block); tensors enter as views.
+template <class P, class S, class X, std::size_t R, class Sp>
+eval_info quantize_packed(tensor<P, R, Sp>& packed, tensor<S, R, Sp>& scales, const tensor<X, R, Sp>& x,
+                          index_t block) {
+  return quantize_packed(packed.view(), scales.view(), x.view(), block);
 }
 }  // namespace loom
