@@ -610,3 +610,78 @@ TEST_CASE("even and odd columns of one tensor do not overlap; views of the same 
   CHECK(loom::dtype_name(loom::dtype_of<loom::int4x2>) == "int4x2");
   CHECK(loom::dtype_size(loom::dtype_of<loom::int4x2>) == 1);
 }
+
+namespace {
+// scaled_matmul checked against a double loop over the decoded operands.
+template <class A, class B, class D>
+void check_scaled_matmul(index_t m, index_t k, index_t n, bool bias_gelu, std::mt19937_64& g) {
+  loom::host_tensor<float, 2> xh({m, k}), wh({n, k});
+  loom::host_tensor<D, 1> bh({n});
+  for (index_t i = 0; i < xh.size(); ++i) xh.data()[i] = loom_test::random_value<float>(g, -3, 3);
+  for (index_t i = 0; i < wh.size(); ++i) wh.data()[i] = loom_test::random_value<float>(g, -0.5, 0.5);
+  for (index_t i = 0; i < n; ++i) bh.data()[i] = D(loom_test::random_value<float>(g, -1, 1));
+  loom::tensor<A, 2, space_t> x8({m, k});
+  loom::tensor<B, 2, space_t> w8({n, k});
+  loom::tensor<float, 1, space_t> sx({1}), sw({1}), amax({1});
+  loom::quantize_tensor(x8, sx, in_space(xh));
+  loom::quantize_tensor(w8, sw, in_space(wh));
+  const auto bias = in_space(bh);
+  auto y = loom::full<D, 2, space_t>({m, n}, D(std::numeric_limits<float>::quiet_NaN()));
+  loom::scaled_matmul_extras<D, space_t> ex;
+  ex.alpha = 0.75f;
+  ex.amax = amax.view();
+  if (bias_gelu) {
+    ex.bias = bias.view();
+    ex.gelu = true;
+  }
+  loom::scaled_matmul(y, x8, sx, w8.t(), sw, ex);
+  const auto x8h = on_host(x8);
+  const auto w8h = on_host(w8);
+  const float sxh = on_host(sx).data()[0], swh = on_host(sw).data()[0];
+  const auto yh = on_host(y);
+  double worst = 0, biggest = 0;
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (index_t l = 0; l < k; ++l)
+        acc += static_cast<double>(static_cast<float>(x8h.data()[i * k + l])) *
+               static_cast<double>(static_cast<float>(w8h.data()[j * k + l]));
+      double v = 0.75 * sxh * swh * acc;
+      if (bias_gelu) {
+        v += static_cast<double>(static_cast<float>(bh.data()[j]));
+        v = 0.5 * v * (1 + std::tanh(0.79788456080286535588 * (v + 0.044715 * v * v * v)));
+      }
+      const double got = static_cast<double>(static_cast<float>(yh.data()[i * n + j]));
+      worst = std::max(worst, std::fabs(got - v) / (1 + std::fabs(v)));
+      biggest = std::max(biggest, std::fabs(got));
+    }
+  CHECK(worst < (std::is_same_v<D, float> ? 1e-5 : 1e-2));
+  CHECK(on_host(amax).data()[0] == static_cast<float>(biggest));
+}
+}  // namespace
+
+TEST_CASE("scaled_matmul of fp8 operands with per-tensor scales, bias, GELU and the amax of D",
+          "[lowp]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("scaled_matmul"));
+  SECTION("e4m3 x e4m3 -> float") { check_scaled_matmul<loom::e4m3, loom::e4m3, float>(7, 64, 48, false, g); }
+  SECTION("e4m3 x e4m3 -> bf16 with bias and GELU") {
+    check_scaled_matmul<loom::e4m3, loom::e4m3, loom::bf16>(7, 64, 48, true, g);
+  }
+  SECTION("e5m2 x e4m3 -> float with bias and GELU") {
+    check_scaled_matmul<loom::e5m2, loom::e4m3, float>(9, 32, 16, true, g);
+  }
+  if constexpr (!on_device) {
+    SECTION("odd sizes on the host") { check_scaled_matmul<loom::e4m3, loom::e5m2, float>(3, 37, 5, true, g); }
+  }
+  SECTION("shapes and scales are checked") {
+    loom::tensor<loom::e4m3, 2, space_t> a({4, 32}), w({8, 16});
+    loom::tensor<float, 1, space_t> s1({1}), s2({2});
+    loom::tensor<float, 2, space_t> y({4, 8});
+    CHECK_THROWS_WITH(loom::scaled_matmul(y, a, s1, w.t(), s1),
+                      "loom: scaled_matmul of shapes [4, 32] and [16, 8] into [4, 8]: the inner extents or the "
+                      "output's shape differ");
+    loom::tensor<loom::e4m3, 2, space_t> w2({8, 32});
+    CHECK_THROWS_WITH(loom::scaled_matmul(y, a, s2, w2.t(), s1),
+                      "loom: scaled_matmul needs a_scale of one element, got shape [2]");
+  }
+}
