@@ -616,10 +616,10 @@ namespace {
 template <class A, class B, class D>
 void check_scaled_matmul(index_t m, index_t k, index_t n, bool bias_gelu, std::mt19937_64& g) {
   loom::host_tensor<float, 2> xh({m, k}), wh({n, k});
-  loom::host_tensor<D, 1> bh({n});
+  loom::host_tensor<loom::bf16, 1> bh({n});
   for (index_t i = 0; i < xh.size(); ++i) xh.data()[i] = loom_test::random_value<float>(g, -3, 3);
   for (index_t i = 0; i < wh.size(); ++i) wh.data()[i] = loom_test::random_value<float>(g, -0.5, 0.5);
-  for (index_t i = 0; i < n; ++i) bh.data()[i] = D(loom_test::random_value<float>(g, -1, 1));
+  for (index_t i = 0; i < n; ++i) bh.data()[i] = loom::bf16(loom_test::random_value<float>(g, -1, 1));
   loom::tensor<A, 2, space_t> x8({m, k});
   loom::tensor<B, 2, space_t> w8({n, k});
   loom::tensor<float, 1, space_t> sx({1}), sw({1}), amax({1});

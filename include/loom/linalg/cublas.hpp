@@ -129,6 +129,7 @@ struct lt_call {
   std::int32_t batch = 1;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;  // m elements, packed, shared by every batch
+  std::int32_t bias_type = -1;  // cudaDataType_t of the bias when not D's (fp8 products into float), or -1
   double alpha = 1, beta = 0;
   const float* a_scale = nullptr;  // device float multiplying op(A) (fp8 operands), or null
   const float* b_scale = nullptr;  // the same for op(B)
@@ -152,7 +153,7 @@ struct lt_algo {
   std::size_t workspace;
 };
 
-using lt_key = std::array<std::int64_t, 32>;
+using lt_key = std::array<std::int64_t, 33>;
 
 inline lt_key lt_key_of(const lt_call& c) {
   return {c.device,
@@ -185,6 +186,7 @@ inline lt_key lt_key_of(const lt_call& c) {
           c.bias ? lt_alignment(c.bias) : 0,
           c.beta != 0,
           c.b_type_differs ? static_cast<std::int64_t>(c.b_type) : -1,
+          c.bias_type,
           c.a_scale != nullptr,
           c.b_scale != nullptr};
 }
@@ -263,6 +265,9 @@ inline void lt_matmul(const lt_call& c) {
     // (the default): one bias for every matrix of the batch.
     LOOM_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias)));
+    if (c.bias_type >= 0)
+      LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c.bias_type,
+                                                       sizeof(c.bias_type)));
   }
   if (c.a_scale)
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.a_scale,

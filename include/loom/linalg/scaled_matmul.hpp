@@ -27,10 +27,11 @@ namespace loom {
 //! The optional parts of a scaled_matmul with output type D in space S.
 template <class D, class S>
 struct scaled_matmul_extras {
-  view<const D, 1, S> bias{};  //!< [N] added to every row (in cuBLASLt's epilogue), or empty: none
-  bool gelu = false;           //!< GELU, tanh approximation (cuBLASLt's epilogue), after the bias
-  float alpha = 1;             //!< multiplies the product (with the scales)
-  view<float, 1, S> amax{};    //!< one element that receives max |D|, or empty: not computed
+  view<const bf16, 1, S> bias{};  //!< [N] added to every row (in cuBLASLt's epilogue; bf16, as cuBLASLt's fp8
+                                  //!< kernels take it for bf16 and float outputs), or empty: none
+  bool gelu = false;              //!< GELU, tanh approximation (cuBLASLt's epilogue), after the bias
+  float alpha = 1;                //!< multiplies the product (with the scales)
+  view<float, 1, S> amax{};       //!< one element that receives max |D|, or empty: not computed
 };
 
 namespace detail::fp8mm {
@@ -129,6 +130,7 @@ void run(const view<D, 2, S>& d, const view<const A, 2, S>& a, const view<const 
     call.d = d.data();
     call.alpha = extras.alpha;
     call.bias = extras.bias.data();
+    if (call.bias && std::is_same_v<D, float>) call.bias_type = CUDA_R_16BF;
     if (extras.bias.data() && extras.bias.stride(0) != 1) bad("the bias must be contiguous");
     call.epilogue = extras.gelu ? (call.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU)
                                 : (call.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
@@ -145,7 +147,7 @@ void run(const view<D, 2, S>& d, const view<const A, 2, S>& a, const view<const 
 //! A [M, K] and B [K, N] of e4m3 or e5m2 (not both e5m2), per-tensor scales
 //! `a_scale` and `b_scale` (float tensors of one element, in the operands'
 //! space: read by the GPU, no sync), D [M, N] of bf16 or float. With
-//! `extras`: a bias [N] of D's type and GELU (tanh) in the epilogue, alpha,
+//! `extras`: a bf16 bias [N] and GELU (tanh) in the epilogue, alpha,
 //! and `amax` receiving max |D|.
 //! Device: one cublasLtMatmul on the fp8 tensor cores (Hopper and newer),
 //! plus loom's max(abs(D)) reduction and a one-element copy when `amax` is
