@@ -685,3 +685,29 @@ TEST_CASE("scaled_matmul of fp8 operands with per-tensor scales, bias, GELU and 
                       "loom: scaled_matmul needs a_scale of one element, got shape [2]");
   }
 }
+
+TEST_CASE("a NaN in a row gives that row a NaN scale and NaN values; infinities saturate", "[lowp]" LOOM_TEST_TAG) {
+  loom::host_tensor<float, 2> xh({3, 5});
+  for (index_t i = 0; i < xh.size(); ++i) xh.data()[i] = static_cast<float>(i % 5) - 2.0f;
+  xh.data()[1 * 5 + 3] = std::numeric_limits<float>::quiet_NaN();
+  auto q = poisoned_codes<loom::e4m3>(loom::shape<2>{3, 5});
+  auto s = loom::full<float, 2, space_t>({3, 1}, 0.0f);
+  loom::quantize_rows(q, s, in_space(xh));
+  const auto qh = on_host(q);
+  const auto sh = on_host(s);
+  CHECK(sh.data()[0] == 2.0f / 448.0f);
+  CHECK(std::isnan(sh.data()[1]));
+  index_t nan_codes = 0;
+  for (index_t c = 0; c < 5; ++c) nan_codes += (code(qh.data()[5 + c]) & 0x7f) == 0x7f;
+  CHECK(nan_codes == 5);
+  CHECK(code(qh.data()[0]) == 0xfe);  // -2 / (2 / 448) = -448
+  // A fixed scale: an infinite value saturates at the largest finite value.
+  loom::host_tensor<float, 1> inf_h({2});
+  inf_h.data()[0] = std::numeric_limits<float>::infinity();
+  inf_h.data()[1] = -1e30f;
+  loom::tensor<loom::e5m2, 1, space_t> q5({2});
+  q5 = loom::quantize<loom::e5m2>(in_space(inf_h), 1.0f);
+  const auto q5h = on_host(q5);
+  CHECK(code(q5h.data()[0]) == 0x7b);
+  CHECK(code(q5h.data()[1]) == 0xfb);
+}
