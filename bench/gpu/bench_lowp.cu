@@ -58,8 +58,8 @@ std::string check_quantized(const loom::device_tensor<loom::e4m3, 2>& q, const l
       const float scale = loom::fn::block_scale<loom::e4m3, S>{}(amax);
       if (static_cast<float>(sh.data()[r * per_row + b]) != scale) return "FAIL (a scale differs)";
       for (index_t c = b * block; c < (b + 1) * block; ++c) {
-        const float v = std::clamp(hashed<loom::bf16>(7, static_cast<std::uint64_t>(r * cols + c)) / scale, -448.0f,
-                                   448.0f);
+        const float v =
+            std::clamp(hashed<loom::bf16>(7, static_cast<std::uint64_t>(r * cols + c)) / scale, -448.0f, 448.0f);
         if (loom::detail::bits_of(qh.data()[r * cols + c]) !=
             loom::detail::bits_of(loom::detail::to_float8<loom::e4m3>(v, false)))
           return "FAIL (a code differs)";
@@ -123,8 +123,8 @@ void gemm(bench_state& st, index_t m, index_t n, index_t k) {
   emit_json(st.opt.json_path, r8);
   loom::device_tensor<loom::bf16, 2> yd({m, n});
   const direct_gemm<loom::e4m3, loom::e4m3, loom::bf16> direct(x8.data(), w8.data(), yd.data(), static_cast<int>(m),
-                                                             static_cast<int>(n), static_cast<int>(k), false, true,
-                                                             sx.data(), sw.data());
+                                                               static_cast<int>(n), static_cast<int>(k), false, true,
+                                                               sx.data(), sw.data());
   direct();
   const auto ydh = loom::to_host(yd.view().slice(loom::range(0, 2), loom::range(0, 4)));
   std::string direct_check = "ok";

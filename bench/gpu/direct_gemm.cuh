@@ -59,8 +59,8 @@ struct direct_gemm {
     cublasLtMatmulPreference_t pref = nullptr;
     LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const std::size_t max_ws = loom::detail::lt_max_workspace;
-    LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
-                                                           sizeof(max_ws)));
+    LOOM_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws)));
     int found = 0;
     LOOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, ld, ld, pref, 1, &algo, &found));
     (void)cublasLtMatmulPreferenceDestroy(pref);
@@ -79,8 +79,8 @@ struct direct_gemm {
   }
   void operator()() const {
     const float one = 1, zero = 0;
-    LOOM_CUBLAS_CHECK(cublasLtMatmul(h, op, &one, b, la, a, lb, &zero, d, ld, d, ld, &algo.algo, ws,
-                                     algo.workspaceSize, loom::current_stream().get()));
+    LOOM_CUBLAS_CHECK(cublasLtMatmul(h, op, &one, b, la, a, lb, &zero, d, ld, d, ld, &algo.algo, ws, algo.workspaceSize,
+                                     loom::current_stream().get()));
   }
 };
 }  // namespace loom_bench

@@ -75,9 +75,8 @@ void require_codes(const loom::host_tensor<T, 1>& got, const loom::host_tensor<s
   for (index_t i = 0; i < got.size(); ++i)
     if (code(got.data()[i]) != want.data()[i] && bad++ == 0) first = i;
   if (bad) {
-    INFO(bad << " of " << got.size() << " codes differ; first at " << first << ": input " << inputs[first]
-             << ", got 0x" << std::hex << int(code(got.data()[first])) << ", ml_dtypes 0x"
-             << int(want.data()[first]));
+    INFO(bad << " of " << got.size() << " codes differ; first at " << first << ": input " << inputs[first] << ", got 0x"
+             << std::hex << int(code(got.data()[first])) << ", ml_dtypes 0x" << int(want.data()[first]));
     CHECK(bad == 0);
   } else {
     CHECK(bad == 0);
@@ -101,8 +100,8 @@ TEMPLATE_TEST_CASE("fp8 codes decode to the values ml_dtypes gives, all 256", "[
   for (int c = 0; c < 256; ++c) {
     const float w = want.data()[c];
     const float s = static_cast<float>(codes.data()[c]), e = got.data()[c];
-    const bool ok = std::isnan(w) ? (std::isnan(s) && std::isnan(e))
-                                  : (loom_test::same_bits(s, w) && loom_test::same_bits(e, w));
+    const bool ok =
+        std::isnan(w) ? (std::isnan(s) && std::isnan(e)) : (loom_test::same_bits(s, w) && loom_test::same_bits(e, w));
     if (!ok && bad++ == 0) {
       INFO("code 0x" << std::hex << c << ": scalar " << s << ", assignment " << e << ", ml_dtypes " << w);
       CHECK(ok);
@@ -162,8 +161,8 @@ TEMPLATE_TEST_CASE("float and double cast to fp8 as ml_dtypes rounds them: bound
   }
 }
 
-TEMPLATE_TEST_CASE("the saturating fp8 conversion clamps overflow and infinity to the largest finite value",
-                   "[lowp]", loom::e4m3, loom::e5m2, loom::e8m0) {
+TEMPLATE_TEST_CASE("the saturating fp8 conversion clamps overflow and infinity to the largest finite value", "[lowp]",
+                   loom::e4m3, loom::e5m2, loom::e8m0) {
   using T = TestType;
   const auto in = loom::load_npy<float, 1>(lowp_dir + "f32_inputs.npy");
   const auto want = loom::load_npy<std::uint8_t, 1>(lowp_dir + "f32_to_" + golden_name<T>() + ".npy");
@@ -195,8 +194,7 @@ TEMPLATE_TEST_CASE("the saturating fp8 conversion clamps overflow and infinity t
   CHECK(bad == 0);
 }
 
-TEST_CASE("fp8 tensors are written through strided views and read from odd-sized random data",
-          "[lowp]" LOOM_TEST_TAG) {
+TEST_CASE("fp8 tensors are written through strided views and read from odd-sized random data", "[lowp]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("fp8 strided"));
   const index_t rows = 257, cols = 33;
   loom::host_tensor<float, 2> h({rows, cols});
@@ -357,7 +355,8 @@ TEMPLATE_TEST_CASE("quantize_rows writes ml_dtypes' per-row scales and codes in 
     const auto swh = on_host(sw);
     index_t touched = 0;
     for (index_t r = 0; r < qrows; ++r) {
-      for (index_t c : {index_t{0}, index_t{1}, 2 + qcols, 3 + qcols, 4 + qcols}) touched += code(qwh.data()[r * (qcols + 5) + c]) != 0x5a;
+      for (index_t c : {index_t{0}, index_t{1}, 2 + qcols, 3 + qcols, 4 + qcols})
+        touched += code(qwh.data()[r * (qcols + 5) + c]) != 0x5a;
       touched += !std::isnan(swh.data()[r * 3]) + !std::isnan(swh.data()[r * 3 + 2]);
     }
     CHECK(touched == 0);
@@ -451,8 +450,8 @@ TEST_CASE("dequantize fuses into any expression: per-row and per-block scales", 
     loom::quantize_blocks(q, s, w, 32);
     auto y = loom::full<float, 2, space_t>({rows, cols}, std::numeric_limits<float>::quiet_NaN());
     expect_one_launch([&] {
-      loom::blocks(y, 32) = loom::gelu(loom::dequantize(loom::blocks(q, 32), s.view().unsqueeze(-1)) *
-                                       loom::blocks(x, 32));
+      loom::blocks(y, 32) =
+          loom::gelu(loom::dequantize(loom::blocks(q, 32), s.view().unsqueeze(-1)) * loom::blocks(x, 32));
     });
     const auto qh = on_host(q);
     const auto sh = on_host(s);
@@ -483,7 +482,8 @@ TEST_CASE("fp4 E2M1 codes decode and every bf16 value encodes as ml_dtypes does"
   const auto dec = loom::load_npy<float, 1>(lowp_dir + "decode_e2m1fn.npy");
   REQUIRE(dec.size() == 16);
   int bad = 0;
-  for (int c = 0; c < 16; ++c) bad += !loom_test::same_bits(loom::detail::fp4::decode(static_cast<std::uint8_t>(c)), dec.data()[c]);
+  for (int c = 0; c < 16; ++c)
+    bad += !loom_test::same_bits(loom::detail::fp4::decode(static_cast<std::uint8_t>(c)), dec.data()[c]);
   CHECK(bad == 0);
   const auto want = loom::load_npy<std::uint8_t, 1>(lowp_dir + "bf16_to_e2m1fn.npy");
   REQUIRE(want.size() == 65536);
@@ -503,9 +503,13 @@ TEST_CASE("fp4 E2M1 codes decode and every bf16 value encodes as ml_dtypes does"
 
 TEST_CASE("int4 rounds half to even and saturates at -8 and 7", "[lowp]" LOOM_TEST_TAG) {
   // (input, value): NumPy's rint then clip, written out.
-  const std::pair<float, int> cases[] = {{0.0f, 0},  {0.5f, 0},   {1.5f, 2},   {2.5f, 2},   {-2.5f, -2}, {-3.5f, -4},
-                                         {6.6f, 7},  {7.5f, 7},   {100.0f, 7}, {-8.4f, -8}, {-100.0f, -8},
-                                         {0.49f, 0}, {-0.51f, -1}, {std::numeric_limits<float>::quiet_NaN(), 0}};
+  const std::pair<float, int> cases[] = {{0.0f, 0},     {0.5f, 0},
+                                         {1.5f, 2},     {2.5f, 2},
+                                         {-2.5f, -2},   {-3.5f, -4},
+                                         {6.6f, 7},     {7.5f, 7},
+                                         {100.0f, 7},   {-8.4f, -8},
+                                         {-100.0f, -8}, {0.49f, 0},
+                                         {-0.51f, -1},  {std::numeric_limits<float>::quiet_NaN(), 0}};
   for (const auto& [x, v] : cases) {
     INFO(x);
     CHECK(loom::detail::int4::decode(loom::detail::int4::encode(x)) == v);
@@ -588,8 +592,9 @@ TEST_CASE("packed 4-bit data at odd sizes and strided inputs, dequantized in one
   for (index_t r = 0; r < rows; ++r)
     for (index_t c = 0; c < cols; ++c) {
       const std::uint8_t byte = qh.data()[r * (cols / 2) + c / 2].bits;
-      const float want =
-          std::max(0.0f, static_cast<float>(loom::detail::int4::decode(static_cast<std::uint8_t>(c % 2 ? byte >> 4 : byte))) * sh.data()[r]);
+      const float want = std::max(
+          0.0f, static_cast<float>(loom::detail::int4::decode(static_cast<std::uint8_t>(c % 2 ? byte >> 4 : byte))) *
+                    sh.data()[r]);
       off += !loom_test::same_bits(yh.data()[r * cols + c], want);
     }
   CHECK(off == 0);

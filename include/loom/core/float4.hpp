@@ -55,23 +55,29 @@ LOOM_HD std::uint8_t encode(float x) {
   const float a = x < 0.0f ? -x : x;
   // Midpoints between consecutive magnitudes; at a tie the even code wins.
   std::uint8_t m;
-  if (a <= 0.25f) m = 0;
-  else if (a < 0.75f) m = 1;
-  else if (a <= 1.25f) m = 2;
-  else if (a < 1.75f) m = 3;
-  else if (a <= 2.5f) m = 4;
-  else if (a < 3.5f) m = 5;
-  else if (a <= 5.0f) m = 6;
-  else m = 7;
+  if (a <= 0.25f)
+    m = 0;
+  else if (a < 0.75f)
+    m = 1;
+  else if (a <= 1.25f)
+    m = 2;
+  else if (a < 1.75f)
+    m = 3;
+  else if (a <= 2.5f)
+    m = 4;
+  else if (a < 3.5f)
+    m = 5;
+  else if (a <= 5.0f)
+    m = 6;
+  else
+    m = 7;
   return sign | m;
 }
 }  // namespace detail::fp4
 
 namespace detail::int4 {
 //! The value of a two's complement 4-bit code (the low 4 bits of `code`).
-LOOM_HD int decode(std::uint8_t code) {
-  return static_cast<int>(code & 0xfu) - ((code & 0x8u) ? 16 : 0);
-}
+LOOM_HD int decode(std::uint8_t code) { return static_cast<int>(code & 0xfu) - ((code & 0x8u) ? 16 : 0); }
 //! float -> 4-bit code: round to nearest even, saturating at -8 and 7; NaN gives 0.
 LOOM_HD std::uint8_t encode(float x) {
   if (!(x == x)) return 0;

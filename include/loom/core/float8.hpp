@@ -51,9 +51,9 @@ static_assert(sizeof(e8m0) == 1 && std::is_trivially_copyable_v<e8m0>);
 
 //! True for loom's 8-bit floating-point element types (e4m3, e5m2, e8m0).
 template <class T>
-inline constexpr bool is_float8_v = std::is_same_v<std::remove_const_t<T>, e4m3> ||
-                                    std::is_same_v<std::remove_const_t<T>, e5m2> ||
-                                    std::is_same_v<std::remove_const_t<T>, e8m0>;
+inline constexpr bool is_float8_v =
+    std::is_same_v<std::remove_const_t<T>, e4m3> || std::is_same_v<std::remove_const_t<T>, e5m2> ||
+    std::is_same_v<std::remove_const_t<T>, e8m0>;
 
 namespace detail::fp8 {
 LOOM_HD std::uint32_t float_bits(float f) {

@@ -270,14 +270,14 @@ inline void lt_matmul(const lt_call& c) {
                                                        sizeof(c.bias_type)));
   }
   if (c.a_scale)
-    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.a_scale,
-                                                     sizeof(c.a_scale)));
+    LOOM_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.a_scale, sizeof(c.a_scale)));
   if (c.b_scale)
-    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.b_scale,
-                                                     sizeof(c.b_scale)));
+    LOOM_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.b_scale, sizeof(c.b_scale)));
   const auto la = lt_layout(c.ab_type, c.a.rows, c.a.cols, c.a.ld, c.batch, c.a.batch_stride);
-  const auto lb = lt_layout(c.b_type_differs ? c.b_type : c.ab_type, c.b.rows, c.b.cols, c.b.ld, c.batch,
-                            c.b.batch_stride);
+  const auto lb =
+      lt_layout(c.b_type_differs ? c.b_type : c.ab_type, c.b.rows, c.b.cols, c.b.ld, c.batch, c.b.batch_stride);
   const auto ld = lt_layout(c.cd_type, c.m, c.n, c.ldd, c.batch, c.d_batch_stride);
   // C shares D's layout (loom fuses C only when its strides equal D's).
   const lt_algo algo = lt_pick_algo(c, h, op.get(), la.get(), lb.get(), ld.get(), ld.get());

@@ -73,14 +73,13 @@ void host_scaled_gemm(const view<const A, 2, host>& a, float sa, const view<cons
 // scaled_matmul on views (see below).
 template <class D, class A, class B, class S>
 void run(const view<D, 2, S>& d, const view<const A, 2, S>& a, const view<const float, 1, S>& a_scale,
-                   const view<const B, 2, S>& b, const view<const float, 1, S>& b_scale,
-                   const scaled_matmul_extras<D, S>& extras = {}) {
-  static_assert((std::is_same_v<A, e4m3> || std::is_same_v<A, e5m2>) &&
-                    (std::is_same_v<B, e4m3> || std::is_same_v<B, e5m2>) &&
-                    !(std::is_same_v<A, e5m2> && std::is_same_v<B, e5m2>),
-                "loom: scaled_matmul multiplies e4m3 or e5m2 operands (not both e5m2: cuBLASLt has no such kernel)");
-  static_assert(std::is_same_v<D, bf16> || std::is_same_v<D, float>,
-                "loom: scaled_matmul writes bf16 or float");
+         const view<const B, 2, S>& b, const view<const float, 1, S>& b_scale,
+         const scaled_matmul_extras<D, S>& extras = {}) {
+  static_assert(
+      (std::is_same_v<A, e4m3> || std::is_same_v<A, e5m2>)&&(std::is_same_v<B, e4m3> || std::is_same_v<B, e5m2>)&&!(
+          std::is_same_v<A, e5m2> && std::is_same_v<B, e5m2>),
+      "loom: scaled_matmul multiplies e4m3 or e5m2 operands (not both e5m2: cuBLASLt has no such kernel)");
+  static_assert(std::is_same_v<D, bf16> || std::is_same_v<D, float>, "loom: scaled_matmul writes bf16 or float");
   const index_t m = a.extent(0), k = a.extent(1), n = b.extent(1);
   if (b.extent(0) != k || d.extent(0) != m || d.extent(1) != n)
     throw shape_error("loom: scaled_matmul of shapes " + shape_string(a.extents()) + " and " +
@@ -168,6 +167,6 @@ void scaled_matmul(DV&& d, const AV& a, const SA& a_scale, const BV& b, const SB
   using A = typename decltype(av)::value_type;
   using B = typename decltype(bv)::value_type;
   detail::fp8mm::run(detail::as_view(d), view<const A, 2, S>(av), view<const float, 1, S>(detail::as_view(a_scale)),
-                view<const B, 2, S>(bv), view<const float, 1, S>(detail::as_view(b_scale)), extras);
+                     view<const B, 2, S>(bv), view<const float, 1, S>(detail::as_view(b_scale)), extras);
 }
 }  // namespace loom

@@ -20,9 +20,9 @@
 namespace loom {
 //! The largest finite value of fp8 type T: 448 (e4m3), 57344 (e5m2), 2^127 (e8m0).
 template <class T>
-inline constexpr float max_finite_v = std::is_same_v<T, e4m3> ? 448.0f
+inline constexpr float max_finite_v = std::is_same_v<T, e4m3>   ? 448.0f
                                       : std::is_same_v<T, e5m2> ? 57344.0f
-                                                                 : 1.7014118346046923e38f;
+                                                                : 1.7014118346046923e38f;
 
 namespace detail {
 template <class T>
@@ -199,17 +199,12 @@ template <class T, std::size_t R, class Sp>
   return blocks(t.view(), block);
 }
 
-//! Quantizes `x` ([..., K]) to T in blocks of `block` consecutive elements
-//! along the last axis, each with its own scale of type S (block_scale:
-//! e8m0 for OCP MX with block 32, e4m3 for NVFP4-style scales over 16, or
-//! float): writes q ([..., K], type T) and `scales` ([..., K / block], type
-//! S) in ONE row kernel whose rows are the blocks. Throws shape_error unless
-//! `block` divides K and the shapes agree.
-//! Example: `loom::quantize_blocks(q8, scales_e8m0, x, 32);  // MXFP8`
+namespace detail {
+// quantize_blocks on views (see below).
 template <class Q, class S, class X, std::size_t R, class Sp>
-eval_info quantize_blocks(const view<Q, R, Sp>& q, const view<S, R, Sp>& scales, const view<X, R, Sp>& x,
-                          index_t block) {
-  detail::require_fp8_values<Q>();
+eval_info quantize_blocks_views(const view<Q, R, Sp>& q, const view<S, R, Sp>& scales, const view<X, R, Sp>& x,
+                                index_t block) {
+  require_fp8_values<Q>();
   auto want = x.extents();
   want[R - 1] = x.extent(R - 1) / (block > 0 ? block : 1);
   if (q.extents() != x.extents() || scales.extents() != want || block <= 0 || x.extent(R - 1) % block != 0)
@@ -217,15 +212,24 @@ eval_info quantize_blocks(const view<Q, R, Sp>& q, const view<S, R, Sp>& scales,
                       std::to_string(block) + " needs q of x's shape and scales of shape " + shape_string(want) +
                       " (the block dividing the last extent), got q " + shape_string(q.extents()) + " and scales " +
                       shape_string(scales.extents()));
-  const auto xb = blocks(x, block);
-  const auto s = map(fn::block_scale<Q, S>{}, row_max(abs(xb)));
-  return assign_with_row_stat(blocks(q, block), quantize<Q>(xb, s), scales.unsqueeze(-1), s);
+  const auto xb = loom::blocks(x, block);
+  const auto s = loom::map(fn::block_scale<Q, S>{}, loom::row_max(loom::abs(xb)));
+  return loom::assign_with_row_stat(loom::blocks(q, block), loom::quantize<Q>(xb, s), scales.unsqueeze(-1), s);
 }
-//! See quantize_blocks(view, view, view, block); tensors enter as views.
-template <class Q, class S, class X, std::size_t R, class Sp>
-eval_info quantize_blocks(tensor<Q, R, Sp>& q, tensor<S, R, Sp>& scales, const tensor<X, R, Sp>& x, index_t block) {
-  return quantize_blocks(q.view(), scales.view(), x.view(), block);
+}  // namespace detail
+
+//! Quantizes `x` ([..., K]) to T in blocks of `block` consecutive elements
+//! along the last axis, each with its own scale of type S (block_scale:
+//! e8m0 for OCP MX with block 32, e4m3 for NVFP4-style scales over 16, or
+//! float): writes q ([..., K], type T) and `scales` ([..., K / block], type
+//! S) in ONE row kernel whose rows are the blocks. Throws shape_error unless
+//! `block` divides K and the shapes agree.
+//! Example: `loom::quantize_blocks(q8, scales_e8m0, x, 32);  // MXFP8`
+template <tensor_like Q, tensor_like S, tensor_like X>
+eval_info quantize_blocks(Q&& q, S&& scales, const X& x, index_t block) {
+  return detail::quantize_blocks_views(detail::as_view(q), detail::as_view(scales), detail::as_view(x), block);
 }
+
 // 4-bit values, two per byte (fp4x2, int4x2; core/float4.hpp).
 //! The largest finite value of packed 4-bit type P: 6 (fp4 E2M1), 7 (int4).
 template <>
@@ -280,16 +284,24 @@ template <class T, std::size_t R, class Sp>
 }
 //! See even(view); a tensor enters as its view.
 template <class T, std::size_t R, class Sp>
-[[nodiscard]] auto even(tensor<T, R, Sp>& t) { return even(t.view()); }
+[[nodiscard]] auto even(tensor<T, R, Sp>& t) {
+  return even(t.view());
+}
 //! See even(view); a tensor enters as its view.
 template <class T, std::size_t R, class Sp>
-[[nodiscard]] auto even(const tensor<T, R, Sp>& t) { return even(t.view()); }
+[[nodiscard]] auto even(const tensor<T, R, Sp>& t) {
+  return even(t.view());
+}
 //! See even(view); a tensor enters as its view.
 template <class T, std::size_t R, class Sp>
-[[nodiscard]] auto odd(tensor<T, R, Sp>& t) { return odd(t.view()); }
+[[nodiscard]] auto odd(tensor<T, R, Sp>& t) {
+  return odd(t.view());
+}
 //! See even(view); a tensor enters as its view.
 template <class T, std::size_t R, class Sp>
-[[nodiscard]] auto odd(const tensor<T, R, Sp>& t) { return odd(t.view()); }
+[[nodiscard]] auto odd(const tensor<T, R, Sp>& t) {
+  return odd(t.view());
+}
 
 //! The first (low-nibble) values of a packed 4-bit tensor, lazily, as floats
 //! (the elements at even positions of the unpacked row; see even()).
@@ -305,17 +317,11 @@ template <expression E>
   return map(fn::unpack_nibble<1>{}, packed);
 }
 
-//! Quantizes `x` ([..., K]) to 4-bit pairs P (fp4x2 or int4x2) in blocks of
-//! `block` (even) consecutive elements along the last axis, each with a scale
-//! of type S (block_scale: e4m3 over 16 for NVFP4-style data, e8m0 over 32
-//! for MXFP4, float; block = K gives one scale per row): writes `packed`
-//! ([..., K / 2], element 2j in the low nibble of byte j) and `scales`
-//! ([..., K / block]) in ONE row kernel whose rows are the blocks. Throws
-//! shape_error unless `block` is even and divides K and the shapes agree.
-//! Example: `loom::quantize_packed(w4, scales_e4m3, w, 16);  // NVFP4-style`
+namespace detail {
+// quantize_packed on views (see below).
 template <class P, class S, class X, std::size_t R, class Sp>
-eval_info quantize_packed(const view<P, R, Sp>& packed, const view<S, R, Sp>& scales, const view<X, R, Sp>& x,
-                          index_t block) {
+eval_info quantize_packed_views(const view<P, R, Sp>& packed, const view<S, R, Sp>& scales, const view<X, R, Sp>& x,
+                                index_t block) {
   static_assert(is_packed4_v<P>, "loom: quantize_packed writes fp4x2 or int4x2 pairs");
   const index_t k = x.extent(R - 1);
   const bool block_ok = block > 0 && block % 2 == 0 && k % block == 0;
@@ -328,17 +334,26 @@ eval_info quantize_packed(const view<P, R, Sp>& packed, const view<S, R, Sp>& sc
                       std::to_string(block) + " needs an even block dividing the last extent, packed of shape " +
                       shape_string(want_packed) + " and scales of shape [..., K / block], got packed " +
                       shape_string(packed.extents()) + " and scales " + shape_string(scales.extents()));
-  const auto xb = blocks(x, block);
-  const auto xe = even(xb);
-  const auto xo = odd(xb);
-  const auto s = map(fn::block_scale<P, S>{}, max(row_max(abs(xe)), row_max(abs(xo))));
-  return assign_with_row_stat(blocks(packed, block / 2), map(fn::quantize_pack<P>{}, xe, xo, s),
-                              scales.unsqueeze(-1), s);
+  const auto xb = loom::blocks(x, block);
+  const auto xe = loom::even(xb);
+  const auto xo = loom::odd(xb);
+  const auto amax = loom::max(loom::row_max(loom::abs(xe)), loom::row_max(loom::abs(xo)));
+  const auto s = loom::map(fn::block_scale<P, S>{}, amax);
+  return loom::assign_with_row_stat(loom::blocks(packed, block / 2), loom::map(fn::quantize_pack<P>{}, xe, xo, s),
+                                    scales.unsqueeze(-1), s);
 }
-//! See quantize_packed(view, view, view, block); tensors enter as views.
-template <class P, class S, class X, std::size_t R, class Sp>
-eval_info quantize_packed(tensor<P, R, Sp>& packed, tensor<S, R, Sp>& scales, const tensor<X, R, Sp>& x,
-                          index_t block) {
-  return quantize_packed(packed.view(), scales.view(), x.view(), block);
+}  // namespace detail
+
+//! Quantizes `x` ([..., K]) to 4-bit pairs P (fp4x2 or int4x2) in blocks of
+//! `block` (even) consecutive elements along the last axis, each with a scale
+//! of type S (block_scale: e4m3 over 16 for NVFP4-style data, e8m0 over 32
+//! for MXFP4, float; block = K gives one scale per row): writes `packed`
+//! ([..., K / 2], element 2j in the low nibble of byte j) and `scales`
+//! ([..., K / block]) in ONE row kernel whose rows are the blocks. Throws
+//! shape_error unless `block` is even and divides K and the shapes agree.
+//! Example: `loom::quantize_packed(w4, scales_e4m3, w, 16);  // NVFP4-style`
+template <tensor_like P, tensor_like S, tensor_like X>
+eval_info quantize_packed(P&& packed, S&& scales, const X& x, index_t block) {
+  return detail::quantize_packed_views(detail::as_view(packed), detail::as_view(scales), detail::as_view(x), block);
 }
 }  // namespace loom

@@ -171,11 +171,11 @@ eval_info assign_two(O1&& out1, const E1& e1, O2&& out2, const E2& e2, const cha
   auto want2 = v1.extents();
   if constexpr (PerRow) want2[RO - 1] = 1;
   if (v2.extents() != want2)
-    throw shape_error(std::string("loom: ") + api + " needs " +
-                      (PerRow ? "a second output of the first's shape with a last extent of 1 (" + shape_string(want2) +
-                                    ")"
-                              : std::string("outputs of one shape")) +
-                      ", got " + shape_string(v1.extents()) + " and " + shape_string(v2.extents()));
+    throw shape_error(
+        std::string("loom: ") + api + " needs " +
+        (PerRow ? "a second output of the first's shape with a last extent of 1 (" + shape_string(want2) + ")"
+                : std::string("outputs of one shape")) +
+        ", got " + shape_string(v1.extents()) + " and " + shape_string(v2.extents()));
   if (may_overlap(v1, v2)) throw aliasing_error(std::string("loom: the two outputs of ") + api + " overlap");
   const map_node<fn::first_of, N1, N2> both(fn::first_of{}, detail::as_node(e1), detail::as_node(e2));
   detail::check_assignable(v1, detail::get<0>(both.children));
@@ -194,8 +194,7 @@ eval_info assign_two(O1&& out1, const E1& e1, O2&& out2, const E2& e2, const cha
     } catch (const shape_error&) {
     }
     if (!same)
-      throw aliasing_error(std::string("loom: the second output of ") + api + " (shape " +
-                           shape_string(v2.extents()) +
+      throw aliasing_error(std::string("loom: the second output of ") + api + " (shape " + shape_string(v2.extents()) +
                            ") overlaps an input under a different index map; evaluate into a new tensor first");
   });
   detail::bind_info bi;
