@@ -19,7 +19,8 @@
 #     other GPU benchmarks against their baselines: fused elementwise (op by
 #     op, thrust::transform), row layers forward and backward, the
 #     embedding's forward (vs a hand row-copy kernel) and backward, matmul vs
-#     cuBLASLt (bench_matmul), and PyTorch eager / torch.compile
+#     cuBLASLt (bench_matmul), fp8 quantization and the fp8 GEMM
+#     (bench_lowp_gpu), and PyTorch eager / torch.compile
 #     (torch_layers.py, matmul_torch.py);
 #  5. writes results.json, results.md, plot.png, gpu.jsonl and logs.tar.gz
 #     (every log; five files, as a GPU loan brings back at most 8) to the
@@ -446,6 +447,9 @@ stage "benchmark: matmul vs cuBLASLt"
 logs=()
 run_logged bench_matmul 120 "$log_dir/bench_matmul.log" "$b/bench_matmul"
 logs+=(--log "Matmul vs cuBLASLt (bench_matmul)=$log_dir/bench_matmul.log")
+
+stage "benchmark: fp8 quantization and the fp8 GEMM (bench_lowp_gpu)"
+run_logged bench_lowp_gpu 120 "$log_dir/bench_lowp_gpu.log" "$b/bench_lowp_gpu" --json "$out/gpu.jsonl"
 
 stage "PyTorch baselines: matmul, layers and elementwise (eager and torch.compile)"
 run_logged matmul_torch 90 "$log_dir/matmul_torch.log" python3 "$LOOM_ROOT/bench/gpu/matmul_torch.py"

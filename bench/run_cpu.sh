@@ -8,6 +8,7 @@
 #     row layers vs hand loops, fused bias + dropout + residual vs a hand
 #     loop and op by op, derived backward passes (loom::grad) vs the
 #     built-in ones, the embedding's forward and backward vs hand loops,
+#     per-row fp8 quantization of bf16 vs a hand loop,
 #     and the reduction bench when it is there; the
 #     machine (CPU model, cores, ISA extensions) and compiler flags are
 #     recorded with them;
@@ -54,7 +55,7 @@ if [[ ! -f "$LOOM_BUILD_DIR/CMakeCache.txt" ]]; then
     -DCMAKE_CUDA_ARCHITECTURES="$LOOM_CUDA_ARCH" \
     -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_EXAMPLES=OFF -DLOOM_BUILD_BENCH=ON
 fi
-targets=(bench_fused_cpu bench_dropout_cpu bench_grad_cpu bench_embedding_cpu)
+targets=(bench_fused_cpu bench_dropout_cpu bench_grad_cpu bench_embedding_cpu bench_quantize_cpu)
 # The reductions bench (another issue's) joins in when it exists.
 [[ -f "$LOOM_ROOT/bench/cpu/bench_reduce_cpu.cpp" ]] && targets+=(bench_reduce_cpu)
 cmake --build "$LOOM_BUILD_DIR" -j "$LOOM_JOBS" --target "${targets[@]}"
@@ -74,6 +75,10 @@ stage "derived backward passes (loom::grad) against the built-in ones (bench_gra
 stage "the embedding's forward and backward against hand loops (bench_embedding_cpu)"
 "$LOOM_BUILD_DIR/bench/bench_embedding_cpu" "${quick_flag[@]}" --json "$out/cpu.jsonl" |
   tee "$out/bench_embedding_cpu.log" || failures+=("bench_embedding_cpu")
+
+stage "per-row fp8 quantization of bf16 against a hand loop (bench_quantize_cpu)"
+"$LOOM_BUILD_DIR/bench/bench_quantize_cpu" "${quick_flag[@]}" --json "$out/cpu.jsonl" | tee "$out/bench_quantize_cpu.log" ||
+  failures+=("bench_quantize_cpu")
 
 logs=()
 if [[ " ${targets[*]} " == *" bench_reduce_cpu "* ]]; then

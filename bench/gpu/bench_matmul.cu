@@ -23,6 +23,7 @@
 
 #include <loom/loom.hpp>
 
+#include "direct_gemm.cuh"
 #include "gpu_bench.cuh"
 
 using namespace loom;
@@ -49,52 +50,6 @@ double median_ms(F&& f) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
-
-// The reference: one cublasLtMatmul written out by hand (row-major D = A B as
-// column-major D^T = B^T A^T), heuristic asked once, workspace allocated once.
-template <class T>
-struct direct_gemm {
-  cublasLtHandle_t h = nullptr;
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-  cublasLtMatmulHeuristicResult_t algo{};
-  void* ws = nullptr;
-  const T *a, *b;
-  T* d;
-  int m, n, k;
-
-  direct_gemm(const T* a_, const T* b_, T* d_, int m_, int n_, int k_, bool tf32) : a(a_), b(b_), d(d_), m(m_), n(n_), k(k_) {
-    const cudaDataType_t type = detail::linalg::cuda_type<T>();
-    LOOM_CUBLAS_CHECK(cublasLtCreate(&h));
-    LOOM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type, n, k, n));  // B^T, column-major
-    LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, type, k, m, k));  // A^T
-    LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, type, n, m, n));  // D^T
-    cublasLtMatmulPreference_t pref = nullptr;
-    LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const std::size_t max_ws = detail::lt_max_workspace;
-    LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
-                                                           sizeof(max_ws)));
-    int found = 0;
-    LOOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, ld, ld, pref, 1, &algo, &found));
-    (void)cublasLtMatmulPreferenceDestroy(pref);
-    if (found == 0) throw error("bench: no cuBLASLt algorithm");
-    if (algo.workspaceSize) LOOM_CUDA_CHECK(cudaMalloc(&ws, algo.workspaceSize));
-  }
-  ~direct_gemm() {
-    (void)cudaFree(ws);
-    (void)cublasLtMatrixLayoutDestroy(la);
-    (void)cublasLtMatrixLayoutDestroy(lb);
-    (void)cublasLtMatrixLayoutDestroy(ld);
-    (void)cublasLtMatmulDescDestroy(op);
-    (void)cublasLtDestroy(h);
-  }
-  void operator()() const {
-    const float one = 1, zero = 0;
-    LOOM_CUBLAS_CHECK(cublasLtMatmul(h, op, &one, b, la, a, lb, &zero, d, ld, d, ld, &algo.algo, ws,
-                                     algo.workspaceSize, current_stream().get()));
-  }
-};
 
 double gelu_tanh(double x) { return 0.5 * x * (1 + std::tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x))); }
 
@@ -154,7 +109,7 @@ void bench(const char* name, index_t m, index_t k, index_t n) {
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   const matmul_options opt{.allow_tf32 = tf32};
 
-  const direct_gemm<T> direct(a.data(), b.data(), y.data(), static_cast<int>(m), static_cast<int>(n),
+  const loom_bench::direct_gemm<T> direct(a.data(), b.data(), y.data(), static_cast<int>(m), static_cast<int>(n),
                               static_cast<int>(k), tf32);
   // Each result is checked once before its timing: y poisoned first, and
   // every allocation loom makes during that first call filled with 0xFF (NaN).

@@ -40,6 +40,8 @@ def main():
         rec("cumsum(x, 0)", "1048579", "loom", 0.0100, 50.0),  # 1.020x the faster way (1.000x the other)
         rec("cumsum(x, 0)", "67108864", "loom", 0.1020, 49.0),  # no copy bound for scans: met
         rec("cumsum(x, 0)", "8192x8192", "loom", 0.1, 80.0),  # no baseline: no verdict
+        rec("scaled_matmul e4m3 -> bf16", "8192x8192x8192", "cuBLASLt direct", 1.000, 0.0),
+        rec("scaled_matmul e4m3 -> bf16", "8192x8192x8192", "loom", 1.025, 0.0),  # within 3%: met
     ]
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "in.jsonl")
@@ -58,6 +60,7 @@ def main():
         ("target MISSED max(x) 1048579", "(a result check failed)"),
         ("target met    cumsum(x, 0) 67108864", "1.020x cub::DeviceScan's time"),
         ("target met    cumsum(x, 0) 1048579", "1.020x cub::DeviceScan (int items)'s time"),
+        ("target met    scaled_matmul e4m3 -> bf16 8192x8192x8192", "1.025x cuBLASLt direct's time"),
     ]
     failures = []
     if len(lines) != len(want):
@@ -79,11 +82,12 @@ def main():
         if run.returncode != 1:
             failures.append(f"--require-targets with targets unmeasured exited {run.returncode}, not 1")
         if [l.split(":")[0] for l in got] != ["target met    sum(x) 268435456 f32", "target NOT MEASURED max(x) - -",
-                                              "target NOT MEASURED cumsum(x, 0) - -"]:
+                                              "target NOT MEASURED cumsum(x, 0) - -",
+                                              "target NOT MEASURED scaled_matmul e4m3 -> bf16 - -"]:
             failures.append(f"--require-targets verdicts: {got}")
         with open(os.path.join(d, "results.md")) as f:
-            if f.read().count("NOT MEASURED") != 2:
-                failures.append("results.md lacks the two NOT MEASURED rows")
+            if f.read().count("NOT MEASURED") != 3:
+                failures.append("results.md lacks the three NOT MEASURED rows")
     # Everything measured, with targets required: exit 0 (a MISSED target is a verdict, not an error).
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "in.jsonl")

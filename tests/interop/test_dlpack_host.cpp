@@ -48,15 +48,21 @@ TEST_CASE("from_dlpack names what it cannot take and consumes the tensor anyway"
                                                "the DLPack tensor holds int32 (code 0 = kDLInt, 32 bits, 1 lane); "
                                                "expected float32 (code 2 = kDLFloat, 32 bits, 1 lane)");
   }
-  SECTION("a dtype loom does not have: complex64, int16, an fp8 code") {
+  SECTION("an fp8 dtype where float32 is expected") {
+    test_dlpack::producer p(data.data(), cpu, {10, 8, 1}, {3, 5}, {});
+    require_rejected<loom::dtype_error>(p, f32_2 +
+                                               "the DLPack tensor holds float8_e4m3fn (code 10, 8 bits, 1 lane); "
+                                               "expected float32 (code 2 = kDLFloat, 32 bits, 1 lane)");
+  }
+  SECTION("a dtype loom does not have: complex64, int16, fp8 e4m3b11fnuz") {
     for (const auto& [t, text] : {std::pair{dl::dl_data_type{5, 64, 1}, "code 5 = kDLComplex, 64 bits, 1 lane"},
                                   std::pair{dl::dl_data_type{0, 16, 1}, "code 0 = kDLInt, 16 bits, 1 lane"},
-                                  std::pair{dl::dl_data_type{10, 8, 1}, "code 10, 8 bits, 1 lane"}}) {
+                                  std::pair{dl::dl_data_type{9, 8, 1}, "code 9, 8 bits, 1 lane"}}) {
       test_dlpack::producer p(data.data(), cpu, t, {3, 5}, {});
       require_rejected<loom::dtype_error>(
           p, f32_2 + "the DLPack tensor holds an element type loom does not have (" + text +
-                 "; loom has bool, int8, uint8, int32, int64, float16, bfloat16, float32, float64); expected float32 "
-                 "(code 2 = kDLFloat, 32 bits, 1 lane)");
+                 "; loom has bool, int8, uint8, int32, int64, float16, bfloat16, float32, float64, "
+                 "float8_e4m3fn, float8_e5m2, float8_e8m0fnu); expected float32 (code 2 = kDLFloat, 32 bits, 1 lane)");
     }
   }
   SECTION("rank") {

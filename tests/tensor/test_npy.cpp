@@ -126,6 +126,8 @@ const char* descr_of(loom::dtype d) {
     case loom::dtype::bfloat16: return "<V2";
     case loom::dtype::float32: return "<f4";
     case loom::dtype::float64: return "<f8";
+    case loom::dtype::float8_e4m3fn: case loom::dtype::float8_e5m2: case loom::dtype::float8_e8m0fnu: return "|V1";
+    case loom::dtype::float4_e2m1fn_x2: case loom::dtype::int4x2: return "|V1";
   }
   return "";
 }

@@ -10,6 +10,9 @@
 #include <type_traits>
 
 #include "loom/config.hpp"
+#include "loom/core/bits.hpp"
+#include "loom/core/float4.hpp"
+#include "loom/core/float8.hpp"
 
 namespace loom {
 //! IEEE binary16: CUDA's own `__half`, so loom tensors interoperate with CUDA
@@ -26,27 +29,23 @@ using bfloat16 = bf16;
 static_assert(sizeof(half) == 2 && std::is_trivially_copyable_v<half>);
 static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable_v<bf16>);
 
-namespace detail {
-//! The 16 raw bits of a half or bf16 value.
-template <class T>
-LOOM_HD std::uint16_t bits_of(T v) {
-  static_assert(sizeof(T) == 2);
-  std::uint16_t b;
-  memcpy(&b, &v, 2);
-  return b;
-}
-//! A half or bf16 value from its 16 raw bits.
-template <class T>
-LOOM_HD T from_bits(std::uint16_t b) {
-  static_assert(sizeof(T) == 2);
-  T v;
-  memcpy(static_cast<void*>(&v), &b, 2);
-  return v;
-}
-}  // namespace detail
-
 //! The element types a tensor may hold.
-enum class dtype : std::uint8_t { bool_, int8, uint8, int32, int64, float16, bfloat16, float32, float64 };
+enum class dtype : std::uint8_t {
+  bool_,
+  int8,
+  uint8,
+  int32,
+  int64,
+  float16,
+  bfloat16,
+  float32,
+  float64,
+  float8_e4m3fn,
+  float8_e5m2,
+  float8_e8m0fnu,
+  float4_e2m1fn_x2,
+  int4x2
+};
 
 namespace detail {
 template <class T>
@@ -60,6 +59,11 @@ template <> struct dtype_of<half> { static constexpr dtype value = dtype::float1
 template <> struct dtype_of<bf16> { static constexpr dtype value = dtype::bfloat16; };
 template <> struct dtype_of<float> { static constexpr dtype value = dtype::float32; };
 template <> struct dtype_of<double> { static constexpr dtype value = dtype::float64; };
+template <> struct dtype_of<e4m3> { static constexpr dtype value = dtype::float8_e4m3fn; };
+template <> struct dtype_of<e5m2> { static constexpr dtype value = dtype::float8_e5m2; };
+template <> struct dtype_of<e8m0> { static constexpr dtype value = dtype::float8_e8m0fnu; };
+template <> struct dtype_of<fp4x2> { static constexpr dtype value = dtype::float4_e2m1fn_x2; };
+template <> struct dtype_of<int4x2> { static constexpr dtype value = dtype::int4x2; };
 template <class T, class = void>
 inline constexpr bool has_dtype = false;
 template <class T>
@@ -67,7 +71,8 @@ inline constexpr bool has_dtype<T, std::void_t<decltype(dtype_of<T>::value)>> = 
 }  // namespace detail
 
 //! Satisfied by the types a tensor may hold: bool, int8, uint8, int32, int64,
-//! half, bf16, float, double.
+//! half, bf16, float, double, e4m3, e5m2, e8m0, and the packed 4-bit pairs
+//! fp4x2 and int4x2 (bytes; see core/float4.hpp).
 template <class T>
 concept element = detail::has_dtype<std::remove_const_t<T>>;
 
@@ -87,6 +92,11 @@ constexpr std::string_view dtype_name(dtype d) {
     case dtype::bfloat16: return "bfloat16";
     case dtype::float32: return "float32";
     case dtype::float64: return "float64";
+    case dtype::float8_e4m3fn: return "float8_e4m3fn";
+    case dtype::float8_e5m2: return "float8_e5m2";
+    case dtype::float8_e8m0fnu: return "float8_e8m0fnu";
+    case dtype::float4_e2m1fn_x2: return "float4_e2m1fn_x2";
+    case dtype::int4x2: return "int4x2";
   }
   return "unknown";
 }
@@ -95,6 +105,8 @@ constexpr std::string_view dtype_name(dtype d) {
 constexpr std::size_t dtype_size(dtype d) {
   switch (d) {
     case dtype::bool_: case dtype::int8: case dtype::uint8: return 1;
+    case dtype::float8_e4m3fn: case dtype::float8_e5m2: case dtype::float8_e8m0fnu: return 1;
+    case dtype::float4_e2m1fn_x2: case dtype::int4x2: return 1;
     case dtype::float16: case dtype::bfloat16: return 2;
     case dtype::int32: case dtype::float32: return 4;
     case dtype::int64: case dtype::float64: return 8;
@@ -102,17 +114,20 @@ constexpr std::size_t dtype_size(dtype d) {
   return 0;
 }
 
-//! The type in which loom computes values of T: float for half and bf16, T otherwise.
+//! True for the element types narrower than float that loom computes in
+//! float: half, bf16 and the fp8 types.
 template <class T>
-using compute_t = std::conditional_t<std::is_same_v<std::remove_const_t<T>, half> ||
-                                         std::is_same_v<std::remove_const_t<T>, bf16>,
-                                     float, std::remove_const_t<T>>;
+inline constexpr bool is_reduced_float_v =
+    std::is_same_v<std::remove_const_t<T>, half> || std::is_same_v<std::remove_const_t<T>, bf16> || is_float8_v<T>;
 
-//! True for the floating-point element types (half, bf16, float, double).
+//! The type in which loom computes values of T: float for half, bf16 and
+//! fp8, T otherwise.
 template <class T>
-inline constexpr bool is_floating_v =
-    std::is_floating_point_v<std::remove_const_t<T>> || std::is_same_v<std::remove_const_t<T>, half> ||
-    std::is_same_v<std::remove_const_t<T>, bf16>;
+using compute_t = std::conditional_t<is_reduced_float_v<T>, float, std::remove_const_t<T>>;
+
+//! True for the floating-point element types (half, bf16, fp8, float, double).
+template <class T>
+inline constexpr bool is_floating_v = std::is_floating_point_v<std::remove_const_t<T>> || is_reduced_float_v<T>;
 
 namespace detail {
 //! Converts a computed value to the output element type (rounding once).
@@ -128,8 +143,12 @@ LOOM_HD To convert(From v) {
     return convert<To>(__half2float(v));
   else if constexpr (std::is_same_v<From, bf16>)
     return convert<To>(__bfloat162float(v));
+  else if constexpr (is_float8_v<From>)
+    return convert<To>(static_cast<float>(v));
   else if constexpr (std::is_same_v<To, bool>)
     return v != From(0);
+  else if constexpr (is_float8_v<To>)
+    return to_float8<To>(v);
   else if constexpr (std::is_same_v<To, half>)
     return __float2half_rn(static_cast<float>(v));
   else if constexpr (std::is_same_v<To, bf16>)

@@ -171,7 +171,7 @@ struct map_types {
       typename result_type_or<F, std::conditional_t<std::is_same_v<result, cin>, promoted, result>>::type;
   static_assert(element<value_type>,
                 "loom: a function used in loom::map must return one of loom's element types "
-                "(bool, int8_t, uint8_t, int32_t, int64_t, half, bf16, float, double)");
+                "(bool, int8_t, uint8_t, int32_t, int64_t, half, bf16, float, double, e4m3, e5m2, e8m0)");
 };
 
 template <class... S>
@@ -353,7 +353,8 @@ struct where {
 }  // namespace fn
 
 //! Lazily converts the elements of `e` to T (float to int truncates; to bool
-//! is `!= 0`; to half/bf16 rounds to nearest even).
+//! is `!= 0`; to half/bf16/fp8 rounds to nearest even; an fp8 overflow gives
+//! NaN for e4m3 and infinity for e5m2, as ml_dtypes and PyTorch do).
 //! Example: `y = loom::cast<loom::bf16>(x * 2);`
 template <class T, expression E>
 [[nodiscard]] auto cast(const E& e) {

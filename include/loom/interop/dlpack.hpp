@@ -34,7 +34,10 @@ namespace loom {
 namespace dlpack {
 
 //! The DLPack data type of a loom dtype (one lane): bool is kDLBool of 8
-//! bits, the integers kDLInt/kDLUInt, half and float kDLFloat, bf16 kDLBfloat.
+//! bits, the integers kDLInt/kDLUInt, half and float kDLFloat, bf16 kDLBfloat,
+//! the fp8 types kDLFloat8_e4m3fn, kDLFloat8_e5m2 and kDLFloat8_e8m0fnu; the
+//! packed 4-bit pairs have no DLPack type and are described as 8-bit
+//! kDLOpaqueHandle.
 constexpr dl_data_type data_type_of(dtype d) {
   const auto bits = static_cast<std::uint8_t>(dtype_size(d) * 8);
   switch (d) {
@@ -52,15 +55,24 @@ constexpr dl_data_type data_type_of(dtype d) {
     case dtype::float32:
     case dtype::float64:
       return {float_code, bits, 1};
+    case dtype::float8_e4m3fn:
+      return {float8_e4m3fn_code, bits, 1};
+    case dtype::float8_e5m2:
+      return {float8_e5m2_code, bits, 1};
+    case dtype::float8_e8m0fnu:
+      return {float8_e8m0fnu_code, bits, 1};
+    case dtype::float4_e2m1fn_x2:
+    case dtype::int4x2:
+      return {opaque_handle_code, bits, 1};  // no DLPack type for packed pairs
   }
   return {opaque_handle_code, 0, 0};
 }
 
 //! The loom dtype of a DLPack data type, or nothing when loom has no element
-//! type for it (vector lanes, complex, int16, fp8, ...).
+//! type for it (vector lanes, complex, int16, ...).
 constexpr std::optional<dtype> dtype_from(dl_data_type t) {
   for (dtype d : {dtype::bool_, dtype::int8, dtype::uint8, dtype::int32, dtype::int64, dtype::float16, dtype::bfloat16,
-                  dtype::float32, dtype::float64}) {
+                  dtype::float32, dtype::float64, dtype::float8_e4m3fn, dtype::float8_e5m2, dtype::float8_e8m0fnu}) {
     const dl_data_type u = data_type_of(d);
     if (u.code == t.code && u.bits == t.bits && u.lanes == t.lanes) return d;
   }
@@ -162,7 +174,7 @@ view<T, Rank, Space> checked_view(const dl_tensor& t, std::uint64_t flags, const
                                 (have ? std::string(dtype_name(*have)) + " (" + describe(t.dtype) + ")"
                                       : "an element type loom does not have (" + describe(t.dtype) +
                                             "; loom has bool, int8, uint8, int32, int64, float16, bfloat16, "
-                                            "float32, float64)") +
+                                            "float32, float64, float8_e4m3fn, float8_e5m2, float8_e8m0fnu)") +
                                 "; expected " + std::string(dtype_name(loom::dtype_of<E>)) + " (" + describe(want) +
                                 ")");
   }

@@ -36,7 +36,8 @@ enum device_code : std::int32_t {
 };
 
 //! DLDataTypeCode values (kDLInt, kDLUInt, kDLFloat, kDLOpaqueHandle,
-//! kDLBfloat, kDLComplex, kDLBool).
+//! kDLBfloat, kDLComplex, kDLBool, and DLPack 1.1's kDLFloat8_e4m3fn,
+//! kDLFloat8_e5m2, kDLFloat8_e8m0fnu).
 enum type_code : std::uint8_t {
   int_code = 0,
   uint_code = 1,
@@ -44,7 +45,10 @@ enum type_code : std::uint8_t {
   opaque_handle_code = 3,
   bfloat_code = 4,
   complex_code = 5,
-  bool_code = 6
+  bool_code = 6,
+  float8_e4m3fn_code = 10,
+  float8_e5m2_code = 12,
+  float8_e8m0fnu_code = 14
 };
 
 //! DLPackVersion: the version a managed tensor was written with.

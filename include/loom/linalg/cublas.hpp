@@ -118,6 +118,8 @@ struct lt_call {
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   cudaDataType_t scale_type = CUDA_R_32F;
   cudaDataType_t ab_type = CUDA_R_32F;
+  cudaDataType_t b_type = CUDA_R_32F;  // of op B when b_type_differs (fp8 mixes e4m3 and e5m2)
+  bool b_type_differs = false;
   cudaDataType_t cd_type = CUDA_R_32F;
   lt_matrix a, b;
   const void* c = nullptr;  // null: beta is 0 and D itself stands in for C
@@ -127,7 +129,10 @@ struct lt_call {
   std::int32_t batch = 1;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;  // m elements, packed, shared by every batch
+  std::int32_t bias_type = -1;  // cudaDataType_t of the bias when not D's (fp8 products into float), or -1
   double alpha = 1, beta = 0;
+  const float* a_scale = nullptr;  // device float multiplying op(A) (fp8 operands), or null
+  const float* b_scale = nullptr;  // the same for op(B)
 };
 
 // Largest power of two (up to 256) dividing the address: what the heuristic
@@ -148,7 +153,7 @@ struct lt_algo {
   std::size_t workspace;
 };
 
-using lt_key = std::array<std::int64_t, 29>;
+using lt_key = std::array<std::int64_t, 33>;
 
 inline lt_key lt_key_of(const lt_call& c) {
   return {c.device,
@@ -179,7 +184,11 @@ inline lt_key lt_key_of(const lt_call& c) {
           lt_alignment(c.c ? c.c : c.d),
           lt_alignment(c.d),
           c.bias ? lt_alignment(c.bias) : 0,
-          c.beta != 0};
+          c.beta != 0,
+          c.b_type_differs ? static_cast<std::int64_t>(c.b_type) : -1,
+          c.bias_type,
+          c.a_scale != nullptr,
+          c.b_scale != nullptr};
 }
 
 // The heuristic's best algorithm for a call's shape, types, layouts, epilogue
@@ -256,9 +265,19 @@ inline void lt_matmul(const lt_call& c) {
     // (the default): one bias for every matrix of the batch.
     LOOM_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias)));
+    if (c.bias_type >= 0)
+      LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c.bias_type,
+                                                       sizeof(c.bias_type)));
   }
+  if (c.a_scale)
+    LOOM_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.a_scale, sizeof(c.a_scale)));
+  if (c.b_scale)
+    LOOM_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.b_scale, sizeof(c.b_scale)));
   const auto la = lt_layout(c.ab_type, c.a.rows, c.a.cols, c.a.ld, c.batch, c.a.batch_stride);
-  const auto lb = lt_layout(c.ab_type, c.b.rows, c.b.cols, c.b.ld, c.batch, c.b.batch_stride);
+  const auto lb =
+      lt_layout(c.b_type_differs ? c.b_type : c.ab_type, c.b.rows, c.b.cols, c.b.ld, c.batch, c.b.batch_stride);
   const auto ld = lt_layout(c.cd_type, c.m, c.n, c.ldd, c.batch, c.d_batch_stride);
   // C shares D's layout (loom fuses C only when its strides equal D's).
   const lt_algo algo = lt_pick_algo(c, h, op.get(), la.get(), lb.get(), ld.get(), ld.get());

@@ -88,6 +88,8 @@ inline std::size_t read_bytes(std::FILE* f, void* p, std::size_t n) { return n ?
 //! '|u1', '<i4', '<i8', '|b1'), C order, data aligned to 64 bytes. bf16 has no
 //! NumPy dtype and is written as '<V2' (raw 2 bytes, as ml_dtypes does): NumPy
 //! reads it as void16, and `np.load(p).view(ml_dtypes.bfloat16)` recovers it.
+//! The fp8 types are written as '|V1' (ml_dtypes writes '<V1'), recovered
+//! by `.view(ml_dtypes.float8_e4m3fn)` and the like.
 //! Non-contiguous (strided, negative-stride, broadcast) views are written in
 //! row-major element order. The file is written as `path + ".tmp"` and then
 //! renamed over `path`, so a failed call never leaves a half-written file at
@@ -286,7 +288,8 @@ tensor<T, R, host> read_npy_data(std::FILE* f, const npy_file_header& fh, const 
 //! Byte order '<', '|' or '=' is accepted ('>' only for one-byte types, where
 //! it means nothing); `fortran_order: True` files are read and transposed into
 //! row-major order (a second host buffer for the conversion). bf16 reads
-//! '<V2'/'|V2' files (ml_dtypes' bfloat16). Bytes after the data are ignored
+//! '<V2'/'|V2' files (ml_dtypes' bfloat16) and the fp8 types '|V1' files
+//! (ml_dtypes' float8 types; the file does not say which format). Bytes after the data are ignored
 //! (NumPy writes none). Throws, naming the path and both the expected and the
 //! actual value, and returning nothing on error: io_error when the file cannot
 //! be opened (with the OS error), has a bad magic string or version, a

@@ -38,6 +38,8 @@ constexpr std::string_view npy_type_code(dtype d) {
     case dtype::bfloat16: return "V2";
     case dtype::float32: return "f4";
     case dtype::float64: return "f8";
+    case dtype::float8_e4m3fn: case dtype::float8_e5m2: case dtype::float8_e8m0fnu: return "V1";
+    case dtype::float4_e2m1fn_x2: case dtype::int4x2: return "V1";
   }
   return "";
 }

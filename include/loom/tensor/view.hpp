@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <type_traits>
 
@@ -77,7 +79,7 @@ template <std::size_t R>
 template <class T, std::size_t Rank, memory_space Space>
 class view {
   static_assert(element<T>, "loom: a view's element type must be one of bool, int8_t, uint8_t, int32_t, "
-                            "int64_t, loom::half, loom::bf16, float, double");
+                            "int64_t, loom::half, loom::bf16, float, double, loom::e4m3, loom::e5m2, loom::e8m0");
   static_assert(Rank <= max_rank, "loom: tensors have rank 0 to 8");
 
  public:
@@ -441,10 +443,28 @@ struct is_view<view<T, R, S>> : std::true_type {};
 template <class V>
 concept any_view = detail::is_view<std::remove_cvref_t<V>>::value;
 
-//! True when two views may share memory: their address ranges intersect.
+//! True when two views may share memory: their address ranges intersect,
+//! unless their elements provably interleave without touching (every byte
+//! stride of both a multiple of g, and the two starts a distance apart modulo
+//! g that leaves room for an element on each side: the even and odd columns
+//! of one tensor).
 template <class A, std::size_t RA, class B, std::size_t RB, class S>
 bool may_overlap(const view<A, RA, S>& a, const view<B, RB, S>& b) {
   if (a.empty() || b.empty()) return false;
+  std::uint64_t g = 0;
+  auto gather = [&g](const auto& v) {
+    using E = typename std::remove_cvref_t<decltype(v)>::value_type;
+    for (std::size_t d = 0; d != std::remove_cvref_t<decltype(v)>::rank; ++d)
+      if (v.extent(d) > 1)
+        g = std::gcd(g, static_cast<std::uint64_t>(v.stride(d) < 0 ? -v.stride(d) : v.stride(d)) * sizeof(E));
+  };
+  gather(a);
+  gather(b);
+  if (g > 0) {
+    const auto pa = reinterpret_cast<std::uintptr_t>(a.data()), pb = reinterpret_cast<std::uintptr_t>(b.data());
+    const std::uint64_t r = pa >= pb ? (pa - pb) % g : (g - (pb - pa) % g) % g;
+    if (r >= sizeof(B) && g - r >= sizeof(A)) return false;
+  }
   auto bounds = [](auto& v, const char*& lo, const char*& hi) {
     index_t mn = 0, mx = 0;
     for (std::size_t d = 0; d != std::remove_cvref_t<decltype(v)>::rank; ++d) {

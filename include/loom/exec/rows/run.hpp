@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -143,14 +144,11 @@ struct first_of {
 };
 }  // namespace fn
 
-//! Evaluates two expressions into two outputs of one shape in ONE kernel:
-//! row reductions are computed once per row for both, and each element of
-//! both outputs is computed before either is stored. For example a residual
-//! add that also writes its sum: `assign_pair(h, x + r, y, rms_norm(x + r, w))`.
-//! The outputs must not overlap each other; an output may be an input under
-//! the same index map.
-template <tensor_like O1, operand E1, tensor_like O2, operand E2>
-eval_info assign_pair(O1&& out1, const E1& e1, O2&& out2, const E2& e2) {
+namespace detail::rows {
+// assign_pair and assign_with_row_stat: two outputs written by one row
+// kernel; PerRow: the second output is [..., 1], stored once per row.
+template <bool PerRow, class O1, class E1, class O2, class E2>
+eval_info assign_two(O1&& out1, const E1& e1, O2&& out2, const E2& e2, const char* api) {
   const auto v1 = detail::as_view(out1);
   const auto v2 = detail::as_view(out2);
   using V1 = decltype(v1);
@@ -158,8 +156,9 @@ eval_info assign_pair(O1&& out1, const E1& e1, O2&& out2, const E2& e2) {
   using S = typename V1::space;
   constexpr std::size_t RO = V1::rank;
   static_assert(std::is_same_v<S, typename V2::space> && RO == V2::rank,
-                "loom: assign_pair needs two outputs of the same rank in the same memory space");
-  static_assert(RO >= 1, "loom: assign_pair needs outputs of rank 1 or more");
+                "loom: assign_pair and assign_with_row_stat need two outputs of the same rank in the same memory "
+                "space");
+  static_assert(RO >= 1, "loom: assign_pair and assign_with_row_stat need outputs of rank 1 or more");
   static_assert(!std::is_const_v<typename V1::element_type> && !std::is_const_v<typename V2::element_type>,
                 "loom: cannot assign to a view of const elements");
   detail::require_cuda_compiler_for<S>();
@@ -169,10 +168,15 @@ eval_info assign_pair(O1&& out1, const E1& e1, O2&& out2, const E2& e2) {
                     (std::is_void_v<typename N2::space> || std::is_same_v<typename N2::space, S>),
                 "loom: an expression lives in another memory space than the outputs; copy it with loom::to_device(x) "
                 "or loom::to_host(x)");
-  if (v1.extents() != v2.extents())
-    throw shape_error("loom: assign_pair needs outputs of one shape, got " + shape_string(v1.extents()) + " and " +
-                      shape_string(v2.extents()));
-  if (may_overlap(v1, v2)) throw aliasing_error("loom: the two outputs of assign_pair overlap");
+  auto want2 = v1.extents();
+  if constexpr (PerRow) want2[RO - 1] = 1;
+  if (v2.extents() != want2)
+    throw shape_error(
+        std::string("loom: ") + api + " needs " +
+        (PerRow ? "a second output of the first's shape with a last extent of 1 (" + shape_string(want2) + ")"
+                : std::string("outputs of one shape")) +
+        ", got " + shape_string(v1.extents()) + " and " + shape_string(v2.extents()));
+  if (may_overlap(v1, v2)) throw aliasing_error(std::string("loom: the two outputs of ") + api + " overlap");
   const map_node<fn::first_of, N1, N2> both(fn::first_of{}, detail::as_node(e1), detail::as_node(e2));
   detail::check_assignable(v1, detail::get<0>(both.children));
   detail::check_assignable(v2, detail::get<1>(both.children));
@@ -190,15 +194,37 @@ eval_info assign_pair(O1&& out1, const E1& e1, O2&& out2, const E2& e2) {
     } catch (const shape_error&) {
     }
     if (!same)
-      throw aliasing_error("loom: the second output of assign_pair (shape " + shape_string(v2.extents()) +
+      throw aliasing_error(std::string("loom: the second output of ") + api + " (shape " + shape_string(v2.extents()) +
                            ") overlaps an input under a different index map; evaluate into a new tensor first");
   });
   detail::bind_info bi;
   const auto b = detail::bind_root(both, v1, bi);
-  const detail::rows::row_sink2<typename V1::value_type, typename V2::value_type, RO> sink{{v1.data(), v1.strides()},
-                                                                                           {v2.data(), v2.strides()}};
+  using sink_t = row_sink2<typename V1::value_type, typename V2::value_type, RO, PerRow>;
+  const sink_t sink{{v1.data(), v1.strides()}, {v2.data(), v2.strides()}};
   return detail::last_eval_slot() =
-             detail::rows::run_rows<S>(sink, b, detail::rows::layout_of(v1),
-                                       detail::rows::sink_vector_ok(v1) && detail::rows::sink_vector_ok(v2));
+             run_rows<S>(sink, b, layout_of(v1), sink_vector_ok(v1) && (PerRow || sink_vector_ok(v2)));
+}
+}  // namespace detail::rows
+
+//! Evaluates two expressions into two outputs of one shape in ONE kernel:
+//! row reductions are computed once per row for both, and each element of
+//! both outputs is computed before either is stored. For example a residual
+//! add that also writes its sum: `assign_pair(h, x + r, y, rms_norm(x + r, w))`.
+//! The outputs must not overlap each other; an output may be an input under
+//! the same index map.
+template <tensor_like O1, operand E1, tensor_like O2, operand E2>
+eval_info assign_pair(O1&& out1, const E1& e1, O2&& out2, const E2& e2) {
+  return detail::rows::assign_two<false>(out1, e1, out2, e2, "assign_pair");
+}
+
+//! Evaluates `e` into `out` and a per-row expression `stat_e` (shape
+//! [..., 1], such as a row statistic) into `stat` (out's shape with a last
+//! extent of 1) in ONE row kernel; row reductions used by both are computed
+//! once per row. For example a per-row fp8 quantization that writes its
+//! scales: `assign_with_row_stat(q, quantize<e4m3>(x, s), scale, s)` with
+//! `s = row_scale<e4m3>(x)`. The outputs must not overlap each other.
+template <tensor_like O1, operand E1, tensor_like O2, operand E2>
+eval_info assign_with_row_stat(O1&& out, const E1& e, O2&& stat, const E2& stat_e) {
+  return detail::rows::assign_two<true>(out, e, stat, stat_e, "assign_with_row_stat");
 }
 }  // namespace loom

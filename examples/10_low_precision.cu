@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+// fp8 weights: a weight quantized per block of 32 (MXFP8: e4m3 values, e8m0
+// scales), dequantized in one fused kernel and used in a layer; and a per-row
+// quantization whose dequantization rides inside an activation. Runs on the
+// GPU when there is one and on the host executor otherwise.
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include <loom/loom.hpp>
+
+template <class Space>
+int run() {
+  using namespace loom;
+  const index_t batch = 7, in = 96, out = 33;  // in: whole blocks of 32
+  std::mt19937 gen(10);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  host_tensor<float, 2> w_h({out, in}), x_h({batch, in});
+  for (index_t i = 0; i < w_h.size(); ++i) w_h.data()[i] = 0.05f * dist(gen);
+  for (index_t i = 0; i < x_h.size(); ++i) x_h.data()[i] = dist(gen);
+  auto put = [](const auto& h) {
+    if constexpr (std::is_same_v<Space, device>)
+      return to_device(h);
+    else
+      return h;
+  };
+  const auto w = put(w_h);
+  const auto x = put(x_h);
+
+  // Quantize the weight in blocks of 32 along its rows: one row kernel
+  // writes the e4m3 values and one e8m0 scale per block.
+  tensor<e4m3, 2, Space> w8({out, in});
+  tensor<e8m0, 2, Space> scales({out, in / 32});
+  quantize_blocks(w8, scales, w, 32);
+
+  // Dequantize (one fused kernel, 1 byte read per weight) and run the layer.
+  tensor<float, 2, Space> wq({out, in}), y({batch, out});
+  blocks(wq, 32) = dequantize(blocks(w8, 32), scales.view().unsqueeze(-1));
+  y = gelu(matmul(x, wq.t()));
+
+  // Per-row scales, and the dequantization fused into an activation.
+  tensor<e4m3, 2, Space> x8({batch, in});
+  tensor<float, 2, Space> row_scales({batch, 1}), z({batch, in});
+  quantize_rows(x8, row_scales, x);
+  z = gelu(dequantize(x8, row_scales) * 2.0f);
+
+  // How far the quantized weight is from the original.
+  const auto wq_h = to_host(wq);
+  // MX scales are powers of two: a block's largest values may be clamped by
+  // up to a quarter of its amax; the rest keep e4m3's 3 mantissa bits.
+  double worst = 0, amax = 0;
+  for (index_t i = 0; i < w_h.size(); ++i) {
+    worst = std::fmax(worst, std::fabs(static_cast<double>(wq_h.data()[i]) - w_h.data()[i]));
+    amax = std::fmax(amax, std::fabs(static_cast<double>(w_h.data()[i])));
+  }
+  std::printf("%s: MXFP8 weight [%lld, %lld], largest error %.5f (amax %.5f)\n", Space::name,
+              static_cast<long long>(out), static_cast<long long>(in), worst, amax);
+  std::printf("%s: layer output y[0, 0] = %.4f, z[0, 0] = %.4f\n", Space::name,
+              static_cast<double>(to_host(y).data()[0]), static_cast<double>(to_host(z).data()[0]));
+  return worst <= amax / 4 ? 0 : 1;
+}
+
+int main() {
+  if (loom::gpu::is_available()) return run<loom::device>();
+  std::printf("no GPU (%s): running on the host executor\n", loom::gpu::unavailable_reason().c_str());
+  return run<loom::host>();
+}
