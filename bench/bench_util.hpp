@@ -222,6 +222,19 @@ inline void print_row(const record& r) {
   std::fflush(stdout);
 }
 
+//! Finishes a checked measurement: `rec` holds the verdict of the run the
+//! caller checked; this times `f` (median of `runs` after `warmup`), prints
+//! the row, appends it to `json_path`, and sets `failed` when the check
+//! failed. Returns the median ms.
+template <class F>
+double report_timed(record& rec, int warmup, int runs, F&& f, const std::string& json_path, bool& failed) {
+  failed = failed || rec.check != "ok";
+  rec.ms = median_ms(warmup, runs, f);
+  print_row(rec);
+  emit_json(json_path, rec);
+  return rec.ms;
+}
+
 //! Worst |got - ref| / (atol + rtol |ref|) over the samples: <= 1 passes.
 struct error_meter {
   double atol, rtol, worst = 0;

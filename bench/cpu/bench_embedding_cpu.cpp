@@ -76,13 +76,9 @@ int main(int argc, char** argv) {
     run();
     loom_bench::record rec{"bench_embedding_cpu", op, shape, "f32", impl};
     rec.check = check();
-    failed = failed || rec.check != "ok";
-    rec.ms = loom_bench::median_ms(warmup, runs, run);
     rec.bytes = bytes;
     rec.threads = loom::host_threads();
-    loom_bench::print_row(rec);
-    loom_bench::emit_json(opt.json_path, rec);
-    return rec.ms;
+    return loom_bench::report_timed(rec, warmup, runs, run, opt.json_path, failed);
   };
 
   std::printf("bench_embedding_cpu: host executor, %d threads; median of %d runs after %d warm-up\n",

@@ -125,12 +125,9 @@ int main(int argc, char** argv) {
     const auto kernels = loom::launches().host - before;
     loom_bench::record rec{"bench_grad_cpu", op, shape, "f32", impl};
     rec.check = check();
-    failed = failed || rec.check != "ok";
-    rec.ms = loom_bench::median_ms(warmup, runs, f);
     rec.bytes = bytes;
     rec.threads = loom::host_threads();
-    loom_bench::print_row(rec);
-    loom_bench::emit_json(opt.json_path, rec);
+    loom_bench::report_timed(rec, warmup, runs, f, opt.json_path, failed);
     return std::pair<double, unsigned long long>{rec.ms, kernels};
   };
   // The dx tolerance covers float rounding over rows of 4096; the column

@@ -62,13 +62,9 @@ int main(int argc, char** argv) {
     f();
     loom_bench::record rec{"bench_quantize_cpu", "quantize_rows<e4m3>(bf16)", shape, "bf16", impl};
     rec.check = check();
-    failed = failed || rec.check != "ok";
-    rec.ms = loom_bench::median_ms(warmup, runs, f);
     rec.bytes = bytes;
     rec.threads = loom::host_threads();
-    loom_bench::print_row(rec);
-    loom_bench::emit_json(opt.json_path, rec);
-    return rec.ms;
+    return loom_bench::report_timed(rec, warmup, runs, f, opt.json_path, failed);
   };
 
   std::printf("bench_quantize_cpu: host executor, %d threads; median of %d runs after %d warm-up\n",
