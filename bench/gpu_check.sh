@@ -20,8 +20,10 @@
 #     op, thrust::transform), row layers forward and backward, the
 #     embedding's forward (vs a hand row-copy kernel) and backward, matmul vs
 #     cuBLASLt (bench_matmul), fp8 quantization and the fp8 GEMM
-#     (bench_lowp_gpu), and PyTorch eager / torch.compile
-#     (torch_layers.py, matmul_torch.py);
+#     (bench_lowp_gpu), then loom inside PyTorch (scripts/test_torch.sh with
+#     the machine's python3: the extension's CUDA kernels, its tests, DDP on
+#     NCCL; not run, and said so, where python3 has no torch with CUDA), and
+#     PyTorch eager / torch.compile (torch_layers.py, matmul_torch.py);
 #  5. writes results.json, results.md, plot.png, gpu.jsonl and logs.tar.gz
 #     (every log; five files, as a GPU loan brings back at most 8) to the
 #     output folder, and prints a short table last, with a verdict on each
@@ -450,6 +452,17 @@ logs+=(--log "Matmul vs cuBLASLt (bench_matmul)=$log_dir/bench_matmul.log")
 
 stage "benchmark: fp8 quantization and the fp8 GEMM (bench_lowp_gpu)"
 run_logged bench_lowp_gpu 120 "$log_dir/bench_lowp_gpu.log" "$b/bench_lowp_gpu" --json "$out/gpu.jsonl"
+
+stage "loom inside PyTorch on the GPU: the extension's CUDA kernels, its tests, DDP on NCCL (scripts/test_torch.sh)"
+# Needs a python3 that imports torch (with CUDA) and numpy: this machine has
+# no network to install them.
+if timeout 60 python3 -c 'import torch, numpy, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+  run_logged torch_extension 240 "$log_dir/torch_extension.log" \
+    env LOOM_TORCH_PYTHON=python3 LOOM_TORCH_DIR="$out/torch" LOOM_JOBS="$LOOM_JOBS" "$LOOM_ROOT/scripts/test_torch.sh"
+else
+  echo "not run: python3 here does not import torch with CUDA and numpy" | tee "$log_dir/torch_extension.log"
+  not_run+=("loom inside PyTorch on the GPU (python3 has no torch with CUDA here)")
+fi
 
 stage "PyTorch baselines: matmul, layers and elementwise (eager and torch.compile)"
 run_logged matmul_torch 90 "$log_dir/matmul_torch.log" python3 "$LOOM_ROOT/bench/gpu/matmul_torch.py"

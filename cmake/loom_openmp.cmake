@@ -7,9 +7,10 @@
 # host compiler when that compiler has it: OpenMP::OpenMP_CXX (compile flag
 # for C++ files, runtime library at link time) and the same flag for the
 # host code of .cu files (-Xcompiler; nvcc passes no OpenMP flag by itself).
-# It assumes nvcc's host compiler is the project's C++ compiler (CMake's and
-# nvcc's default). OpenMP missing is not an error: the host executor then
-# runs on one thread. Sets LOOM_OPENMP_FOUND (TRUE/FALSE) in the caller's scope.
+# nvcc's host compiler may differ from the project's C++ compiler (clang++
+# for C++ files, nvcc's default g++ for .cu files): see the flag below.
+# OpenMP missing is not an error: the host executor then runs on one thread.
+# Sets LOOM_OPENMP_FOUND (TRUE/FALSE) in the caller's scope.
 macro(loom_bring_openmp _loom_target _loom_mode)
   set(LOOM_OPENMP_FOUND FALSE)
   if(CMAKE_CXX_COMPILER_LOADED)
@@ -19,6 +20,11 @@ macro(loom_bring_openmp _loom_target _loom_mode)
     set(LOOM_OPENMP_FOUND TRUE)
     set(_loom_openmp_cuda_flags "")
     foreach(_loom_flag IN LISTS OpenMP_CXX_FLAGS)
+      # clang's flag names its runtime (-fopenmp=libomp), which g++, nvcc's
+      # default host compiler, rejects; plain -fopenmp means OpenMP to both.
+      # Code that g++ compiles with it calls the GOMP entry points, which
+      # LLVM's libomp (what a clang build links) exports as well as libgomp.
+      string(REGEX REPLACE "^-fopenmp=.*" "-fopenmp" _loom_flag "${_loom_flag}")
       list(APPEND _loom_openmp_cuda_flags "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=${_loom_flag}>")
     endforeach()
     if("${_loom_mode}" STREQUAL "BUILD")

@@ -2,20 +2,22 @@
 # SPDX-License-Identifier: Apache-2.0
 # Builds loom and runs everything that checks it, on a machine with or without
 # a GPU: the tests (ctest; [cuda] programs report "Skipped" without a GPU; the
-# host test programs built with AddressSanitizer and UBSan), the examples, a
-# benchmark smoke run, and a consumer project built against the installed
-# package.
-# Installs cmake, ninja, Catch2 and ccache from Debian, and NumPy from PyPI
-# (for the DLPack round trips with NumPy), first when missing.
+# host test programs built with clang++, AddressSanitizer and UBSan), the
+# examples, a benchmark smoke run, and a consumer project built against the
+# installed package.
+# Installs cmake, ninja, Catch2, ccache, clang and libomp from Debian, and
+# NumPy from PyPI (for the DLPack round trips with NumPy), first when missing.
 # Exits non-zero when anything fails. Settings: see scripts/common.sh.
 set -euo pipefail
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 LOOM_SANITIZE="${LOOM_SANITIZE:-ON}"
+LOOM_TEST_CXX="${LOOM_TEST_CXX:-clang++}"
 start=$SECONDS
 
 section "dependencies"
 loom_install_deps
+loom_install_test_cxx
 loom_install_numpy
 loom_find_cuda
 
@@ -47,12 +49,15 @@ if [[ -z "${LOOM_CHECK_ONLY_ARCH+x}" ]]; then
   fi
 fi
 
-section "configure ($LOOM_BUILD_DIR, CUDA architectures $LOOM_CUDA_ARCH, compile-only programs: ${LOOM_CHECK_ONLY_ARCH:-the same}, host tests with sanitizers: $LOOM_SANITIZE)"
+section "configure ($LOOM_BUILD_DIR, CUDA architectures $LOOM_CUDA_ARCH, compile-only programs: ${LOOM_CHECK_ONLY_ARCH:-the same}, host tests with sanitizers: $LOOM_SANITIZE, C++ files: $LOOM_TEST_CXX, .cu files: nvcc on its default host compiler)"
 # The host test programs are built once, with g++ -fsanitize=address,undefined
 # at -O0 (LOOM_SANITIZE=ON, the default here; LOOM_SANITIZE=OFF builds them
 # plain at -O3): every host test runs under AddressSanitizer and
 # UndefinedBehaviorSanitizer (tests/CMakeLists.txt says why -O0).
-loom_configure -DLOOM_SANITIZE="$LOOM_SANITIZE" -DLOOM_CHECK_ONLY_ARCHITECTURES="$LOOM_CHECK_ONLY_ARCH"
+# The .cpp files with clang++ (LOOM_TEST_CXX), the .cu files with nvcc on g++:
+# two compilers check loom's host code (see loom_install_test_cxx).
+loom_configure -DLOOM_SANITIZE="$LOOM_SANITIZE" -DLOOM_CHECK_ONLY_ARCHITECTURES="$LOOM_CHECK_ONLY_ARCH" \
+  -DCMAKE_CXX_COMPILER="$LOOM_TEST_CXX"
 
 section "build ($LOOM_JOBS jobs)"
 cmake --build "$LOOM_BUILD_DIR" -j "$LOOM_JOBS"

@@ -5,12 +5,17 @@
 # imports them), builds the extension once (torch.utils.cpp_extension; cached
 # while its sources are unchanged), runs its tests and the data-parallel check
 # (2 processes, gloo, on loopback), and prints the time of each step.
-# With a GPU the extension also gets its CUDA kernels and the tests their
-# CUDA cases; with two GPUs the data-parallel check also runs on NCCL.
+# With a GPU the extension also gets its CUDA kernels, the tests their CUDA
+# cases, and the data-parallel check also runs on NCCL (one process per GPU,
+# at most 2; with one GPU a one-process group, which still runs the loom op
+# under DDP with NCCL's collectives).
 # Exits non-zero when anything fails.
 # Settings (environment variables), besides scripts/common.sh's:
 #   LOOM_TORCH_DIR   where the venv and the extension's build go (default build-torch/ in the repository)
 #   LOOM_TORCH_SPEC  what pip installs (default: torch, the newest release on PyPI)
+#   LOOM_TORCH_PYTHON  an interpreter that already imports torch and numpy:
+#                    used as it is, no venv and nothing installed (a machine
+#                    without network, as bench/gpu_check.sh's)
 #   MAX_JOBS         compile jobs of the extension build (default LOOM_JOBS)
 # --install-only: only make the venv (scripts/test.sh runs this in the
 # background while loom builds, then this script in full).
@@ -22,7 +27,7 @@ LOOM_TORCH_SPEC="${LOOM_TORCH_SPEC:-torch}"
 export MAX_JOBS="${MAX_JOBS:-$LOOM_JOBS}"
 export LOOM_TORCH_BUILD_DIR="$LOOM_TORCH_DIR/extension"
 venv="$LOOM_TORCH_DIR/venv"
-python="$venv/bin/python"
+python="${LOOM_TORCH_PYTHON:-$venv/bin/python}"
 timings=()
 
 # Runs "$@" as the step named $1's description, recording its wall time.
@@ -35,6 +40,12 @@ step() {
 }
 
 install_torch() {
+  if [[ -n "${LOOM_TORCH_PYTHON:-}" ]]; then
+    "$python" -c 'import torch, numpy' >/dev/null 2>&1 ||
+      die "LOOM_TORCH_PYTHON=$python does not import torch and numpy"
+    echo "using $python: $("$python" -c 'import torch, numpy; print("torch", torch.__version__, "numpy", numpy.__version__)')"
+    return
+  fi
   if [[ -x "$python" ]] && "$python" -c 'import torch, numpy' >/dev/null 2>&1; then
     echo "reusing $venv: $("$python" -c 'import torch, numpy; print("torch", torch.__version__, "numpy", numpy.__version__)')"
     return
@@ -62,15 +73,18 @@ fi
 
 section "dependencies"
 loom_find_cuda  # loom's headers and libcudart come from the CUDA toolkit, also for the CPU kernels
-step "venv with torch and numpy ($venv)" install_torch
+step "torch and numpy (${LOOM_TORCH_PYTHON:-venv $venv})" install_torch
 step "build the extension ($MAX_JOBS jobs)" build_extension
 step "tests (examples/torch/test_torch_ext.py)" "$python" "$LOOM_ROOT/examples/torch/test_torch_ext.py"
 step "data-parallel check: gloo, 2 processes, float32" "$python" "$LOOM_ROOT/examples/torch/ddp_train.py"
 step "data-parallel check: gloo, 2 processes, float64" "$python" "$LOOM_ROOT/examples/torch/ddp_train.py" --dtype float64
-if [[ "$("$python" -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]]; then
-  step "data-parallel check: nccl, 2 GPUs" "$python" "$LOOM_ROOT/examples/torch/ddp_train.py" --backend nccl
+gpus="$("$python" -c 'import torch; print(torch.cuda.device_count())')"
+if ((gpus >= 1)); then
+  world=$((gpus >= 2 ? 2 : 1))
+  step "data-parallel check: nccl, $world process(es), one GPU each" \
+    "$python" "$LOOM_ROOT/examples/torch/ddp_train.py" --backend nccl --world "$world"
 else
-  echo "fewer than 2 GPUs: the NCCL data-parallel check does not run"
+  echo "no GPU: the NCCL data-parallel check does not run"
 fi
 
 section "timings"

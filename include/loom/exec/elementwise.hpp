@@ -128,6 +128,10 @@ B rebased_tree(const B& b, index_t start) {
 // One piece of the host's contiguous loop, the tree rebased to its first
 // element: in SIMD lanes one element at a time, or, for trees with nodes
 // that compute several elements at once, host_run_width elements per load.
+// `omp simd` asks g++ for lanes; a tree it cannot vectorize (a libm call,
+// say) runs one element at a time. clang reports such a loop as a warning
+// (-Wpass-failed, not tied to a line a pragma could silence), so under
+// clang the loop carries no pragma and its vectorizer decides alone.
 template <class O, class B>
 void host_piece(O* q, const B& c, index_t len) {
   if constexpr (tree_any_v<B, computes_blocks>) {
@@ -139,7 +143,7 @@ void host_piece(O* q, const B& c, index_t len) {
     }
     for (; k < len; ++k) q[k] = convert<O>(c.template at_linear<false>(k));
   } else {
-#if LOOM_HAS_OPENMP
+#if LOOM_HAS_OPENMP && !defined(__clang__)
 #pragma omp simd
 #endif
     for (index_t i = 0; i < len; ++i) q[i] = convert<O>(c.template at_linear<false>(i));

@@ -319,7 +319,7 @@ struct logsumexp_op {
     // an infinite maximum, which decides the result (inf - inf would be NaN).
     const F mx = a.m > b.m ? a.m : b.m;
     acc r{mx, a.s * ::loom::math::exp(a.m - mx) + b.s * ::loom::math::exp(b.m - mx)};
-    if ((mx == inf_of<F>()) | (mx == -inf_of<F>())) r = acc{mx, F(1)};
+    if (mx == inf_of<F>() || mx == -inf_of<F>()) r = acc{mx, F(1)};
     if (b.s == F(0)) r = a;
     if (a.s == F(0)) r = b;
     if (b.m != b.m) r = b;
