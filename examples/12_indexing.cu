@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The first layer of a language model in loom: token embeddings plus
 // position embeddings, scaled, as one assignment and one kernel; the
-// gradient of the token table, deterministic (the same bits on every run);
+// gradient of the token table, deterministic (the same bits on every run),
+// given by embedding_backward and derived by loom::grad;
 // and the creation leaves and concat, fused like any other operand. Runs
 // on the GPU when there is one and on the host executor otherwise.
 #include <cmath>
@@ -47,13 +48,21 @@ int run() {
   const auto dwte = loom::embedding_backward(dh, ids, vocab, 0);
   const auto again = loom::embedding_backward(dh, ids, vocab, 0);
 
+  // The same gradient derived by loom::grad from the layer itself: the
+  // adjoint at the embedding (dh * 8) summed into the table's rows.
+  constexpr auto first_layer = loom::layer([](auto tokens, auto table, auto positions) {
+    return loom::embedding(tokens, table, 0) * 8.0f + positions;  // padding row 0
+  });
+  loom::tensor<float, 2, Space> dtable({vocab, width});
+  dtable = loom::grad<1>(first_layer)(ids, wte, wpe, dh);
+
   // Creation leaves and concat inside expressions: a sinusoid next to a copy of h's first row.
   loom::tensor<float, 2, Space> joined({seq, 2 * width});
   const auto wave = loom::broadcast_to(loom::sin(loom::arange<float>(width) * 0.1f), loom::shape<2>{seq, width});
   joined = loom::concat(wave, h.slice(0), 1);
 
   const auto h_h = loom::to_host(h);
-  const auto d_h = loom::to_host(dwte), a_h = loom::to_host(again);
+  const auto d_h = loom::to_host(dwte), a_h = loom::to_host(again), g_h = loom::to_host(dtable);
   const auto j_h = loom::to_host(joined);
   int bad = 0;
   for (loom::index_t b = 0; b < batch; ++b)
@@ -65,7 +74,7 @@ int run() {
   for (loom::index_t v = 0; v < vocab; ++v) {
     loom::index_t count = 0;
     for (loom::index_t i = 0; i < ids_h.size(); ++i) count += v != 0 && ids_h.data()[i] == v;
-    bad += d_h(v, 5) != static_cast<float>(count);
+    bad += d_h(v, 5) != static_cast<float>(count) || g_h(v, 5) != 8.0f * static_cast<float>(count);
   }
   bad += std::memcmp(d_h.data(), a_h.data(), d_h.nbytes()) != 0;
   for (loom::index_t c = 0; c < width; ++c)

@@ -462,3 +462,220 @@ TEST_CASE("embedding_backward reports out-of-range ids, or skips them unchecked"
   loom::embedding_backward(out, grad, ids, loom::no_padding, loom::index_mode::unchecked);
   check_all(out, [](index_t i) { return i == 2 ? 6.0 : i == 3 ? 8.0 : 0.0; });
 }
+
+// ---------------------------------------------------------------------------
+// Gradients through embedding and index_select (loom::grad's scatter rule)
+
+namespace {
+// Checks each element of y (row-major i) against want[i] within tol times
+// scale[i], the magnitude of the terms behind it (so a sum that cancels is
+// held to its terms' rounding, not to its own small value), plus rel times
+// |want[i]| (the output type's rounding).
+template <class V>
+void check_scaled(const V& y, const std::vector<double>& want, const std::vector<double>& scale, double tol,
+                  double rel = 0) {
+  const auto h = loom::to_host(y);
+  index_t bad = 0;
+  for (index_t i = 0; i < h.size(); ++i) {
+    const double got = loom_test::as_double(h.data()[h.view().offset_of(i)]);
+    const auto k = static_cast<std::size_t>(i);
+    if (!(std::abs(got - want[k]) <= tol * scale[k] + rel * std::abs(want[k]) + 1e-30) && bad++ < 5) {
+      INFO("element " << i << " of " << loom::shape_string(h.extents()) << ": got " << got << ", want " << want[k]);
+      CHECK(false);
+    }
+  }
+  CHECK(bad == 0);
+}
+
+// The values of y in row-major order, as bytes (to compare runs bit for bit).
+template <class V>
+std::vector<unsigned char> bytes_of(const V& y) {
+  const auto h = loom::contiguous(loom::to_host(y));
+  std::vector<unsigned char> b(static_cast<std::size_t>(h.nbytes()));
+  std::memcpy(b.data(), h.data(), b.size());
+  return b;
+}
+
+// The central finite difference of loss at x[k], in double.
+template <class Loss>
+double central_difference(std::vector<double>& x, std::size_t k, Loss loss) {
+  const double x0 = x[k], h = 1e-5 * std::max(1.0, std::abs(x0));
+  x[k] = x0 + h;
+  const double up = loss(x);
+  x[k] = x0 - h;
+  const double down = loss(x);
+  x[k] = x0;
+  return (up - down) / (2 * h);
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("loom::grad of an embedding scatters its adjoint into the table, repeats summed, padding row zero",
+                   "[indexing]" LOOM_TEST_TAG, (std::pair<std::int32_t, float>), (std::pair<std::int64_t, loom::bf16>)) {
+  using I = typename TestType::first_type;
+  using T = typename TestType::second_type;
+  std::mt19937_64 g(loom_test::seed_for("grad of embedding"));
+  const index_t rows = 13, dim = 37, B = 3, S = 7;
+  auto ids_h = random_ids<I, 2>({S, B}, rows / 2, g);  // read permuted as [B, S]; few distinct ids
+  ids_h(0, 0) = 2;                                     // the padding rows below occur
+  ids_h(1, 0) = 1;
+  const auto tab_h = random_host<T, 2>({rows, dim + 1}, g);  // the table: columns 1.., a strided view
+  const auto pos_h = random_host<float, 3>({B, S, dim}, g);
+  const auto dy_h = random_host<float, 3>({B, S, dim}, g);
+  const auto ids = in_space(ids_h);
+  const auto tab = in_space(tab_h);
+  const auto pos = in_space(pos_h);
+  const auto dy = in_space(dy_h);
+  const auto idv = ids.permute({1, 0});
+  const auto table = tab.slice(whole, range(1, none));
+  // The table as doubles (the rounded inputs), and the loss sum(dy * y) in double.
+  std::vector<double> t(static_cast<std::size_t>(rows * dim));
+  for (index_t v = 0; v < rows; ++v)
+    for (index_t c = 0; c < dim; ++c) t[static_cast<std::size_t>(v * dim + c)] = loom_test::as_double(tab_h(v, c + 1));
+  const auto loss = [&](const std::vector<double>& tt) {
+    double l = 0;
+    for (index_t b = 0; b < B; ++b)
+      for (index_t s = 0; s < S; ++s)
+        for (index_t c = 0; c < dim; ++c)
+          l += double(dy_h(b, s, c)) * std::tanh(tt[static_cast<std::size_t>(index_t(ids_h(s, b)) * dim + c)]) *
+               double(pos_h(b, s, c));
+    return l;
+  };
+  CHECK_THROWS_MATCHES(loom::embedding(idv, table, rows), loom::index_error, what_contains({"padding_idx 13"}));
+  const auto layer_for = [](index_t padding) {  // one layer type for every padding index
+    return loom::layer([padding](auto i, auto w, auto p) { return tanh(loom::embedding(i, w, padding)) * p; });
+  };
+  {  // An embedding of shape [1, S, dim] broadcast to the output [B, S, dim]: its source is not differentiated.
+    const auto l = layer_for(loom::no_padding);
+    auto dt = poisoned<T, 2>({dim, rows});
+    auto dp = poisoned<float, 3>({B, S, dim});
+    const auto grads = loom::grad<1, 2>(l)(idv.slice(range(0, 1)), table, pos, dy);
+    CHECK_THROWS_MATCHES(grads.into(dt.t(), dp),
+                         loom::shape_error, what_contains({"embedding of shape [1, 7, 37] is broadcast to [3, 7, 37]"}));
+  }
+  for (index_t padding : {loom::no_padding, index_t{2}, index_t{1 - rows}}) {
+    const index_t pad = padding == loom::no_padding ? -1 : padding < 0 ? padding + rows : padding;
+    const auto l = layer_for(padding);
+    std::vector<unsigned char> first_dt, first_dp;
+    for (int run = 0; run < 2; ++run) {
+      auto dt_store = poisoned<T, 2>({dim, rows});  // dtable is its transpose: a strided output
+      auto dp = poisoned<float, 3>({B, S, dim});
+      const auto dt = dt_store.t();
+      const loom::grad_info info = loom::grad<1, 2>(l)(idv, table, pos, dy).into(dt, dp);
+      // dtable: the adjoint's materialization, the ids' copy (permuted), the
+      // scatter (on the device: the positions' fill, the sort, the kernel); dpos: 1.
+      CHECK(info.kernels == (on_device ? 6 : 4));
+      CHECK(loom::last_grad().kernels == info.kernels);
+      CHECK(loom::grad<1>(l)(idv, table, pos, dy).kind() == loom::gradient_kind::scatter);
+      if (run == 0) {
+        first_dt = bytes_of(dt);
+        first_dp = bytes_of(dp);
+        // The reference: a plain loop scatter in double.
+        std::vector<double> want_t(t.size(), 0.0), scale_t(t.size(), 0.0);
+        std::vector<double> want_p(static_cast<std::size_t>(B * S * dim)), scale_p(want_p.size());
+        for (index_t b = 0; b < B; ++b)
+          for (index_t s = 0; s < S; ++s) {
+            const index_t v = ids_h(s, b);
+            for (index_t c = 0; c < dim; ++c) {
+              const double x = t[static_cast<std::size_t>(v * dim + c)], th = std::tanh(x);
+              const double d = dy_h(b, s, c), p = pos_h(b, s, c);
+              const auto k = static_cast<std::size_t>((b * S + s) * dim + c);
+              want_p[k] = d * th;
+              scale_p[k] = std::abs(want_p[k]);
+              if (v == pad) continue;
+              want_t[static_cast<std::size_t>(v * dim + c)] += d * p * (1 - th * th);
+              scale_t[static_cast<std::size_t>(v * dim + c)] += std::abs(d * p);  // 1 - tanh^2 is rounded in float
+            }
+          }
+        const double rel = std::is_same_v<T, float> ? 0 : 1.0 / 256;  // bf16: its rounding of the sum
+        check_scaled(dt, want_t, scale_t, 1e-6, rel);
+        check_scaled(dp, want_p, scale_p, 1e-5);
+        // Central differences of the loss at entries of every row but the padding row (zero).
+        const auto hdt = loom::to_host(dt);
+        for (index_t v = 0; v < rows; ++v)
+          for (index_t c : {index_t{0}, index_t{17}, dim - 1}) {
+            const double want = v == pad ? 0.0 : central_difference(t, static_cast<std::size_t>(v * dim + c), loss);
+            INFO("row " << v << ", column " << c);
+            CHECK(std::abs(loom_test::as_double(hdt(v, c)) - want) <=
+                  1e-6 * scale_t[static_cast<std::size_t>(v * dim + c)] + rel * std::abs(want) + 1e-6);
+          }
+      } else {
+        CHECK(bytes_of(dt) == first_dt);
+        CHECK(bytes_of(dp) == first_dp);
+      }
+    }
+  }
+}
+
+TEST_CASE("loom::grad of an index_select scatters its adjoint along any axis into contiguous or permuted sources",
+          "[indexing]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("grad of index_select"));
+  const loom::shape<3> xs{5, 6, 7};
+  const auto x_h = random_host<float, 3>(xs, g);
+  const auto x = in_space(x_h);
+  std::vector<double> xd(static_cast<std::size_t>(x_h.size()));
+  for (index_t i = 0; i < x_h.size(); ++i) xd[static_cast<std::size_t>(i)] = x_h.data()[i];
+  for (int axis : {1, -1, 0}) {
+    const std::size_t a = static_cast<std::size_t>(axis < 0 ? axis + 3 : axis);
+    const index_t n = 9;
+    const auto idx_h = random_ids<std::int32_t, 1>({2 * n}, xs[a] - 1, g);  // read every other: strided
+    const auto idx = in_space(idx_h);
+    const auto iv = idx.slice(range(0, none, 2));
+    loom::shape<3> ys = xs;
+    ys[a] = n;
+    const auto w_h = random_host<float, 3>(ys, g);
+    const auto dy_h = random_host<float, 3>(ys, g);
+    const auto w = in_space(w_h);
+    const auto dy = in_space(dy_h);
+    const auto l = loom::layer([axis](auto s, auto i, auto m) { return loom::index_select(s, axis, i) * m; });
+    // The reference: dx[.., idx[j], ..] += dy * w at [.., j, ..], in double.
+    std::vector<double> want(xd.size(), 0.0), scale(xd.size(), 0.0);
+    const auto loss = [&](const std::vector<double>& xx) {
+      double sum = 0;
+      for (index_t e = 0; e < loom::shape_size(ys); ++e) {
+        auto c = coords(e, ys);
+        c[a] = idx_h(2 * c[a]);
+        sum += double(dy_h.data()[e]) * double(w_h.data()[e]) *
+               xx[static_cast<std::size_t>((c[0] * xs[1] + c[1]) * xs[2] + c[2])];
+      }
+      return sum;
+    };
+    for (index_t e = 0; e < loom::shape_size(ys); ++e) {
+      auto c = coords(e, ys);
+      c[a] = idx_h(2 * c[a]);
+      const auto k = static_cast<std::size_t>((c[0] * xs[1] + c[1]) * xs[2] + c[2]);
+      want[k] += double(dy_h.data()[e]) * double(w_h.data()[e]);
+      scale[k] += std::abs(double(dy_h.data()[e]) * double(w_h.data()[e]));
+    }
+    for (bool permuted : {false, true}) {
+      INFO("axis " << axis << (permuted ? ", a permuted output" : ""));
+      std::vector<unsigned char> first;
+      for (int run = 0; run < 2; ++run) {
+        auto dx_store = poisoned<float, 3>(permuted ? loom::shape<3>{xs[2], xs[0], xs[1]} : xs);
+        const auto dx = permuted ? dx_store.permute({1, 2, 0}) : dx_store.view();
+        auto dw = poisoned<float, 3>(ys);
+        const loom::grad_info info = loom::grad<0, 2>(l)(x, iv, w, dy).into(dx, dw);
+        // The materialization, the scatter (on the device: the strided
+        // index's copy, the fill, the sort, the kernel), a copy into a
+        // permuted output whose other axes do not merge; dw: 1.
+        const bool merges = permuted ? a == 2 : a != 1;
+        CHECK(info.kernels == (on_device ? 6 : 3) + (merges ? 0 : 1));
+        if (run == 0) {
+          first = bytes_of(dx);
+          check_scaled(dx, want, scale, 1e-6);
+          check_all(dw, [&](index_t e) {
+            auto c = coords(e, ys);
+            c[a] = idx_h(2 * c[a]);
+            return double(dy_h.data()[e]) * xd[static_cast<std::size_t>((c[0] * xs[1] + c[1]) * xs[2] + c[2])];
+          }, 1e-6);
+          const auto hdx = loom::to_host(dx);
+          for (std::size_t k = 0; k < xd.size(); k += 11) {
+            const auto c = coords(static_cast<index_t>(k), xs);
+            CHECK(std::abs(double(hdx(c[0], c[1], c[2])) - central_difference(xd, k, loss)) <= 1e-6 * scale[k] + 1e-6);
+          }
+        } else {
+          CHECK(bytes_of(dx) == first);
+        }
+      }
+    }
+  }
+}

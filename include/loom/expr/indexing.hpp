@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -32,7 +33,25 @@
 #include "loom/expr/traverse.hpp"
 #include "loom/tensor/view.hpp"
 
+namespace loom {
+//! "No padding row" for embedding's and embedding_backward's padding_idx.
+inline constexpr index_t no_padding = std::numeric_limits<index_t>::min();
+}  // namespace loom
+
 namespace loom::detail {
+namespace emb {
+// The padding row in [0, rows), or -1 for none; a padding index outside
+// [-rows, rows) throws (a negative one counts from the end, as in PyTorch).
+inline index_t padding_row(const char* op, index_t padding_idx, index_t rows) {
+  if (padding_idx == no_padding) return -1;
+  if (padding_idx < -rows || padding_idx >= rows)
+    throw index_error(std::string("loom: ") + op + ": padding_idx " + std::to_string(padding_idx) +
+                      " is out of range for a table of " + std::to_string(rows) + " rows (valid: " +
+                      std::to_string(-rows) + " to " + std::to_string(rows - 1) + ")");
+  return padding_idx < 0 ? padding_idx + rows : padding_idx;
+}
+}  // namespace emb
+
 // Kernel-side indexing node. Src: the bound source (rank RS, bound over its
 // own shape); I: the index type; R: the node's own rank; RO: the output's.
 // Element c (own coordinates) reads the index at sum(c[d] * ist[d]) and the
@@ -204,6 +223,7 @@ struct gather_node : detail::node_tag {
   int axis = 0;                    // the indexed source axis
   detail::index_op op{};
   index_mode mode = index_mode::checked;
+  index_t padding = no_padding;    // embedding: the row that gets no gradient (loom::grad)
 
   gather_node(const Idx& i, const Src& s) : ids(i), src(s) {}
   shape<R> extents() const { return ext; }
@@ -280,6 +300,7 @@ struct children_of<gather_node<Idx, Src, R>> {
     m.axis = n.axis;
     m.op = n.op;
     m.mode = n.mode;
+    m.padding = n.padding;
     return m;
   }
 };
@@ -295,9 +316,10 @@ void select_along(N& n, std::size_t a, index_op op, index_mode mode) {
   n.mode = mode;
 }
 
+// The index as a leaf: a tensor or view, or a layer's parameter that is one.
 template <class X>
 auto index_leaf(const X& x) {
-  static_assert(tensor_like<X>, "loom: the indices must be a tensor or a view (int32 or int64)");
+  static_assert(tensor_like<X> || is_leaf_node<X>, "loom: the indices must be a tensor or a view (int32 or int64)");
   return as_node(x);
 }
 template <class Idx, class Src>
@@ -393,6 +415,19 @@ template <class I, expression E>
   n.axis = 0;
   n.op = detail::index_op::embedding;
   n.mode = mode;
+  return n;
+}
+
+//! embedding(ids, table) whose row `padding_idx` (negative counts from the
+//! end) gets no gradient under loom::grad, as torch.nn.functional.embedding's
+//! padding_idx; the forward reads that row as any other. A padding index
+//! outside [-rows, rows) throws index_error.
+//! Example: `y = loom::embedding(ids, table, pad) * scale;`
+template <class I, expression E>
+[[nodiscard]] auto embedding(const I& ids, const E& table, index_t padding_idx, index_mode mode = index_mode::checked) {
+  auto n = embedding(ids, table, mode);
+  detail::emb::padding_row("embedding", padding_idx, n.src.extents()[0]);
+  n.padding = padding_idx;
   return n;
 }
 }  // namespace loom

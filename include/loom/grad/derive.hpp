@@ -22,6 +22,7 @@
 
 #include "loom/core/dtype.hpp"
 #include "loom/expr/expression.hpp"
+#include "loom/expr/indexing.hpp"
 #include "loom/expr/row_nodes.hpp"
 #include "loom/expr/shared_rows.hpp"
 #include "loom/expr/traverse.hpp"
@@ -135,9 +136,27 @@ auto tag_rows(const N& n, std::uint64_t origin) {
     return tag_children<Ids, 0, K>(n, origin);
 }
 
+//! The adjoint of an input that an indexing node reads: the node (its
+//! indices) and the adjoint at the node's shape. Not an expression: it is
+//! assigned by a scatter-add (gradient_kind::scatter).
+template <class Node, class A>
+struct scatter_adjoint {
+  Node node;
+  A adjoint;
+  shape<A::rank> extents() const { return adjoint.extents(); }
+};
+template <class X>
+inline constexpr bool is_scatter = false;
+template <class Node, class A>
+inline constexpr bool is_scatter<scatter_adjoint<Node, A>> = true;
+
 // The sum of two adjoints, either possibly absent.
 template <class A, class B>
 auto add(const A& a, const B& b) {
+  static_assert(std::is_same_v<A, no_grad> || std::is_same_v<B, no_grad> || (!is_scatter<A> && !is_scatter<B>),
+                "loom: grad: an input read by embedding or index_select is used elsewhere in the layer too (or "
+                "read by two indexing nodes); loom::grad gives such an input's gradient only where one indexing "
+                "node is its only use (docs/08_gradients.md)");
   if constexpr (std::is_same_v<A, no_grad>)
     return b;
   else if constexpr (std::is_same_v<B, no_grad>)
@@ -248,6 +267,28 @@ auto shared_row_adjoint(const shared_row_node<row_tag<P, 0>, M>& y, const A& a) 
   return adjoint<I>(e, broadcast_node<G, R>(g, s));
 }
 
+template <class X>
+inline constexpr bool is_gather = false;
+template <class Idx, class Src, std::size_t R>
+inline constexpr bool is_gather<gather_node<Idx, Src, R>> = true;
+
+// An indexing node whose source is input I: its adjoint there is a
+// scatter-add of a through the node's indices (nn/embedding.hpp runs it).
+template <std::size_t I, class Idx, class Src, std::size_t R, class A>
+auto gather_adjoint(const gather_node<Idx, Src, R>& n, const A& a) {
+  static_assert(!(Idx::rank == Src::rank && R == Idx::rank && R >= 2),
+                "loom: grad: gather has no derivative rule; loom::grad differentiates the source of embedding and "
+                "index_select (and of a rank-1 gather)");
+  static_assert(is_input<I>::template test<Src>::value,
+                "loom: grad: the source of an embedding or index_select must be a layer input itself (not an "
+                "expression such as embedding(ids, w * 2)); write the expression after the lookup "
+                "(embedding(ids, w) * 2) or differentiate it in two steps (docs/08_gradients.md)");
+  static_assert(A::rank == R,
+                "loom: grad: an embedding or index_select is broadcast to the layer's output (a lower rank); "
+                "loom::grad differentiates its source only where it has the output's rank");
+  return scatter_adjoint<gather_node<Idx, Src, R>, A>{n, a};
+}
+
 //! The adjoint of input I in tree n, given n's adjoint a (no_grad if n does
 //! not use input I or carries no gradient).
 template <std::size_t I, class N, class A>
@@ -262,12 +303,13 @@ auto adjoint(const N& n, const A& a) {
     return shared_row_adjoint<I>(n, a);
   } else if constexpr (is_broadcast<N>) {
     return adjoint<I>(n.e, a);
+  } else if constexpr (is_gather<N>) {
+    return gather_adjoint<I>(n, a);
   } else {
     static_assert(always_false<N>,
                   "loom: grad: no derivative rule for this node kind (matmul, the reductions that return tensors "
-                  "and the indexing and joining nodes (index_select, gather, embedding, concat, stack) are not "
-                  "differentiated inside a layer; see docs/08_gradients.md; loom::embedding_backward gives an "
-                  "embedding table's gradient)");
+                  "and the joining nodes (concat, stack) are not differentiated inside a layer; see "
+                  "docs/08_gradients.md)");
     return no_grad{};
   }
 }
@@ -281,6 +323,12 @@ auto unmark(const N& n) {
     else
       return m;
   });
+}
+template <class Node, class A>
+auto unmark(const scatter_adjoint<Node, A>& s) {
+  const auto node = unmark(s.node);
+  const auto a = unmark(s.adjoint);
+  return scatter_adjoint<std::remove_cvref_t<decltype(node)>, std::remove_cvref_t<decltype(a)>>{node, a};
 }
 }  // namespace autodiff
 }  // namespace detail

@@ -20,6 +20,7 @@
 #include "loom/exec/row_colsum.hpp"
 #include "loom/exec/rows.hpp"
 #include "loom/grad/derive.hpp"
+#include "loom/nn/embedding.hpp"
 #include "loom/nn/layer.hpp"
 #include "loom/reduce/api.hpp"
 #include "loom/tensor/tensor.hpp"
@@ -34,6 +35,7 @@ enum class gradient_kind : std::uint8_t {
   row_sums,     //!< the input is [..., 1] (one value per row): summed along each row
   column_sums,  //!< the input is [C] (broadcast over the rows): summed over the rows
   whole_sum,    //!< the input is a scalar (every extent 1): summed over everything
+  scatter,      //!< the input is the source of an embedding or index_select: summed through its indices
 };
 
 //! What the calling thread's last gradient assignment did.
@@ -59,7 +61,8 @@ inline grad_info last_grad() { return detail::last_grad_slot(); }
 //! reduction is chosen from the shapes when assigned (gradient_kind).
 template <class Adj, std::size_t RO, std::size_t RI>
 struct input_gradient {
-  Adj adjoint;           //!< d loss / d input, broadcast to the output's shape (detail::autodiff::no_grad if 0)
+  Adj adjoint;           //!< d loss / d input, broadcast to the output's shape (detail::autodiff::no_grad if 0;
+                         //!< detail::autodiff::scatter_adjoint for an indexing node's source)
   shape<RO> out_shape;   //!< the adjoint's shape: the layer output's (its rows' where the layer ends in a row reduction)
   shape<RI> in_shape;    //!< the input's shape
 
@@ -74,6 +77,7 @@ struct input_gradient {
   //! whole sum (every extent 1, rank 0 too).
   gradient_kind kind() const {
     if constexpr (std::is_same_v<Adj, detail::autodiff::no_grad>) return gradient_kind::zero;
+    if constexpr (detail::autodiff::is_scatter<Adj>) return gradient_kind::scatter;
     const shape<RO> in = lifted();
     bool lead_ones = true, lead_same = true;
     for (std::size_t d = 0; d + 1 < RO; ++d) {
@@ -160,7 +164,11 @@ void assign_one(const G& g, const view<O, RI, S>& out, grad_info& gi) {
     gi.kernels += 1;
     return;
   }
-  if constexpr (has_adjoint<G>) {
+  if constexpr (is_scatter<std::remove_cvref_t<decltype(g.adjoint)>>) {
+    // The adjoint at the indexing node, materialized, then its ordered sums
+    // through the indices (nn/embedding.hpp).
+    gi.kernels += emb::scatter_gradient(out, g.adjoint.node, g.adjoint.adjoint);
+  } else if constexpr (has_adjoint<G>) {
     using T = typename node_t<decltype(g.adjoint)>::value_type;
     if constexpr (G::in_rank == RO) {
       if (kind == gradient_kind::same_shape) {
@@ -245,9 +253,12 @@ struct gradients {
 
  private:
   static constexpr std::size_t none = ~std::size_t{0};
+  // A gradient the shared kernel may take (not a scatter, which takes its own).
   template <class Outs, std::size_t K>
-  static constexpr bool wanted = !std::is_same_v<std::tuple_element_t<K, Outs>, detail::autodiff::skip_t> &&
-                                 detail::autodiff::has_adjoint<std::tuple_element_t<K, std::tuple<G...>>>;
+  static constexpr bool wanted =
+      !std::is_same_v<std::tuple_element_t<K, Outs>, detail::autodiff::skip_t> &&
+      detail::autodiff::has_adjoint<std::tuple_element_t<K, std::tuple<G...>>> &&
+      !detail::autodiff::is_scatter<decltype(std::tuple_element_t<K, std::tuple<G...>>::adjoint)>;
 
   // The shared kernel's plan, fixed at compile time so that one row kernel
   // is compiled for it: the row output is the first wanted gradient of an

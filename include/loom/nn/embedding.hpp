@@ -12,6 +12,7 @@
 // finds its rows' runs of positions by binary search.
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -37,21 +38,7 @@
 #endif
 
 namespace loom {
-//! "No padding row" for embedding_backward's padding_idx.
-inline constexpr index_t no_padding = std::numeric_limits<index_t>::min();
-
 namespace detail::emb {
-// The padding row in [0, rows), or -1 for none; a padding index outside
-// [-rows, rows) throws (a negative one counts from the end, as in PyTorch).
-inline index_t padding_row(index_t padding_idx, index_t rows) {
-  if (padding_idx == no_padding) return -1;
-  if (padding_idx < -rows || padding_idx >= rows)
-    throw index_error("loom: embedding_backward: padding_idx " + std::to_string(padding_idx) +
-                      " is out of range for a table of " + std::to_string(rows) + " rows (valid: " +
-                      std::to_string(-rows) + " to " + std::to_string(rows - 1) + ")");
-  return padding_idx < 0 ? padding_idx + rows : padding_idx;
-}
-
 // A view of rank R whose leading axes can be read as one ([N, D] for R == 2,
 // [N] for R == 1), or a contiguous copy when they cannot.
 template <class T, std::size_t R, class S>
@@ -172,9 +159,10 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// Returns its launches (a CUB sort counts one).
 template <class T, class G, class I>
-void device_backward(const view<T, 2, device>& out, const view<const G, 2, device>& grad,
-                     const view<const I, 1, device>& ids, index_t pad, bool checked) {
+int device_backward(const view<T, 2, device>& out, const view<const G, 2, device>& grad,
+                    const view<const I, 1, device>& ids, index_t pad, bool checked) {
   const stream_ref s = current_stream();
   const index_t n = ids.extent(0);
   // The ids as one contiguous array (a copy when strided), the positions 0..n-1.
@@ -198,8 +186,153 @@ void device_backward(const view<T, 2, device>& out, const view<const G, 2, devic
   index_fault_record* fault = checked ? index_fault_device() : nullptr;
   launch_kernel(backward_kernel<T, G, I>, dim3(grid_size(out.extent(0), 8, s.device())), 256, 0, s.get(), out, grad,
                 static_cast<const I*>(keys.data()), static_cast<const index_t*>(pos.data()), n, pad, fault);
+  return (ids.is_contiguous() ? 1 : 2) + (n > 0 ? 2 : 0);
 }
 #endif
+
+// embedding_backward; returns its launches.
+template <class O, class G, class I>
+int backward(O&& out, const G& grad, const I& ids, index_t padding_idx, index_mode mode) {
+  auto o = as_view(out);
+  const auto g = view<const typename decltype(as_view(grad))::value_type,
+                      decltype(as_view(grad))::rank, typename decltype(as_view(grad))::space>(
+      as_view(grad));
+  const auto i = view<const typename decltype(as_view(ids))::value_type, decltype(as_view(ids))::rank,
+                      typename decltype(as_view(ids))::space>(as_view(ids));
+  using OV = decltype(o);
+  using GV = std::remove_const_t<decltype(g)>;
+  using IV = std::remove_const_t<decltype(i)>;
+  using S = typename OV::space;
+  using T = typename OV::value_type;
+  using Gt = typename GV::value_type;
+  using It = typename IV::value_type;
+  constexpr std::size_t Ri = IV::rank;
+  static_assert(!std::is_const_v<typename OV::element_type>, "loom: embedding_backward writes `out`; it is const");
+  static_assert(std::is_same_v<typename GV::space, S> && std::is_same_v<typename IV::space, S>,
+                "loom: embedding_backward's tensors must live in one memory space");
+  static_assert(OV::rank == 2, "loom: embedding_backward writes a table of rank 2 ([rows, dim])");
+  static_assert(GV::rank == Ri + 1, "loom: embedding_backward's gradient has the ids' rank plus one");
+  static_assert(std::is_same_v<It, std::int32_t> || std::is_same_v<It, std::int64_t>,
+                "loom: indices must be an int32 or int64 tensor");
+  static_assert(is_floating_v<T> && is_floating_v<Gt>, "loom: embedding_backward needs floating gradients");
+  require_cuda_compiler_for<S>();
+  for (std::size_t d = 0; d != Ri; ++d)
+    if (g.extent(d) != i.extent(d))
+      throw shape_error("loom: embedding_backward: the gradient of shape " + shape_string(g.extents()) +
+                        " does not fit ids of shape " + shape_string(i.extents()) + " (axis " + std::to_string(d) +
+                        ")");
+  if (g.extent(Ri) != o.extent(1))
+    throw shape_error("loom: embedding_backward: the gradient of shape " + shape_string(g.extents()) +
+                      " does not fit a table of shape " + shape_string(o.extents()) + " (its last axis)");
+  if (may_overlap(o, g) || may_overlap(o, i))
+    throw aliasing_error("loom: embedding_backward: the output overlaps the gradient or the ids");
+  for (std::size_t d = 0; d != 2; ++d)
+    if (o.extent(d) > 1 && o.stride(d) == 0) throw_repeating_output(o.extents(), o.strides());
+  const index_t pad = padding_row("embedding_backward", padding_idx, o.extent(0));
+  if (o.size() == 0) return 0;
+  int launches = 0;
+  // One run of positions and one [n, dim] gradient: merge the leading axes
+  // (contiguous copies where they do not merge).
+  tensor<Gt, GV::rank, S> g_copy;
+  tensor<It, Ri, S> i_copy;
+  auto g2 = merged<2>(g);
+  auto i1 = merged<1>(i);
+  if (!lead_axes_merge(g)) {
+    g_copy = contiguous(g);
+    ++launches;
+    g2 = merged<2>(view<const Gt, GV::rank, S>(g_copy.view()));
+  }
+  if (Ri > 1 && !lead_axes_merge(i.unsqueeze(static_cast<int>(Ri)))) {
+    i_copy = contiguous(i);
+    ++launches;
+    i1 = merged<1>(view<const It, Ri, S>(i_copy.view()));
+  }
+  if constexpr (std::is_same_v<S, host>) {
+    if (mode == index_mode::checked)
+      check_host_indices(i1, index_op::embedding_backward, 0, o.extent(0));
+    host_backward(o, g2, i1, pad);
+    launches += 1;
+  } else {
+#if LOOM_CUDA_COMPILER
+    launches += device_backward(o, g2, i1, pad, mode == index_mode::checked);
+#endif
+  }
+  return launches;
+}
+
+// The scatter of an embedding's adjoint: the adjoint assigned to a
+// contiguous temporary of the node's shape in the accumulation type, then
+// embedding_backward (padding row excluded). Returns the launches.
+template <class O, class S, class Idx, class Src, std::size_t R, class A>
+int scatter_table(const view<O, 2, S>& out, const gather_node<Idx, Src, R>& n, const A& adj) {
+  tensor<row_acc_t<typename A::value_type>, R, S> tmp(n.extents());
+  assign(tmp, adj);
+  return 1 + backward(out, tmp, n.ids.v, n.padding, n.mode);
+}
+
+// The scatter of an index_select's adjoint along n.axis: the adjoint
+// assigned to a contiguous temporary with that axis first, read as rows
+// [selected, rest] by embedding_backward, which writes the output's rows
+// [extent, rest] directly where the output's other axes read as one run,
+// else a temporary that is then copied. Returns the launches.
+template <class O, std::size_t RS, class S, class Idx, class Src, class A>
+int scatter_selected(const view<O, RS, S>& out, const gather_node<Idx, Src, RS>& n, const A& adj) {
+  const shape<RS> own = n.extents();
+  std::array<int, RS> perm{}, inverse{};
+  perm[0] = n.axis;
+  for (int k = 0, j = 1; k != static_cast<int>(RS); ++k)
+    if (k != n.axis) perm[static_cast<std::size_t>(j++)] = k;
+  shape<RS> first{};
+  index_t dim = 1;
+  for (std::size_t j = 0; j != RS; ++j) {
+    inverse[static_cast<std::size_t>(perm[j])] = static_cast<int>(j);
+    first[j] = own[static_cast<std::size_t>(perm[j])];
+    if (j > 0) dim *= first[j];
+  }
+  tensor<row_acc_t<typename A::value_type>, RS, S> tmp(first);
+  assign(tmp.view().permute(inverse), adj);
+  const view<const row_acc_t<typename A::value_type>, 2, S> rows(tmp.data(), shape<2>{first[0], dim},
+                                                                 shape<2>{dim, 1});
+  const auto o = out.permute(perm);
+  bool merges = true;
+  index_t step = 1, next = 0;  // the innermost stride; the stride that continues the run
+  for (std::size_t d = RS; d-- > 1;) {
+    if (o.extent(d) == 1) continue;
+    if (next == 0)
+      step = o.stride(d);
+    else if (o.stride(d) != next)
+      merges = false;
+    next = o.stride(d) * o.extent(d);
+  }
+  if (merges) {
+    const view<O, 2, S> o2(o.data(), shape<2>{o.extent(0), dim}, shape<2>{o.stride(0), step});
+    return 1 + backward(o2, rows, n.ids.v, no_padding, n.mode);
+  }
+  tensor<O, RS, S> table(o.extents());
+  const view<O, 2, S> t2(table.data(), shape<2>{o.extent(0), dim}, shape<2>{dim, 1});
+  const int launches = 2 + backward(t2, rows, n.ids.v, no_padding, n.mode);
+  assign(o, table);
+  return launches;
+}
+
+// The gradient of the source of indexing node n for the adjoint `adj` at n's
+// shape (loom::grad's scatter rule), into `out`: an embedding's (padding row
+// excluded) or an index_select's (a rank-1 gather is one). Returns the launches.
+template <class O, std::size_t RS, class S, class Idx, class Src, std::size_t R, class A>
+int scatter_gradient(const view<O, RS, S>& out, const gather_node<Idx, Src, R>& n, const A& adj) {
+  if (adj.extents() != n.extents())
+    throw shape_error(std::string("loom: grad: the ") + index_op_name(static_cast<int>(n.op)) + " of shape " +
+                      shape_string(n.extents()) + " is broadcast to " + shape_string(adj.extents()) +
+                      "; loom::grad differentiates an indexing node's source only where the node is not broadcast");
+  constexpr bool table = RS == 2 && R == Idx::rank + 1, selected = Idx::rank == 1 && R == RS;
+  static_assert(table || selected, "loom: grad: the scatter rule takes an embedding or an index_select");
+  if constexpr (table && selected)
+    return n.op == index_op::embedding ? scatter_table(out, n, adj) : scatter_selected(out, n, adj);
+  else if constexpr (table)
+    return scatter_table(out, n, adj);
+  else
+    return scatter_selected(out, n, adj);
+}
 }  // namespace detail::emb
 
 //! The gradient of embedding(ids, table) with respect to the table, written
@@ -218,66 +351,7 @@ void device_backward(const view<T, 2, device>& out, const view<const G, 2, devic
 template <tensor_like O, tensor_like G, tensor_like I>
 void embedding_backward(O&& out, const G& grad, const I& ids, index_t padding_idx = no_padding,
                         index_mode mode = index_mode::checked) {
-  auto o = detail::as_view(out);
-  const auto g = view<const typename decltype(detail::as_view(grad))::value_type,
-                      decltype(detail::as_view(grad))::rank, typename decltype(detail::as_view(grad))::space>(
-      detail::as_view(grad));
-  const auto i = view<const typename decltype(detail::as_view(ids))::value_type, decltype(detail::as_view(ids))::rank,
-                      typename decltype(detail::as_view(ids))::space>(detail::as_view(ids));
-  using OV = decltype(o);
-  using GV = std::remove_const_t<decltype(g)>;
-  using IV = std::remove_const_t<decltype(i)>;
-  using S = typename OV::space;
-  using T = typename OV::value_type;
-  using Gt = typename GV::value_type;
-  using It = typename IV::value_type;
-  constexpr std::size_t Ri = IV::rank;
-  static_assert(!std::is_const_v<typename OV::element_type>, "loom: embedding_backward writes `out`; it is const");
-  static_assert(std::is_same_v<typename GV::space, S> && std::is_same_v<typename IV::space, S>,
-                "loom: embedding_backward's tensors must live in one memory space");
-  static_assert(OV::rank == 2, "loom: embedding_backward writes a table of rank 2 ([rows, dim])");
-  static_assert(GV::rank == Ri + 1, "loom: embedding_backward's gradient has the ids' rank plus one");
-  static_assert(std::is_same_v<It, std::int32_t> || std::is_same_v<It, std::int64_t>,
-                "loom: indices must be an int32 or int64 tensor");
-  static_assert(is_floating_v<T> && is_floating_v<Gt>, "loom: embedding_backward needs floating gradients");
-  detail::require_cuda_compiler_for<S>();
-  for (std::size_t d = 0; d != Ri; ++d)
-    if (g.extent(d) != i.extent(d))
-      throw shape_error("loom: embedding_backward: the gradient of shape " + shape_string(g.extents()) +
-                        " does not fit ids of shape " + shape_string(i.extents()) + " (axis " + std::to_string(d) +
-                        ")");
-  if (g.extent(Ri) != o.extent(1))
-    throw shape_error("loom: embedding_backward: the gradient of shape " + shape_string(g.extents()) +
-                      " does not fit a table of shape " + shape_string(o.extents()) + " (its last axis)");
-  if (may_overlap(o, g) || may_overlap(o, i))
-    throw aliasing_error("loom: embedding_backward: the output overlaps the gradient or the ids");
-  for (std::size_t d = 0; d != 2; ++d)
-    if (o.extent(d) > 1 && o.stride(d) == 0) detail::throw_repeating_output(o.extents(), o.strides());
-  const index_t pad = detail::emb::padding_row(padding_idx, o.extent(0));
-  if (o.size() == 0) return;
-  // One run of positions and one [n, dim] gradient: merge the leading axes
-  // (contiguous copies where they do not merge).
-  tensor<Gt, GV::rank, S> g_copy;
-  tensor<It, Ri, S> i_copy;
-  auto g2 = detail::emb::merged<2>(g);
-  auto i1 = detail::emb::merged<1>(i);
-  if (!detail::emb::lead_axes_merge(g)) {
-    g_copy = contiguous(g);
-    g2 = detail::emb::merged<2>(view<const Gt, GV::rank, S>(g_copy.view()));
-  }
-  if (Ri > 1 && !detail::emb::lead_axes_merge(i.unsqueeze(static_cast<int>(Ri)))) {
-    i_copy = contiguous(i);
-    i1 = detail::emb::merged<1>(view<const It, Ri, S>(i_copy.view()));
-  }
-  if constexpr (std::is_same_v<S, host>) {
-    if (mode == index_mode::checked)
-      detail::check_host_indices(i1, detail::index_op::embedding_backward, 0, o.extent(0));
-    detail::emb::host_backward(o, g2, i1, pad);
-  } else {
-#if LOOM_CUDA_COMPILER
-    detail::emb::device_backward(o, g2, i1, pad, mode == index_mode::checked);
-#endif
-  }
+  detail::emb::backward(std::forward<O>(out), grad, ids, padding_idx, mode);
 }
 
 //! A new table gradient [rows, dim] in the gradient's type and space; see
