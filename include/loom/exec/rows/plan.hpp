@@ -457,7 +457,7 @@ row_passes_plan plan_row_passes(const B& b, index_t cols) {
 // access covers whole 16-byte units of every type.
 template <class B, std::size_t OutSize>
 constexpr int row_vector_width() {
-  return 16 / static_cast<int>(std::min<std::size_t>(tree_min_v<B, leaf_size>, OutSize));
+  return vector_width_of<B, OutSize>;
 }
 
 template <std::size_t RO, class O, class S>
