@@ -92,12 +92,25 @@ TEST_CASE("unpack under strided outer axes, broadcasting and rank 3", "[lowp]" L
     auto y = poisoned_floats(loom::shape<2>{rows, cols});
     expect_one_launch([&] { y = loom::unpack(v); });
     CHECK(loom::last_eval().path == loom::eval_path::general);
+    // A row reduction over rows of 33 bytes, 38 apart: not 16-byte aligned,
+    // so the row kernel's general form.
+    auto m = poisoned_floats(loom::shape<2>{rows, 1});
+    expect_one_launch([&] { m = loom::row_max(loom::unpack(v)) + loom::row_sum(loom::unpack(v)); });
+    CHECK(loom::last_eval().path == loom::eval_path::rows);
+    CHECK(loom::last_eval().vector_width == 1);
     const auto yh = on_host(y);
+    const auto mh = on_host(m);
     index_t bad = 0;
-    for (index_t r = 0; r < rows; ++r)
-      for (index_t k = 0; k < cols; ++k)
-        bad += yh.data()[r * cols + k] !=
-               logical_value<loom::int4x2>(bytes_of(wide_h) + (2 * r + 1) * (packed_cols + 5) + 3, 1, k);
+    for (index_t r = 0; r < rows; ++r) {
+      double most = -100, total = 0;
+      for (index_t k = 0; k < cols; ++k) {
+        const double want = logical_value<loom::int4x2>(bytes_of(wide_h) + (2 * r + 1) * (packed_cols + 5) + 3, 1, k);
+        bad += yh.data()[r * cols + k] != want;
+        most = std::max(most, want);
+        total += want;
+      }
+      bad += mh.data()[r] != most + total;  // small integers: exact in float
+    }
     CHECK(bad == 0);
   }
   SECTION("one packed row broadcast over the rows of x (periodic), and a rank-3 middle axis") {
@@ -204,6 +217,8 @@ TEST_CASE("dequantize(unpack(w4), s) fuses into one kernel with activations, bia
       const auto u = loom::dequantize(loom::unpack(q), s);
       p = loom::exp(u - loom::row_max(u)) / loom::row_sum(loom::exp(u - loom::row_max(u)));
     });
+    // Rows of 48 bytes, 16-byte aligned: the row kernel's vector form, 32 values a step.
+    if (on_device) CHECK(loom::last_eval().vector_width == 32);
     const auto yh = on_host(y);
     const auto ph = on_host(p);
     index_t bad = 0;

@@ -64,12 +64,8 @@ struct bound_unpack {
     const index_t l = base + i0;
     if constexpr (vector_width % 2 == 0) {
       if ((l & 1) == 0) {
-        const P* const p = bytes.p + bytes.template linear_offset<allow_periodic>(l >> 1);
         // The device calls load on 16-byte aligned data only (bind_info::aligned).
-        if constexpr (vector_width / 2 % 16 == 0)
-          vec_load<std::uint8_t, vector_width / 2>(reinterpret_cast<const std::uint8_t*>(p), r);
-        else
-          memcpy(static_cast<void*>(&r), static_cast<const void*>(p), vector_width / 2);
+        copy_bytes(bytes.p + bytes.template linear_offset<allow_periodic>(l >> 1), r);
         return;
       }
     }
@@ -79,15 +75,16 @@ struct bound_unpack {
     for (int j = 0; j < vector_width; ++j) set_code<vector_width>(r, j, code_linear<allow_periodic>(l + j));
   }
   //! Columns [c0, c0 + vector_width) of the row with leading coordinates
-  //! `lead`: one vector load of the row's bytes where c0 is even and they
-  //! are contiguous and 16-byte aligned, else byte by byte.
+  //! `lead`: the row's bytes from c0 / 2 on when c0 is even (the row
+  //! kernels' vector steps; on the device the rows are 16-byte aligned,
+  //! row_vector_ok), else value by value.
   template <int vector_width>
   LOOM_HD void row_load(const index_t* lead, index_t c0, regs<vector_width>& r) const {
     index_t off = 0;
     for (std::size_t d = R - 1; d-- > 0;) off += lead[d] * bytes.st[d];
     if constexpr (vector_width % 2 == 0) {
       if ((c0 & 1) == 0) {
-        load_bytes<vector_width / 2>(bytes.p + off + (c0 >> 1) * bytes.st[R - 1], bytes.st[R - 1], r);
+        copy_bytes(bytes.p + off + (c0 >> 1), r);
         return;
       }
     }
@@ -97,6 +94,9 @@ struct bound_unpack {
       set_code<vector_width>(r, j, static_cast<std::uint8_t>(byte_at(off + (c >> 1) * bytes.st[R - 1]) >> (4 * (c & 1))));
     }
   }
+  //! Whether row kernels may read this node's rows with 16-byte loads:
+  //! contiguous rows, each starting 16-byte aligned (rows_vector_ok).
+  bool row_vector_ok() const { return bytes.row_vector_ok(); }
   template <int vector_width, class Ctx = no_ctx>
   LOOM_HD float elem(const regs<vector_width>& r, int j, const Ctx& = {}) const {
     if constexpr (vector_width % 2 == 0)
@@ -119,18 +119,14 @@ struct bound_unpack {
   bool same_as(const bound_unpack& o) const { return bytes.same_as(o.bytes) && base == o.base; }
 
  private:
-  // n bytes from p, consecutive bytes `stride` apart: one vector load when
-  // they are contiguous, whole 16-byte units and aligned.
+  // n consecutive bytes from p: 16-byte loads for whole 16-byte units (p
+  // aligned), a copy otherwise (host steps of fewer values).
   template <int n>
-  LOOM_HD static void load_bytes(const P* p, index_t stride, vec_regs<std::uint8_t, n>& r) {
-    if constexpr (n % 16 == 0) {
-      if (stride == 1 && reinterpret_cast<std::uintptr_t>(p) % 16 == 0) {
-        vec_load<std::uint8_t, n>(reinterpret_cast<const std::uint8_t*>(p), r);
-        return;
-      }
-    }
-    LOOM_UNROLL
-    for (int j = 0; j < n; ++j) r.v[j] = packed_byte(p[j * stride]);
+  LOOM_HD static void copy_bytes(const P* p, vec_regs<std::uint8_t, n>& r) {
+    if constexpr (n % 16 == 0)
+      vec_load<std::uint8_t, n>(reinterpret_cast<const std::uint8_t*>(p), r);
+    else
+      memcpy(static_cast<void*>(&r), static_cast<const void*>(p), n);
   }
   template <int vector_width>
   LOOM_HD static void set_code(regs<vector_width>& r, int j, std::uint8_t code) {
