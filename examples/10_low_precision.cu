@@ -41,13 +41,13 @@ int run() {
   y = gelu(matmul(x, wq.t()));
 
   // 4-bit weights, NVFP4-style (fp4 values, e4m3 scales over 16), two per
-  // byte. unpack reads w4 [out, in / 2] as its logical [out, in]: one kernel,
-  // whose 16-byte loads hold 32 weights each.
+  // byte. unpack reads w4 [out, in / 2] as its logical [out, in], and
+  // blocks of 8 bytes are blocks of 16 values: one fused kernel.
   tensor<fp4x2, 2, Space> w4({out, in / 2});
   tensor<e4m3, 2, Space> scales4({out, in / 16});
   quantize_packed(w4, scales4, w, 16);
   tensor<float, 2, Space> wq4({out, in});
-  blocks(wq4, 16) = dequantize(unpack(blocks(w4, 8)), scales4.view().unsqueeze(-1));  // 8 bytes: 16 values
+  blocks(wq4, 16) = dequantize(unpack(blocks(w4, 8)), scales4.view().unsqueeze(-1));
   y = gelu(matmul(x, wq4.t()));
 
   // Per-row scales, and the dequantization fused into an activation.

@@ -68,7 +68,8 @@ TEMPLATE_TEST_CASE("unpack reads packed 4-bit rows in their logical layout, one 
     }
 }
 
-TEST_CASE("unpack's vector forms (load, row_load) agree with its element reads at every start", "[lowp]") {
+TEST_CASE("unpack's vector forms (load, row_load) agree with its element reads at every start",
+          "[lowp]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("unpack vector forms"));
   const index_t rows = 5, packed_cols = 40, cols = 2 * packed_cols;
   const auto qh = random_packed<loom::fp4x2>(loom::shape<2>{rows, packed_cols}, g);

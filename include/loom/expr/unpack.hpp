@@ -69,8 +69,8 @@ struct bound_unpack {
         return;
       }
     }
-    // An odd start (a host piece rebased to an odd element): the codes
-    // regrouped into pairs.
+    // An odd start puts pairs across bytes: the codes regrouped. (The
+    // executors' steps start at even elements; load is exact at any start.)
     LOOM_UNROLL
     for (int j = 0; j < vector_width; ++j) set_code<vector_width>(r, j, code_linear<allow_periodic>(l + j));
   }
