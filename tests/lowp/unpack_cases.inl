@@ -26,7 +26,8 @@ double logical_value(const std::uint8_t* row_bytes, index_t stride, index_t k) {
 template <class P, std::size_t R>
 loom::host_tensor<P, R> random_packed(const loom::shape<R>& s, std::mt19937_64& g) {
   loom::host_tensor<P, R> h(s);
-  for (index_t i = 0; i < h.size(); ++i) h.data()[i] = loom::detail::packed_from_byte<P>(static_cast<std::uint8_t>(g()));
+  for (index_t i = 0; i < h.size(); ++i)
+    h.data()[i] = loom::detail::packed_from_byte<P>(static_cast<std::uint8_t>(g()));
   return h;
 }
 template <class P>
@@ -225,7 +226,8 @@ TEST_CASE("dequantize(unpack(w4), s) fuses into one kernel with activations, bia
     index_t bad = 0;
     for (index_t r = 0; r < rows; ++r) {
       std::vector<double> u(cols);
-      for (index_t k = 0; k < cols; ++k) u[k] = logical_value<loom::int4x2>(bytes_of(qh) + r * (cols / 2), 1, k) * sh.data()[r];
+      for (index_t k = 0; k < cols; ++k)
+        u[k] = logical_value<loom::int4x2>(bytes_of(qh) + r * (cols / 2), 1, k) * sh.data()[r];
       const double umax = *std::max_element(u.begin(), u.end());
       double total = 0;
       for (index_t k = 0; k < cols; ++k) total += std::exp(u[k] - umax);

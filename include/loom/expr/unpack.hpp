@@ -91,7 +91,8 @@ struct bound_unpack {
     LOOM_UNROLL
     for (int j = 0; j < vector_width; ++j) {
       const index_t c = c0 + j;
-      set_code<vector_width>(r, j, static_cast<std::uint8_t>(byte_at(off + (c >> 1) * bytes.st[R - 1]) >> (4 * (c & 1))));
+      const std::uint8_t byte = byte_at(off + (c >> 1) * bytes.st[R - 1]);
+      set_code<vector_width>(r, j, static_cast<std::uint8_t>(byte >> (4 * (c & 1))));
     }
   }
   //! Whether row kernels may read this node's rows with 16-byte loads:
