@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// fp8 weights: a weight quantized per block of 32 (MXFP8: e4m3 values, e8m0
-// scales), dequantized in one fused kernel and used in a layer; and a per-row
-// quantization whose dequantization rides inside an activation. Runs on the
+// fp8 and fp4 weights: a weight quantized per block of 32 (MXFP8: e4m3
+// values, e8m0 scales) and per block of 16 (NVFP4-style: fp4 values packed
+// two per byte, e4m3 scales), each dequantized in one fused kernel and used
+// in a layer; and a per-row quantization whose dequantization rides inside
+// an activation. Runs on the
 // GPU when there is one and on the host executor otherwise.
 #include <cmath>
 #include <cstdio>
@@ -38,26 +40,39 @@ int run() {
   blocks(wq, 32) = dequantize(blocks(w8, 32), scales.view().unsqueeze(-1));
   y = gelu(matmul(x, wq.t()));
 
+  // 4-bit weights, NVFP4-style (fp4 values, e4m3 scales over 16), two per
+  // byte. unpack reads w4 [out, in / 2] as its logical [out, in], and
+  // blocks of 8 bytes are blocks of 16 values: one fused kernel.
+  tensor<fp4x2, 2, Space> w4({out, in / 2});
+  tensor<e4m3, 2, Space> scales4({out, in / 16});
+  quantize_packed(w4, scales4, w, 16);
+  tensor<float, 2, Space> wq4({out, in});
+  blocks(wq4, 16) = dequantize(unpack(blocks(w4, 8)), scales4.view().unsqueeze(-1));
+  y = gelu(matmul(x, wq4.t()));
+
   // Per-row scales, and the dequantization fused into an activation.
   tensor<e4m3, 2, Space> x8({batch, in});
   tensor<float, 2, Space> row_scales({batch, 1}), z({batch, in});
   quantize_rows(x8, row_scales, x);
   z = gelu(dequantize(x8, row_scales) * 2.0f);
 
-  // How far the quantized weight is from the original.
+  // How far the quantized weights are from the original.
   const auto wq_h = to_host(wq);
+  const auto wq4_h = to_host(wq4);
   // MX scales are powers of two: a block's largest values may be clamped by
-  // up to a quarter of its amax; the rest keep e4m3's 3 mantissa bits.
-  double worst = 0, amax = 0;
+  // up to a quarter of its amax; the rest keep e4m3's 3 mantissa bits. fp4's
+  // steps are at most a sixth of a block's amax (from 4 to 6 times its scale).
+  double worst = 0, worst4 = 0, amax = 0;
   for (index_t i = 0; i < w_h.size(); ++i) {
     worst = std::fmax(worst, std::fabs(static_cast<double>(wq_h.data()[i]) - w_h.data()[i]));
+    worst4 = std::fmax(worst4, std::fabs(static_cast<double>(wq4_h.data()[i]) - w_h.data()[i]));
     amax = std::fmax(amax, std::fabs(static_cast<double>(w_h.data()[i])));
   }
-  std::printf("%s: MXFP8 weight [%lld, %lld], largest error %.5f (amax %.5f)\n", Space::name,
-              static_cast<long long>(out), static_cast<long long>(in), worst, amax);
+  std::printf("%s: MXFP8 weight [%lld, %lld], largest error %.5f (amax %.5f); NVFP4-style %.5f\n", Space::name,
+              static_cast<long long>(out), static_cast<long long>(in), worst, amax, worst4);
   std::printf("%s: layer output y[0, 0] = %.4f, z[0, 0] = %.4f\n", Space::name,
               static_cast<double>(to_host(y).data()[0]), static_cast<double>(to_host(z).data()[0]));
-  return worst <= amax / 4 ? 0 : 1;
+  return worst <= amax / 4 && worst4 <= amax / 4 ? 0 : 1;
 }
 
 int main() {

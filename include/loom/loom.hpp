@@ -16,6 +16,7 @@
 #include "loom/exec/rows.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/expr/promote.hpp"
+#include "loom/expr/unpack.hpp"
 #include "loom/grad/grad.hpp"
 #include "loom/interop/dlpack.hpp"
 #include "loom/linalg/matmul.hpp"

@@ -99,8 +99,9 @@ TEST_CASE("folds over the tree count every node kind, row reductions and matmul 
   const auto e = loom::exp(x - loom::row_max(h)) / loom::row_sum(loom::exp(x - loom::row_max(d * 2.0)));
   using E = std::remove_cvref_t<decltype(e)>;
   static_assert(ld::node_slots<E>::value == 3);
-  static_assert(ld::min_leaf_size<E>::value == sizeof(loom::half));
-  static_assert(ld::min_leaf_size<node_of<float>>::value == 16);
+  static_assert(ld::min_leaf_bits<E>::value == 8 * sizeof(loom::half));
+  static_assert(ld::min_leaf_bits<node_of<float>>::value == 128);
+  static_assert(ld::vector_width_of<E> == 8 && ld::vector_width_of<E, 1> == 16);
   static_assert(ld::matmul_count<E>::value == 0);
   const auto withmm = loom::row_sum(loom::matmul(x, x.t())) + loom::broadcast_to(d, loom::shape<2>{3, 5});
   static_assert(ld::matmul_count<std::remove_cvref_t<decltype(withmm)>>::value == 1);

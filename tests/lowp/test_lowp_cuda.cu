@@ -2,3 +2,4 @@
 #define LOOM_TEST_SPACE loom::device
 #define LOOM_TEST_TAG "[cuda]"
 #include "lowp_cases.inl"
+#include "unpack_cases.inl"

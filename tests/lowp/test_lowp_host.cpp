@@ -2,3 +2,4 @@
 #define LOOM_TEST_SPACE loom::host
 #define LOOM_TEST_TAG ""
 #include "lowp_cases.inl"
+#include "unpack_cases.inl"

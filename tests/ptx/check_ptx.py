@@ -76,6 +76,9 @@ CASES = {
     # an embedding reads its table run with one 16-byte load (the id is one
     # 8-byte load per run), pos with another.
     19: ("bf16   y = embedding(ids, table) * 2 + pos", 2, 1),
+    # packed fp4 weights: a vector step is 32 values, one 16-byte load of
+    # w4's bytes, eight each of the per-column scales and x, eight stores.
+    20: ("f32    y = dequantize(unpack(w4), s_col) * x", 17, 8),
 }
 ROW_CASES = {5, 6, 7, 15, 16}
 # case: (description of a whole-tensor reduction, the form of its kernel with

@@ -144,6 +144,11 @@ void run(device_tensor<bf16, 2>& y, const device_tensor<std::int64_t, 1>& ids, c
          const device_tensor<bf16, 2>& pos) {
   y = embedding(ids, table) * 2.0f + pos;
 }
+#elif LOOM_PTX_CASE == 20  // fp4 weights unpacked in registers: one 16-byte load of packed bytes is 32 values
+void run(device_tensor<float, 2>& y, const device_tensor<fp4x2, 2>& w4, const device_tensor<float, 1>& s,
+         const device_tensor<float, 2>& x) {
+  y = dequantize(unpack(w4), s) * x;
+}
 #else
 #error "unknown LOOM_PTX_CASE"
 #endif

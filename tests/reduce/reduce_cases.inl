@@ -1026,7 +1026,7 @@ result replay_axes(const E& e, const std::array<bool, R>& red, int sms, loom::de
   bind_info info;
   const auto b = bind_for_read(n, ext, info);
   plan = plan_axis_reduce(ext, red, info.contiguous, info.aligned, lay.outputs, lay.k, sms);
-  constexpr int V = static_cast<int>(16 / min_leaf_size<node_t<E>>::value);
+  constexpr int V = vector_width_of<node_t<E>>;
   const Op op{};
   const index_t k = lay.k;
   result r;

@@ -5,8 +5,8 @@
 // index along the row) in the low nibble, as PyTorch's float4_e2m1fn_x2,
 // ml_dtypes and cuBLASLt store them. A tensor of these holds bytes; its
 // innermost extent is half the logical one. Values enter expressions through
-// loom::low / loom::high (nn/quantize.hpp) and are written by the packing
-// quantizers.
+// loom::unpack (expr/unpack.hpp) or loom::low / loom::high (nn/quantize.hpp)
+// and are written by the packing quantizers.
 
 #include <cuda_fp4.h>
 #include <math.h>
@@ -41,11 +41,17 @@ inline constexpr bool is_packed4_v =
     std::is_same_v<std::remove_const_t<T>, fp4x2> || std::is_same_v<std::remove_const_t<T>, int4x2>;
 
 namespace detail::fp4 {
-//! The value of an E2M1 code (the low 4 bits of `code`).
+//! The value of an E2M1 code (the low 4 bits of `code`), without branches:
+//! codes 2-7 are normal numbers whose exponent and mantissa bits, shifted
+//! into a float's, need the bias moved from 1 to 127; codes 0 and 1 are 0
+//! and 0.5 (the subnormal); bit 3 is the sign.
 LOOM_HD float decode(std::uint8_t code) {
-  const std::uint8_t m = code & 0x7u;
-  const float v = m < 2 ? 0.5f * m : (m < 4 ? 1.0f + 0.5f * (m - 2) : (m < 6 ? 2.0f + (m - 4) : 4.0f + 2.0f * (m - 6)));
-  return (code & 0x8u) ? -v : v;
+  const std::uint32_t m = code & 0x7u;
+  const std::uint32_t magnitude = m >= 2 ? (m << 22) + (126u << 23) : m * (126u << 23);
+  const std::uint32_t bits = magnitude | (static_cast<std::uint32_t>(code & 0x8u) << 28);
+  float v;
+  memcpy(&v, &bits, sizeof(v));
+  return v;
 }
 //! float -> E2M1 code: round to nearest even, saturating at +-6; NaN gives
 //! 0x7 (+6), as CUDA's conversion does (E2M1 has no NaN).
@@ -103,14 +109,18 @@ LOOM_HD P packed_from_byte(std::uint8_t b) {
   else
     return from_bits<P>(b);
 }
-//! The value of nibble `High` (0: the first, low nibble) of a packed pair.
-template <int High, class P>
-LOOM_HD float unpack4(P p) {
-  const auto nibble = static_cast<std::uint8_t>(packed_byte(p) >> (4 * High));
+//! The value of a 4-bit code (the low 4 bits of `nibble`) of packed type P, as a float.
+template <class P>
+LOOM_HD float decode4(std::uint8_t nibble) {
   if constexpr (std::is_same_v<std::remove_const_t<P>, int4x2>)
     return static_cast<float>(int4::decode(nibble));
   else
     return fp4::decode(nibble);
+}
+//! The value of nibble `High` (0: the first, low nibble) of a packed pair.
+template <int High, class P>
+LOOM_HD float unpack4(P p) {
+  return decode4<P>(static_cast<std::uint8_t>(packed_byte(p) >> (4 * High)));
 }
 //! Two floats encoded (rounded, saturated) into a packed pair, `first` in the low nibble.
 template <class P>

@@ -215,8 +215,7 @@ void run_elementwise(const view<O, RO, S>& out, const N& e, index_t n, eval_info
 #if LOOM_CUDA_COMPILER
     const stream_ref s = current_stream();
     const bool aligned = bi.aligned && reinterpret_cast<std::uintptr_t>(out.data()) % 16 == 0;
-    constexpr std::size_t smallest = sizeof(O) < min_leaf_size<N>::value ? sizeof(O) : min_leaf_size<N>::value;
-    constexpr int vector_width = static_cast<int>(16 / smallest);
+    constexpr int vector_width = vector_width_of<N, sizeof(O)>;
     // A vector of vector_width elements must not straddle the end of a periodic block.
     if (contiguous && aligned && bi.period_gcd % vector_width == 0) {
       info.path = eval_path::contiguous;

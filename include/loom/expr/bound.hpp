@@ -71,11 +71,12 @@ struct no_ctx {};
 
 // Predicates over node kinds for the traversal's folds; the row nodes and
 // the bound row reduction specialize them where they are defined.
-//! The element size of a leaf that reads memory (16 for every other node).
+//! The bits per element of a leaf that reads memory (4 for a packed 4-bit
+//! value read through unpack; 128, a whole vector, for every other node).
 template <class N>
-struct leaf_size : std::integral_constant<std::size_t, 16> {};
+struct leaf_bits : std::integral_constant<std::size_t, 128> {};
 template <class T, std::size_t R, class S>
-struct leaf_size<leaf_node<T, R, S>> : std::integral_constant<std::size_t, sizeof(T)> {};
+struct leaf_bits<leaf_node<T, R, S>> : std::integral_constant<std::size_t, 8 * sizeof(T)> {};
 //! A row reduction of the user-facing tree.
 template <class N>
 struct is_row_reduction : std::false_type {};
@@ -181,7 +182,7 @@ struct children_of<bound_leaf<T, R>> {
   using rebind = bound_leaf<T, R>;
 };
 template <class T, std::size_t R>
-struct leaf_size<bound_leaf<T, R>> : std::integral_constant<std::size_t, sizeof(T)> {};
+struct leaf_bits<bound_leaf<T, R>> : std::integral_constant<std::size_t, 8 * sizeof(T)> {};
 template <class T, std::size_t R>
 struct is_bound_leaf<bound_leaf<T, R>> : std::true_type {};
 
@@ -455,9 +456,15 @@ auto bind_for_read(const E& e, const shape<R>& s, bind_info& info) {
   return binder::bind<0>(n, read_only_target<R, S>{s}, info);
 }
 
-//! The smallest element size among a tree's leaves (16 when it has none): the
-//! device's contiguous path moves 16 bytes of that type per thread, so each
-//! expression compiles for one vector width.
+//! The fewest bits per element among a tree's leaves (128 when it has none):
+//! the device's contiguous path moves 16 bytes of that type per thread, so
+//! each expression compiles for one vector width.
 template <class N>
-struct min_leaf_size : std::integral_constant<std::size_t, tree_min_v<N, leaf_size>> {};
+struct min_leaf_bits : std::integral_constant<std::size_t, tree_min_v<N, leaf_bits>> {};
+//! Elements per 16-byte vector of the narrowest of a tree's leaves and an
+//! output of `out_bytes` bytes per element (0: no output).
+template <class N, std::size_t out_bytes = 0>
+inline constexpr int vector_width_of =
+    128 / static_cast<int>(out_bytes != 0 && 8 * out_bytes < min_leaf_bits<N>::value ? 8 * out_bytes
+                                                                                       : min_leaf_bits<N>::value);
 }  // namespace loom::detail

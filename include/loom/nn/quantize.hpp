@@ -9,6 +9,7 @@
 #include "loom/exec/assign.hpp"
 #include "loom/exec/rows.hpp"
 #include "loom/expr/expression.hpp"
+#include "loom/expr/unpack.hpp"
 #include "loom/ops/math.hpp"
 #include "loom/reduce/reduce.hpp"
 #include "loom/tensor/tensor.hpp"

@@ -255,7 +255,7 @@ void device_reduce_axes(const Op& op, const B& b, const axis_map<R>& m, index_t 
 template <class Node, class Op, class B, std::size_t R>
 void device_reduce_whole(const Op& op, const B& b, const axis_map<R>& m, const bind_info& info, bool linear,
                          index_t k, typename Op::result* out, stream_ref s) {
-  constexpr int vector_width = static_cast<int>(16 / min_leaf_size<Node>::value);
+  constexpr int vector_width = vector_width_of<Node>;
   if constexpr (reduces_by_pointer<Op, Node>) {
     if (linear)
       device_reduce_pointer(op, b, k, out, s);
@@ -275,7 +275,7 @@ template <class Node, class Op, class B, std::size_t R>
 void device_reduce_along_axes(const Op& op, const B& b, const axis_map<R>& m, const shape<R>& ext,
                               const std::array<bool, R>& red, const bind_info& info, index_t outputs, index_t k,
                               typename Op::result* out, stream_ref s) {
-  constexpr int vector_width = static_cast<int>(16 / min_leaf_size<Node>::value);
+  constexpr int vector_width = vector_width_of<Node>;
   const axis_plan plan = plan_axis_reduce(ext, red, info.contiguous, info.aligned, outputs, k, sm_count(s.device()));
   if (plan.linear)
     device_reduce_axes<vector_width, true>(op, b, m, outputs, k, plan, out, s);

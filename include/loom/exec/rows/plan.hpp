@@ -238,12 +238,17 @@ LOOM_HD void visit_row_leaves(B& b, index_t cols, F&& f) {
 // must allow row_load (bound_leaf::row_vector_ok). A leaf read only along
 // shorter rows is never loaded as a vector (a pass's vector steps cover
 // cols / vector_width * vector_width columns): such as the per-row operands of an [N, 1] output's
-// own pass, whose alignment does not matter.
+// own pass, whose alignment does not matter. Other nodes that read memory
+// along rows themselves (unpack) say so with their own row_vector_ok.
 template <int vector_width, class B>
 bool rows_vector_ok(const B& b, index_t cols) {
   bool ok = true;
   visit_row_leaves(b, cols, [&](const auto& leaf, int, index_t len, int) {
     if (len >= vector_width && !leaf.row_vector_ok()) ok = false;
+  });
+  visit(b, [&](const auto& n) {
+    if constexpr (!is_bound_leaf<std::remove_cvref_t<decltype(n)>>::value && requires { n.row_vector_ok(); })
+      ok = ok && n.row_vector_ok();
   });
   return ok;
 }
@@ -457,7 +462,7 @@ row_passes_plan plan_row_passes(const B& b, index_t cols) {
 // access covers whole 16-byte units of every type.
 template <class B, std::size_t OutSize>
 constexpr int row_vector_width() {
-  return 16 / static_cast<int>(std::min<std::size_t>(tree_min_v<B, leaf_size>, OutSize));
+  return vector_width_of<B, OutSize>;
 }
 
 template <std::size_t RO, class O, class S>
