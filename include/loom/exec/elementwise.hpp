@@ -129,9 +129,8 @@ B rebased_tree(const B& b, index_t start) {
 // element: in SIMD lanes one element at a time, or, for trees with nodes
 // that compute several elements at once, host_run_width elements per load.
 // `omp simd` asks g++ for lanes; a tree it cannot vectorize (a libm call,
-// say) runs one element at a time. clang reports such a loop as a warning
-// (-Wpass-failed, not tied to a line a pragma could silence), so under
-// clang the loop carries no pragma and its vectorizer decides alone.
+// say) runs one element at a time. Under clang the loop carries no pragma
+// (see host_for_each_simd).
 template <class O, class B>
 void host_piece(O* q, const B& c, index_t len) {
   if constexpr (tree_any_v<B, computes_blocks>) {
