@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// expect: loom: grad: the source of an embedding or index_select must be a layer input itself
+// expect: loom: grad: the source of an embedding, index_select or gather must be a layer input itself
 #include <cstdint>
 
 #include <loom/grad/grad.hpp>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// expect: loom: grad: an input read by embedding or index_select is used elsewhere in the layer too
+// expect: loom: grad: an input read by embedding, index_select or gather is used elsewhere in the layer too
 #include <cstdint>
 
 #include <loom/grad/grad.hpp>

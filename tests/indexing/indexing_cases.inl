@@ -679,3 +679,129 @@ TEST_CASE("loom::grad of an index_select scatters its adjoint along any axis int
     }
   }
 }
+
+namespace {
+// The storage of a view whose axes are reversed.
+template <std::size_t R>
+loom::shape<R> reversed(const loom::shape<R>& s) {
+  loom::shape<R> r{};
+  for (std::size_t d = 0; d != R; ++d) r[d] = s[R - 1 - d];
+  return r;
+}
+template <std::size_t R>
+std::array<int, R> reverse_axes() {
+  std::array<int, R> p{};
+  for (std::size_t d = 0; d != R; ++d) p[d] = static_cast<int>(R - 1 - d);
+  return p;
+}
+
+// loom::grad of gather(x, axis, idx) * m for a source of shape xs and an
+// index of shape ys (ids drawn from [0, xs[axis]), so repeated), each of x,
+// idx and dx read through reversed axes where asked: dx against a plain
+// scatter loop in double and central differences, dm against its product,
+// the kernel count, the same bytes on a second run, and an out-of-range
+// (negative) index rejected on the host.
+template <class T, class I, std::size_t R>
+void check_gather_grad(const loom::shape<R>& xs, const loom::shape<R>& ys, int axis, bool permuted_source,
+                       bool permuted_index, bool permuted_output, std::mt19937_64& g) {
+  const auto a = static_cast<std::size_t>(axis < 0 ? axis + static_cast<int>(R) : axis);
+  const auto rev = reverse_axes<R>();
+  const auto x_h = random_host<T, R>(permuted_source ? reversed(xs) : xs, g);
+  const auto i_h = random_ids<I, R>(permuted_index ? reversed(ys) : ys, xs[a], g);
+  const auto m_h = random_host<float, R>(ys, g);
+  const auto dy_h = random_host<float, R>(ys, g);
+  const auto xc = loom::contiguous(permuted_source ? x_h.permute(rev) : x_h.view());  // row-major, on the host
+  const auto ic = loom::contiguous(permuted_index ? i_h.permute(rev) : i_h.view());
+  std::vector<double> xd(static_cast<std::size_t>(xc.size()));
+  for (std::size_t k = 0; k < xd.size(); ++k) xd[k] = loom_test::as_double(xc.data()[k]);
+  // The row-major source element that output element e reads.
+  const auto source_of = [&](index_t e) {
+    auto c = coords(e, ys);
+    c[a] = static_cast<index_t>(ic.data()[e]);
+    index_t k = 0;
+    for (std::size_t d = 0; d != R; ++d) k = k * xs[d] + c[d];
+    return static_cast<std::size_t>(k);
+  };
+  // The reference: dx[source_of(e)] += dy[e] * m[e], in double; loss = sum(dy * y).
+  std::vector<double> want(xd.size(), 0.0), scale(xd.size(), 0.0);
+  for (index_t e = 0; e < m_h.size(); ++e) {
+    const double d = double(dy_h.data()[e]) * double(m_h.data()[e]);
+    want[source_of(e)] += d;
+    scale[source_of(e)] += std::abs(d);
+  }
+  const auto loss = [&](const std::vector<double>& xx) {
+    double sum = 0;
+    for (index_t e = 0; e < m_h.size(); ++e)
+      sum += double(dy_h.data()[e]) * double(m_h.data()[e]) * xx[source_of(e)];
+    return sum;
+  };
+  const auto x_s = in_space(x_h);
+  const auto i_s = in_space(i_h);
+  const auto m = in_space(m_h);
+  const auto dy = in_space(dy_h);
+  const auto x = permuted_source ? x_s.permute(rev) : x_s.view();
+  const auto idx = permuted_index ? i_s.permute(rev) : i_s.view();
+  const auto l = loom::layer([axis](auto s, auto i, auto w) { return loom::gather(s, axis, i) * w; });
+  CHECK(loom::grad<0>(l)(x, idx, m, dy).kind() == loom::gradient_kind::scatter);
+  // Rank 1 (index_select's rule): the materialization, the scatter (on the
+  // device: the fill, the sort, the kernel). Rank >= 2: the ids, the
+  // materialization, the scatter, a copy into a non-contiguous output. dm: 1.
+  const int kernels = R == 1 ? (on_device ? 5 : 3) : (on_device ? 6 : 4) + (permuted_output ? 1 : 0);
+  const double rel = std::is_same_v<T, float> ? 0 : 1.0 / 256;  // bf16: its rounding of the sum
+  std::vector<unsigned char> first_dx, first_dm;
+  for (int run = 0; run < 2; ++run) {
+    auto dx_store = poisoned<T, R>(permuted_output ? reversed(xs) : xs);
+    const auto dx = permuted_output ? dx_store.permute(rev) : dx_store.view();
+    auto dm = poisoned<float, R>(ys);
+    const loom::grad_info info = loom::grad<0, 2>(l)(x, idx, m, dy).into(dx, dm);
+    CHECK(info.kernels == kernels);
+    CHECK(loom::last_grad().kernels == kernels);
+    if (run == 1) {
+      CHECK(bytes_of(dx) == first_dx);
+      CHECK(bytes_of(dm) == first_dm);
+      continue;
+    }
+    first_dx = bytes_of(dx);
+    first_dm = bytes_of(dm);
+    check_scaled(dx, want, scale, 1e-6, rel);
+    check_all(dm, [&](index_t e) { return double(dy_h.data()[e]) * xd[source_of(e)]; }, 1e-6);
+    const auto hdx = loom::contiguous(loom::to_host(dx));
+    for (std::size_t k = 0; k < xd.size(); k += 5) {
+      INFO("source element " << k);
+      CHECK(std::abs(loom_test::as_double(hdx.data()[k]) - central_difference(xd, k, loss)) <=
+            1e-6 * scale[k] + rel * std::abs(want[k]) + 1e-6);
+    }
+  }
+  if constexpr (!on_device) {  // indices lie in [0, extent): a negative one is out of range, as in the forward
+    auto bad_h = loom::contiguous(ic.view());
+    bad_h.data()[bad_h.size() / 2] = -1;
+    const auto bad = in_space(bad_h);
+    auto dx = poisoned<T, R>(xs);
+    auto dm = poisoned<float, R>(ys);
+    const auto grads = loom::grad<0, 2>(l)(x, bad.view(), m, dy);
+    CHECK_THROWS_AS(grads.into(dx, dm), loom::index_error);
+  }
+}
+}  // namespace
+
+TEST_CASE("loom::grad of a rank-2 gather along either axis sums its adjoint into the source elements read",
+          "[indexing]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("grad of gather rank 2"));
+  SECTION("axis 0, a permuted source") {
+    check_gather_grad<float, std::int32_t, 2>({5, 7}, {9, 6}, 0, true, false, false, g);
+  }
+  SECTION("axis -1, a permuted index") {
+    check_gather_grad<float, std::int32_t, 2>({5, 7}, {4, 11}, -1, false, true, false, g);
+  }
+}
+
+TEST_CASE("loom::grad of a rank-3 bf16 gather along a middle axis sums its adjoint into a permuted output",
+          "[indexing]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("grad of gather rank 3"));
+  check_gather_grad<loom::bf16, std::int64_t, 3>({3, 5, 7}, {3, 9, 6}, 1, false, true, true, g);
+}
+
+TEST_CASE("loom::grad of a rank-1 gather sums its adjoint into the source elements read", "[indexing]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("grad of gather rank 1"));
+  check_gather_grad<float, std::int64_t, 1>({11}, {17}, 0, false, false, false, g);
+}

@@ -154,7 +154,7 @@ inline constexpr bool is_scatter<scatter_adjoint<Node, A>> = true;
 template <class A, class B>
 auto add(const A& a, const B& b) {
   static_assert(std::is_same_v<A, no_grad> || std::is_same_v<B, no_grad> || (!is_scatter<A> && !is_scatter<B>),
-                "loom: grad: an input read by embedding or index_select is used elsewhere in the layer too (or "
+                "loom: grad: an input read by embedding, index_select or gather is used elsewhere in the layer too (or "
                 "read by two indexing nodes); loom::grad gives such an input's gradient only where one indexing "
                 "node is its only use (docs/08_gradients.md)");
   if constexpr (std::is_same_v<A, no_grad>)
@@ -276,15 +276,12 @@ inline constexpr bool is_gather<gather_node<Idx, Src, R>> = true;
 // scatter-add of a through the node's indices (nn/embedding.hpp runs it).
 template <std::size_t I, class Idx, class Src, std::size_t R, class A>
 auto gather_adjoint(const gather_node<Idx, Src, R>& n, const A& a) {
-  static_assert(!(Idx::rank == Src::rank && R == Idx::rank && R >= 2),
-                "loom: grad: gather has no derivative rule; loom::grad differentiates the source of embedding and "
-                "index_select (and of a rank-1 gather)");
   static_assert(is_input<I>::template test<Src>::value,
-                "loom: grad: the source of an embedding or index_select must be a layer input itself (not an "
+                "loom: grad: the source of an embedding, index_select or gather must be a layer input itself (not an "
                 "expression such as embedding(ids, w * 2)); write the expression after the lookup "
                 "(embedding(ids, w) * 2) or differentiate it in two steps (docs/08_gradients.md)");
   static_assert(A::rank == R,
-                "loom: grad: an embedding or index_select is broadcast to the layer's output (a lower rank); "
+                "loom: grad: an embedding, index_select or gather is broadcast to the layer's output (a higher rank); "
                 "loom::grad differentiates its source only where it has the output's rank");
   return scatter_adjoint<gather_node<Idx, Src, R>, A>{n, a};
 }

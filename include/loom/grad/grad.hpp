@@ -35,7 +35,7 @@ enum class gradient_kind : std::uint8_t {
   row_sums,     //!< the input is [..., 1] (one value per row): summed along each row
   column_sums,  //!< the input is [C] (broadcast over the rows): summed over the rows
   whole_sum,    //!< the input is a scalar (every extent 1): summed over everything
-  scatter,      //!< the input is the source of an embedding or index_select: summed through its indices
+  scatter,      //!< the input is the source of an embedding, index_select or gather: summed through its indices
 };
 
 //! What the calling thread's last gradient assignment did.

@@ -9,7 +9,9 @@
 // for double). So every run gives the same bits, and the host and the
 // device give the same bits too. The host sorts by counting; the device
 // sorts with CUB's radix sort and then runs one kernel in which each block
-// finds its rows' runs of positions by binary search.
+// finds its rows' runs of positions by binary search. loom::grad's scatter
+// rule runs on it: an embedding's table, an index_select's source, and a
+// gather's source read as rows of length 1 (ids: source offsets).
 
 #include <algorithm>
 #include <array>
@@ -315,9 +317,56 @@ int scatter_selected(const view<O, RS, S>& out, const gather_node<Idx, Src, RS>&
   return launches;
 }
 
+// The flat row-major offset of coordinates c in a shape of rank R.
+template <std::size_t R>
+struct flat_offset {
+  using result_type = std::int64_t;
+  shape<R> strides;  // the shape's row-major strides
+  LOOM_HD std::int64_t operator()(const index_t* c) const {
+    std::int64_t off = 0;
+    for (std::size_t d = 0; d != R; ++d) off += c[d] * strides[d];
+    return off;
+  }
+};
+
+// The scatter of a gather's adjoint (source rank R >= 2): each element of the
+// node is a row of length 1 whose id is the flat offset of the source element
+// it read. The node itself, over a leaf of the source's offsets, computes the
+// ids into an int64 temporary (one kernel, with the forward's index checks
+// and clamping); embedding_backward sums the adjoint's elements per offset
+// into the output read as [size, 1] (a contiguous temporary, then copied,
+// where the output is not contiguous). Returns the launches.
+template <class O, std::size_t R, class S, class Idx, class Src, class A>
+int scatter_gathered(const view<O, R, S>& out, const gather_node<Idx, Src, R>& n, const A& adj) {
+  using Acc = row_acc_t<typename A::value_type>;
+  const shape<R> se = n.src.extents();
+  flat_offset<R> f{};
+  index_t step = 1;
+  for (std::size_t d = R; d-- > 0;) {
+    f.strides[d] = step;
+    step *= se[d];
+  }
+  tensor<std::int64_t, R, S> ids(n.extents());
+  assign(ids, children_of<gather_node<Idx, Src, R>>::rebuild(n, n.ids, coord_leaf_node<flat_offset<R>, R>(f, se)));
+  tensor<Acc, R, S> tmp(n.extents());
+  assign(tmp, adj);
+  const index_t count = tmp.size();
+  const view<const Acc, 2, S> rows(tmp.data(), shape<2>{count, 1}, shape<2>{1, 1});
+  const view<const std::int64_t, 1, S> flat(ids.data(), shape<1>{count}, shape<1>{1});
+  if (out.is_contiguous())
+    return 2 + backward(view<O, 2, S>(out.data(), shape<2>{step, 1}, shape<2>{1, 1}), rows, flat, no_padding,
+                        index_mode::unchecked);
+  tensor<O, R, S> whole(se);
+  const int launches = 3 + backward(view<O, 2, S>(whole.data(), shape<2>{step, 1}, shape<2>{1, 1}), rows, flat,
+                                    no_padding, index_mode::unchecked);
+  assign(out, whole);
+  return launches;
+}
+
 // The gradient of the source of indexing node n for the adjoint `adj` at n's
 // shape (loom::grad's scatter rule), into `out`: an embedding's (padding row
-// excluded) or an index_select's (a rank-1 gather is one). Returns the launches.
+// excluded), an index_select's (a rank-1 gather is one) or a gather's.
+// Returns the launches.
 template <class O, std::size_t RS, class S, class Idx, class Src, std::size_t R, class A>
 int scatter_gradient(const view<O, RS, S>& out, const gather_node<Idx, Src, R>& n, const A& adj) {
   if (adj.extents() != n.extents())
@@ -325,8 +374,12 @@ int scatter_gradient(const view<O, RS, S>& out, const gather_node<Idx, Src, R>& 
                       shape_string(n.extents()) + " is broadcast to " + shape_string(adj.extents()) +
                       "; loom::grad differentiates an indexing node's source only where the node is not broadcast");
   constexpr bool table = RS == 2 && R == Idx::rank + 1, selected = Idx::rank == 1 && R == RS;
-  static_assert(table || selected, "loom: grad: the scatter rule takes an embedding or an index_select");
-  if constexpr (table && selected)
+  constexpr bool gathered = RS >= 2 && Idx::rank == RS && R == RS;
+  static_assert(table || selected || gathered,
+                "loom: grad: the scatter rule takes an embedding, an index_select or a gather");
+  if constexpr (gathered)
+    return scatter_gathered(out, n, adj);
+  else if constexpr (table && selected)
     return n.op == index_op::embedding ? scatter_table(out, n, adj) : scatter_selected(out, n, adj);
   else if constexpr (table)
     return scatter_table(out, n, adj);
