@@ -2,6 +2,7 @@
 // A std::vector is not a loom expression: the call has no viable overload, and
 // the diagnostic names the concept it fails.
 // expect: expression<E>
+// expect: does not satisfy 'expression'
 #include <vector>
 
 #include <loom/ops/math.hpp>

@@ -11,7 +11,14 @@
 // Host-only bad input: no GPU or driver, 64-bit sizes, failed host
 // allocations, unreadable files.
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__)  // g++
+#define LOOM_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)  // clang
+#define LOOM_TEST_ASAN 1
+#endif
+#endif
+#if defined(LOOM_TEST_ASAN)
 // Under AddressSanitizer an allocation that cannot be served aborts the
 // program unless the allocator may return null, as malloc does without it;
 // loom's own answer to a failed allocation is what these tests check.

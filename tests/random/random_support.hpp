@@ -348,7 +348,8 @@ struct operand {
     return expect;
   }
   bool predicted_aligned() const {
-    return reinterpret_cast<std::uintptr_t>(mem.data() + lay.offset0) % 16 == 0;
+    // In integers: mem may have no memory (an empty operand).
+    return (reinterpret_cast<std::uintptr_t>(mem.data()) + static_cast<std::uintptr_t>(lay.offset0) * sizeof(T)) % 16 == 0;
   }
 };
 

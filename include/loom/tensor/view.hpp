@@ -240,7 +240,7 @@ class view {
     const detail::slice_arg a[] = {detail::to_slice_arg(args)..., detail::slice_arg{false, 0, {}}};
     view<T, Rank - dropped, Space> out;
     shape<Rank - dropped> ext{}, str{};
-    T* p = data_;
+    index_t off = 0;  // elements from data_; a view without memory stays without
     std::size_t o = 0;
     for (std::size_t d = 0; d != Rank; ++d) {
       const index_t n = extents_[d];
@@ -251,18 +251,18 @@ class view {
                             std::to_string(d) + " of extent " + std::to_string(n) + " (shape " +
                             shape_string(extents_) + ")");
         if (i < 0) i += n;
-        p += i * strides_[d];
+        off += i * strides_[d];
         continue;
       }
       const range r = d < sizeof...(A) ? a[d].r : range{};
       index_t start = 0, count = 0;
       resolve(r, n, d, start, count);
-      p += count > 0 ? start * strides_[d] : 0;
+      off += count > 0 ? start * strides_[d] : 0;
       ext[o] = count;
       str[o] = strides_[d] * r.step;
       ++o;
     }
-    out = view<T, Rank - dropped, Space>(p, ext, str);
+    out = view<T, Rank - dropped, Space>(data_ ? data_ + off : data_, ext, str);
     return out;
   }
 
@@ -450,7 +450,7 @@ concept any_view = detail::is_view<std::remove_cvref_t<V>>::value;
 //! of one tensor).
 template <class A, std::size_t RA, class B, std::size_t RB, class S>
 bool may_overlap(const view<A, RA, S>& a, const view<B, RB, S>& b) {
-  if (a.empty() || b.empty()) return false;
+  if (a.empty() || b.empty() || !a.data() || !b.data()) return false;  // no memory (a skipped output)
   std::uint64_t g = 0;
   auto gather = [&g](const auto& v) {
     using E = typename std::remove_cvref_t<decltype(v)>::value_type;
@@ -465,17 +465,19 @@ bool may_overlap(const view<A, RA, S>& a, const view<B, RB, S>& b) {
     const std::uint64_t r = pa >= pb ? (pa - pb) % g : (g - (pb - pa) % g) % g;
     if (r >= sizeof(B) && g - r >= sizeof(A)) return false;
   }
-  auto bounds = [](auto& v, const char*& lo, const char*& hi) {
+  // Address ranges in integers: no pointer is formed outside the views.
+  auto bounds = [](auto& v, std::intptr_t& lo, std::intptr_t& hi) {
     index_t mn = 0, mx = 0;
     for (std::size_t d = 0; d != std::remove_cvref_t<decltype(v)>::rank; ++d) {
       const index_t span = (v.extent(d) - 1) * v.stride(d);
       (span < 0 ? mn : mx) += span;
     }
     using E = typename std::remove_cvref_t<decltype(v)>::value_type;
-    lo = reinterpret_cast<const char*>(v.data() + mn);
-    hi = reinterpret_cast<const char*>(v.data() + mx) + sizeof(E);
+    const auto base = reinterpret_cast<std::intptr_t>(v.data());
+    lo = base + static_cast<std::intptr_t>(mn) * static_cast<std::intptr_t>(sizeof(E));
+    hi = base + (static_cast<std::intptr_t>(mx) + 1) * static_cast<std::intptr_t>(sizeof(E));
   };
-  const char *alo, *ahi, *blo, *bhi;
+  std::intptr_t alo, ahi, blo, bhi;
   bounds(a, alo, ahi);
   bounds(b, blo, bhi);
   return alo < bhi && blo < ahi;
