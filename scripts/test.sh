@@ -56,8 +56,12 @@ section "configure ($LOOM_BUILD_DIR, CUDA architectures $LOOM_CUDA_ARCH, compile
 # UndefinedBehaviorSanitizer (tests/CMakeLists.txt says why -O0).
 # The .cpp files with clang++ (LOOM_TEST_CXX), the .cu files with nvcc on g++:
 # two compilers check loom's host code (see loom_install_test_cxx).
+# Under clang++ the CPU benchmarks, which only make the smoke run here, are
+# built at -O1 (bench/CMakeLists.txt: LOOM_BENCH_CPU_OPT).
+bench_opt=""
+[[ "$LOOM_TEST_CXX" == clang++* ]] && bench_opt="-O1"
 loom_configure -DLOOM_SANITIZE="$LOOM_SANITIZE" -DLOOM_CHECK_ONLY_ARCHITECTURES="$LOOM_CHECK_ONLY_ARCH" \
-  -DCMAKE_CXX_COMPILER="$LOOM_TEST_CXX"
+  -DCMAKE_CXX_COMPILER="$LOOM_TEST_CXX" -DLOOM_BENCH_CPU_OPT="$bench_opt"
 
 section "build ($LOOM_JOBS jobs)"
 cmake --build "$LOOM_BUILD_DIR" -j "$LOOM_JOBS"
