@@ -20,6 +20,19 @@ LOOM_JOBS="${LOOM_JOBS:-$(nproc)}"
 section() { printf '\n=== %s [at %d s] ===\n' "$*" "$SECONDS"; }
 die() { printf 'loom: %s\n' "$*" >&2; exit 1; }
 
+# Installs the given Debian packages (as root, or through sudo).
+loom_apt_install() {
+  echo "installing from Debian: $*"
+  local sudo=()
+  if [[ $(id -u) != 0 ]]; then
+    command -v sudo >/dev/null 2>&1 || die "need root (or sudo) to install: $*"
+    sudo=(sudo)
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -q
+  "${sudo[@]}" apt-get install -y -q --no-install-recommends "$@"
+}
+
 # Installs cmake, ninja, Catch2, Random123 (tests/rng's oracle for Philox;
 # loom itself does not use it), ccache (not with CCACHE_DISABLE set, as CI
 # sets it) and python3 (for the PTX check; standard library only) from Debian
@@ -36,15 +49,7 @@ loom_install_deps() {
     echo "cmake, ninja, python3, Catch2, Random123 (and ccache unless disabled) are installed"
     return
   fi
-  echo "installing from Debian: ${missing[*]}"
-  local sudo=()
-  if [[ $(id -u) != 0 ]]; then
-    command -v sudo >/dev/null 2>&1 || die "need root (or sudo) to install: ${missing[*]}"
-    sudo=(sudo)
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo[@]}" apt-get update -q
-  "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+  loom_apt_install "${missing[@]}"
 }
 
 # Installs Debian's clang, its sanitizer runtimes and LLVM's OpenMP runtime
@@ -63,15 +68,7 @@ loom_install_test_cxx() {
     echo "clang++ $(clang++ -dumpversion), its sanitizer runtimes and libomp are installed"
     return
   fi
-  echo "installing from Debian: ${missing[*]}"
-  local sudo=()
-  if [[ $(id -u) != 0 ]]; then
-    command -v sudo >/dev/null 2>&1 || die "need root (or sudo) to install: ${missing[*]}"
-    sudo=(sudo)
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo[@]}" apt-get update -q
-  "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+  loom_apt_install "${missing[@]}"
 }
 
 # Installs NumPy from PyPI into the python3 on PATH (the one CMake finds)
