@@ -893,6 +893,114 @@ TEST_CASE("a user-written layer fuses into one kernel", "[nn][layer]" LOOM_TEST_
 }
 
 namespace {
+// A layer whose body uses its arguments 13 times (a and b 5 times, c 3).
+constexpr auto reuse_args = loom::layer([](auto a, auto b, auto c) {
+  return loom::tanh(a) * loom::sigmoid(b) + loom::relu(a - b) * c - loom::exp(-loom::abs(a)) * c +
+         loom::where(a > b, a, b) * c + b;
+});
+double reuse_args_ref(double a, double b, double c) {
+  return std::tanh(a) / (1 + std::exp(-b)) + std::max(a - b, 0.0) * c - std::exp(-std::abs(a)) * c +
+         (a > b ? a : b) * c + b;
+}
+
+// Checks y against f(i) at every element i (row-major).
+template <class F>
+void check_elements(const loom::host_tensor<float, 2>& y, F&& f) {
+  for (index_t i = 0; i < y.size(); ++i) {
+    const double want = f(i);
+    CHECK(y.data()[i] == Approx(want).epsilon(1e-5).margin(1e-5));
+  }
+}
+
+// The device's shared contiguous path run on the host, step by step, as
+// contiguous_shared_kernel runs it: the shared tree, the one load per
+// parameter, the vector steps and the tail. `same` receives the run-time
+// check's answer (the kernel is chosen only when it is true).
+template <class E>
+loom::host_tensor<float, 2> run_shared_steps(const E& expr, const loom::shape<2>& s, bool& same) {
+  namespace d = loom::detail;
+  loom::host_tensor<float, 2> y(s);
+  for (index_t i = 0; i < y.size(); ++i) y.data()[i] = loom_test::poison_value<float>();
+  const auto e = d::as_node(expr);
+  d::bind_info bi;
+  const auto b = d::binder::bind<0>(e, y.view(), bi);
+  using shared = d::shared_params_of<std::remove_const_t<decltype(e)>, std::remove_const_t<decltype(b)>>;
+  static_assert(shared::params == 3 && shared::repeated_count == 3);
+  const auto sb = d::param_sharer<typename shared::tags>::share(e, b);
+  d::param_loads_t<typename shared::tree, shared::params> loads{};
+  same = d::collect_params(sb, loads);
+  constexpr int w = d::vector_width_of<std::remove_const_t<decltype(e)>, sizeof(float)>;
+  static_assert(w == 4);
+  const index_t n = y.size(), nv = n / w;
+  for (index_t v = 0; v < nv; ++v) d::shared_vector_step<w>(y.data(), sb, loads, v);
+  for (index_t t = nv * w; t < n; ++t) y.data()[t] = sb.template at_linear<true>(t);
+  return y;
+}
+}  // namespace
+
+TEST_CASE("a layer's arguments are loaded once per vector step when every use reads the same data", "[nn][layer]"
+          LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("layer arguments loaded once"));
+  const loom::shape<2> s{5, 37};  // 185 elements: 46 vector steps of 4 floats and a tail of 1
+  const auto ah = random_host<float, 2>(s, g), bh = random_host<float, 2>(s, g), ch = random_host<float, 2>(s, g);
+  const auto a = in_space(ah), b = in_space(bh), c = in_space(ch);
+  const auto ref = [&](index_t i, bool swap) {
+    const double x = ah.data()[i], z = bh.data()[i];
+    return swap ? reuse_args_ref(z, x, ch.data()[i]) : reuse_args_ref(x, z, ch.data()[i]);
+  };
+  // The device's contiguous path loads each of a, b and c once per vector
+  // step when the uses agree (3 arguments used twice or more); the host's
+  // path has no such form (shared_params stays 0).
+  const int shared = on_device ? 3 : 0;
+  auto y = poisoned<float, 2>(s);
+
+  SECTION("one call") {
+    expect_one_launch([&] { y = reuse_args(a, b, c); });
+    CHECK(loom::last_eval().path == loom::eval_path::contiguous);
+    CHECK(loom::last_eval().shared_params == shared);
+    check_elements(loom::to_host(y), [&](index_t i) { return ref(i, false); });
+  }
+  SECTION("the same call twice reads the same data: still one load per argument") {
+    expect_one_launch([&] { y = reuse_args(a, b, c) * 0.5f + reuse_args(a, b, c); });
+    CHECK(loom::last_eval().shared_params == shared);
+    check_elements(loom::to_host(y), [&](index_t i) { return 1.5 * ref(i, false); });
+  }
+  SECTION("two calls on different data: one type, two arguments, so every use loads its own") {
+    expect_one_launch([&] { y = reuse_args(a, b, c) - reuse_args(b, a, c); });
+    CHECK(loom::last_eval().path == loom::eval_path::contiguous);
+    CHECK(loom::last_eval().shared_params == 0);
+    check_elements(loom::to_host(y), [&](index_t i) { return ref(i, false) - ref(i, true); });
+  }
+  SECTION("an argument broadcast along the rows (a periodic operand)") {
+    const loom::shape<2> s2{7, 36};
+    const auto a2h = random_host<float, 2>(s2, g), b2h = random_host<float, 2>(s2, g);
+    const auto wh = random_host<float, 1>({36}, g);
+    const auto a2 = in_space(a2h), b2 = in_space(b2h);
+    const auto w = in_space(wh);
+    auto y2 = poisoned<float, 2>(s2);
+    expect_one_launch([&] { y2 = reuse_args(a2, b2, w); });
+    CHECK(loom::last_eval().shared_params == shared);
+    check_elements(loom::to_host(y2), [&](index_t i) {
+      return reuse_args_ref(a2h.data()[i], b2h.data()[i], wh.data()[i % 36]);
+    });
+    bool same = false;
+    const auto hy = run_shared_steps(reuse_args(a2h, b2h, wh), s2, same);
+    CHECK(same);
+    check_elements(hy, [&](index_t i) { return reuse_args_ref(a2h.data()[i], b2h.data()[i], wh.data()[i % 36]); });
+  }
+  SECTION("the shared kernel's steps, run on the host") {
+    bool same = false;
+    const auto hy = run_shared_steps(reuse_args(ah, bh, ch), s, same);
+    CHECK(same);
+    check_elements(hy, [&](index_t i) { return ref(i, false); });
+    run_shared_steps(reuse_args(ah, bh, ch) - reuse_args(bh, ah, ch), s, same);
+    CHECK_FALSE(same);
+    run_shared_steps(reuse_args(ah, bh, ch) + reuse_args(ah, bh, ch), s, same);
+    CHECK(same);
+  }
+}
+
+namespace {
 // Bitwise equality of two tensors of one shape.
 template <class T, std::size_t R>
 bool same_bits(const loom::tensor<T, R, space_t>& a, const loom::tensor<T, R, space_t>& b) {

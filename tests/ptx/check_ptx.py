@@ -79,7 +79,16 @@ CASES = {
     # packed fp4 weights: a vector step is 32 values, one 16-byte load of
     # w4's bytes, eight each of the per-column scales and x, eight stores.
     20: ("f32    y = dequantize(unpack(w4), s_col) * x", 17, 8),
+    # a layer's body uses a 5 times, b 5 times, c 3 times: the plain kernel
+    # loads per use; the shared one (SHARED_CASES) once per argument.
+    21: ("f32    layer: 30 nodes, 3 args used 13x", 13, 1),
 }
+# case: 16-byte loads of contiguous_shared_kernel, the form of the contiguous
+# path that loads each argument of a loom::layer call once per vector step
+# and is chosen at launch when every use reads the same data (the plain
+# contiguous_kernel stays for a layer called twice on different data). It
+# must also use no more registers than the plain form.
+SHARED_CASES = {21: 3}
 ROW_CASES = {5, 6, 7, 15, 16}
 # case: (description of a whole-tensor reduction, the form of its kernel with
 # 16-byte loads, the shortest run of them allowed). "pointer": CUB's kernel
@@ -470,6 +479,8 @@ def main():
         else:
             kinds = {"contiguous": [n for n in ents if "contiguous_kernel" in n],
                      "general": [n for n in ents if "general_kernel" in n]}
+            if case in SHARED_CASES:
+                kinds["shared"] = [n for n in ents if "contiguous_shared_kernel" in n]
         found = [n for names in kinds.values() for n in names]
         # CUB defines an empty kernel in every translation unit that includes
         # it (the umbrella header does, for the reductions); it is never launched.
@@ -496,6 +507,15 @@ def main():
                 failures.append(f"case {case}: no ptxas report for {kind} kernel")
             if spill != 0 or stack != 0:
                 failures.append(f"case {case} ({desc}): {kind} kernel spills {spill} bytes, stack {stack} bytes")
+            if kind == "shared":
+                plain_regs = stats.get(kinds["contiguous"][0], (-1, -1, -1))[2]
+                if loads != SHARED_CASES[case] or stores != want_stores:
+                    failures.append(f"case {case} ({desc}): shared kernel has {loads} 16-byte loads and {stores} "
+                                    f"16-byte stores, expected {SHARED_CASES[case]} and {want_stores}")
+                if regs > plain_regs:
+                    failures.append(f"case {case} ({desc}): shared kernel uses {regs} registers, more than the "
+                                    f"plain contiguous kernel's {plain_regs}")
+                continue
             vector_kind = kind in ("contiguous", "vector rows")
             if vector_kind and (loads != want_loads or stores != want_stores):
                 failures.append(f"case {case} ({desc}): {kind} kernel has {loads} 16-byte loads and {stores} "

@@ -149,6 +149,14 @@ void run(device_tensor<float, 2>& y, const device_tensor<fp4x2, 2>& w4, const de
          const device_tensor<float, 2>& x) {
   y = dequantize(unpack(w4), s) * x;
 }
+#elif LOOM_PTX_CASE == 21  // a float layer whose body uses its three arguments 13 times: each loaded once
+constexpr auto mixed = layer([](auto a, auto b, auto c) {
+  return tanh(a) * sigmoid(b) + relu(a - b) * c - exp(-abs(a)) * c + where(a > b, a, b) * c + b;
+});
+void run(device_tensor<float, 2>& y, const device_tensor<float, 2>& a, const device_tensor<float, 2>& b,
+         const device_tensor<float, 2>& c) {
+  y = mixed(a, b, c);
+}
 #else
 #error "unknown LOOM_PTX_CASE"
 #endif

@@ -18,6 +18,7 @@
 #include "loom/core/stream.hpp"
 #include "loom/detail/fast_divmod.hpp"
 #include "loom/exec/eval_info.hpp"
+#include "loom/exec/shared_params.hpp"
 #include "loom/expr/bound.hpp"
 #include "loom/tensor/view.hpp"
 
@@ -63,6 +64,20 @@ __global__ void __launch_bounds__(256) contiguous_kernel(O* out, B e, index_t n)
     for (int j = 0; j < vector_width; ++j) o.v[j] = convert<O>(e.template elem<vector_width>(r, j));
     vec_store<O, vector_width>(out + v * vector_width, o);
   }
+  const index_t t = nv * vector_width + tid;
+  if (t < n) out[t] = convert<O>(e.template at_linear<true>(t));
+}
+
+// contiguous_kernel for a tree whose layer parameters are loaded once per
+// vector step (shared_params.hpp): `params` loads each into the context its
+// uses read.
+template <int vector_width, class O, class B, class P>
+__global__ void __launch_bounds__(256) contiguous_shared_kernel(O* out, B e, P params, index_t n) {
+  const index_t nv = n / vector_width;
+  const index_t tid = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const index_t step = static_cast<index_t>(gridDim.x) * blockDim.x;
+#pragma unroll 1
+  for (index_t v = tid; v < nv; v += step) shared_vector_step<vector_width>(out, e, params, v);
   const index_t t = nv * vector_width + tid;
   if (t < n) out[t] = convert<O>(e.template at_linear<true>(t));
 }
@@ -220,6 +235,24 @@ void run_elementwise(const view<O, RO, S>& out, const N& e, index_t n, eval_info
       info.path = eval_path::contiguous;
       info.vector_width = vector_width;
       const index_t nv = n / vector_width;
+      // A layer parameter used several times is loaded once per vector
+      // step when every use reads the same data (one layer call).
+      // (A tree without tagged leaves, the common case, builds nothing.)
+      if constexpr (expr_tags<type_list<>, N>::type::size > 0) {
+        using shared = shared_params_of<N, std::remove_const_t<decltype(b)>>;
+        if constexpr (shared::repeated_count > 0) {
+          using shared_t = typename shared::tree;
+          using loads_t = param_loads_t<shared_t, shared::params>;
+          const shared_t sb = param_sharer<typename shared::tags>::share(e, b);
+          loads_t loads{};
+          if (collect_params(sb, loads)) {
+            info.shared_params = shared::repeated_count;
+            launch_kernel(contiguous_shared_kernel<vector_width, O, shared_t, loads_t>, grid_for(nv, s.device()), 256,
+                          0, s.get(), out.data(), sb, loads, n);
+            return;
+          }
+        }
+      }
       launch_kernel(contiguous_kernel<vector_width, O, std::remove_const_t<decltype(b)>>, grid_for(nv, s.device()), 256,
                     0, s.get(), out.data(), b, n);
     } else {

@@ -31,6 +31,9 @@ struct eval_info {
                           //!< read instead of computing again
   int recomputed_values = 0;  //!< on the rows path: such values that every pass computes again: they do not fit the
                               //!< cache next to the input rows, or LOOM_ROW_CACHE_VALUES=0
+  int shared_params = 0;  //!< on the device's elementwise contiguous path: arguments of a loom::layer call that its
+                          //!< body uses several times, loaded once per vector step and read by every use (0: each
+                          //!< use loads its own 16 bytes)
   int per_row_values = 0;  //!< on the host's rows path: subtrees with one value per row (such as rsqrt(row_mean(x * x)
                            //!< + eps)) computed once per row instead of in every column; 0 on the device
 };

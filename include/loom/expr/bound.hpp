@@ -75,8 +75,8 @@ struct no_ctx {};
 //! value read through unpack; 128, a whole vector, for every other node).
 template <class N>
 struct leaf_bits : std::integral_constant<std::size_t, 128> {};
-template <class T, std::size_t R, class S>
-struct leaf_bits<leaf_node<T, R, S>> : std::integral_constant<std::size_t, 8 * sizeof(T)> {};
+template <class T, std::size_t R, class S, class Tag>
+struct leaf_bits<leaf_node<T, R, S, Tag>> : std::integral_constant<std::size_t, 8 * sizeof(T)> {};
 //! A row reduction of the user-facing tree.
 template <class N>
 struct is_row_reduction : std::false_type {};
@@ -404,12 +404,12 @@ LOOM_COLD void throw_overlap(const shape<R>& out_ext, const shape<R>& out_str, c
 // tree. Row reductions get slots Base, Base + 1, ... in post-order, so a
 // reduction's own dependencies have smaller slots.
 struct binder {
-  template <std::size_t Base, class T, std::size_t R, class S, std::size_t RO>
-  static auto bind(const leaf_node<T, R, S>& l, const read_only_target<RO, S>& out, bind_info& info) {
+  template <std::size_t Base, class T, std::size_t R, class S, class Tag, std::size_t RO>
+  static auto bind(const leaf_node<T, R, S, Tag>& l, const read_only_target<RO, S>& out, bind_info& info) {
     return bind_leaf_view(l.v.broadcast_to(out.extents()), info);
   }
-  template <std::size_t Base, class T, std::size_t R, class S, class O, std::size_t RO>
-  static auto bind(const leaf_node<T, R, S>& l, const view<O, RO, S>& out, bind_info& info) {
+  template <std::size_t Base, class T, std::size_t R, class S, class Tag, class O, std::size_t RO>
+  static auto bind(const leaf_node<T, R, S, Tag>& l, const view<O, RO, S>& out, bind_info& info) {
     const auto b = l.v.broadcast_to(out.extents());
     if (may_overlap(b, out) && !same_index_map(b, out)) throw_overlap(out.extents(), out.strides(), b.strides());
     return bind_leaf_view(b, info);

@@ -50,7 +50,11 @@ template <class X>
 concept operand = expression<X> || scalar<X>;
 
 //! A tensor-valued operand that is a leaf of the tree: a view of memory.
-template <class T, std::size_t R, class S>
+//! `Tag` is void, or marks a layer's parameter (detail::layer_param, given
+//! by loom::layer): every leaf with that tag in one layer call is the same
+//! argument, which the device's elementwise kernel loads once per vector
+//! step (a run-time check confirms the data are the same).
+template <class T, std::size_t R, class S, class Tag = void>
 struct leaf_node : detail::node_tag {
   using value_type = std::remove_const_t<T>;
   using space = S;
@@ -80,14 +84,14 @@ template <class C>
 inline constexpr bool is_scalar_node<scalar_node<C>> = true;
 template <class X>
 inline constexpr bool is_leaf_node = false;
-template <class T, std::size_t R, class S>
-inline constexpr bool is_leaf_node<leaf_node<T, R, S>> = true;
+template <class T, std::size_t R, class S, class Tag>
+inline constexpr bool is_leaf_node<leaf_node<T, R, S, Tag>> = true;
 
-template <class T, std::size_t R, class S>
-struct children_of<leaf_node<T, R, S>> {
+template <class T, std::size_t R, class S, class Tag>
+struct children_of<leaf_node<T, R, S, Tag>> {
   using types = type_list<>;
   template <class...>
-  using rebind = leaf_node<T, R, S>;
+  using rebind = leaf_node<T, R, S, Tag>;
 };
 template <class C>
 struct children_of<scalar_node<C>> {

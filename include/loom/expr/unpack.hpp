@@ -238,6 +238,8 @@ template <expression E>
   using N = detail::node_t<E>;
   static_assert(detail::is_leaf_node<N> && is_packed4_v<typename N::value_type>,
                 "loom: unpack() reads a tensor or view of fp4x2 or int4x2 (packed 4-bit values)");
-  return unpack_node<typename N::value_type, N::rank, typename N::space>(detail::as_node(packed));
+  using P = typename N::value_type;
+  return unpack_node<P, N::rank, typename N::space>(
+      leaf_node<P, N::rank, typename N::space>(detail::as_node(packed).v));
 }
 }  // namespace loom

@@ -66,8 +66,8 @@ template <class N, class Match>
 bool match_addend(const N&, Match&, double) {
   return false;
 }
-template <class T, std::size_t R, class S, class O, std::size_t RO>
-bool match_addend(const leaf_node<T, R, S>& l, epilogue_match<O, RO, S>& m, double s) {
+template <class T, std::size_t R, class S, class Tag, class O, std::size_t RO>
+bool match_addend(const leaf_node<T, R, S, Tag>& l, epilogue_match<O, RO, S>& m, double s) {
   if constexpr (std::is_same_v<T, O> && R <= RO) {
     if (m.count == 2) return false;
     m.addend[m.count] = l.v.broadcast_to(m.ext);

@@ -270,8 +270,8 @@ LOOM_HD index_t line_base(index_t o, const fast_divmod& inner, index_t len) {
 // such ops take lift_items.
 template <class Op, class Node>
 inline constexpr bool reduces_by_pointer = false;
-template <class Op, class T, std::size_t R, class S>
-inline constexpr bool reduces_by_pointer<Op, leaf_node<T, R, S>> =
+template <class Op, class T, std::size_t R, class S, class Tag>
+inline constexpr bool reduces_by_pointer<Op, leaf_node<T, R, S, Tag>> =
     std::is_arithmetic_v<std::remove_const_t<T>> && !std::is_same_v<std::remove_const_t<T>, bool> &&
     sizeof(T) >= 4 && !requires { Op::positional; } && sizeof(typename Op::acc) <= 16 &&
     16 % sizeof(typename Op::acc) == 0;
