@@ -296,10 +296,12 @@ inline void lt_matmul(const lt_call& c) {
       lt_layout(c.b_type_differs ? c.b_type : c.ab_type, c.b.rows, c.b.cols, c.b.ld, c.batch, c.b.batch_stride);
   const auto ld = lt_layout(c.cd_type, c.m, c.n, c.ldd, c.batch, c.d_batch_stride);
   // C shares D's layout unless its type or leading dimension differs (an
-  // out-of-place C may have its own leading dimension: cuBLAS documentation, cublasLtMatmul).
-  const bool own_c = c.c_type >= 0 || c.ldc != 0;
+  // out-of-place C may have its own leading dimension; in place, C == D
+  // takes the same layout: cuBLAS documentation, cublasLtMatmul).
+  const bool c_type_differs = c.c_type >= 0 && c.c_type != static_cast<std::int32_t>(c.cd_type);
+  const bool own_c = c_type_differs || (c.ldc != 0 && c.ldc != c.ldd);
   const lt_layout_ptr lc =
-      own_c ? lt_layout(c.c_type >= 0 ? static_cast<cudaDataType_t>(c.c_type) : c.cd_type, c.m, c.n,
+      own_c ? lt_layout(c_type_differs ? static_cast<cudaDataType_t>(c.c_type) : c.cd_type, c.m, c.n,
                         c.ldc != 0 ? c.ldc : c.ldd, c.batch, c.d_batch_stride)
             : nullptr;
   const cublasLtMatrixLayout_t c_layout = own_c ? lc.get() : ld.get();
@@ -310,7 +312,7 @@ inline void lt_matmul(const lt_call& c) {
   const void* alpha = dbl ? static_cast<const void*>(&c.alpha) : static_cast<const void*>(&af);
   const void* beta = dbl ? static_cast<const void*>(&c.beta) : static_cast<const void*>(&bf);
   // Without C, beta is 0 and cuBLASLt reads no C: D stands in when it has C's type, otherwise null.
-  const void* c_ptr = c.c ? c.c : (c.c_type >= 0 ? nullptr : c.d);
+  const void* c_ptr = c.c ? c.c : (c_type_differs ? nullptr : c.d);
   LOOM_CUBLAS_CHECK(cublasLtMatmul(h, op.get(), alpha, c.a.p, la.get(), c.b.p, lb.get(), beta, c_ptr, c_layout, c.d,
                                    ld.get(), &algo.algo, ws.p, algo.workspace, c.stream));
   count_device_launch();
