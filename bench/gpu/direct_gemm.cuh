@@ -62,14 +62,14 @@ struct direct_gemm {
       if (pointer) LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, attribute, &pointer, sizeof(pointer)));
     LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, lt_type<TA>(), k, m, k));  // A^T
     LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, lt_type<TD>(), n, m, n));  // D^T
-    LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, fp8_d ? CUDA_R_16BF : lt_type<TD>(), n, m, n));  // C^T, unread
+    if (fp8_d) LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, m, n));  // C^T, unread
     cublasLtMatmulPreference_t pref = nullptr;
     LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const std::size_t max_ws = loom::detail::lt_max_workspace;
     LOOM_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws)));
     int found = 0;
-    LOOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, ld, pref, 1, &algo, &found));
+    LOOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, fp8_d ? lc : ld, ld, pref, 1, &algo, &found));
     (void)cublasLtMatmulPreferenceDestroy(pref);
     if (found == 0) throw loom::error("bench: no cuBLASLt algorithm");
     if (algo.workspaceSize) LOOM_CUDA_CHECK(cudaMalloc(&ws, algo.workspaceSize));
@@ -80,16 +80,16 @@ struct direct_gemm {
     (void)cudaFree(ws);
     (void)cublasLtMatrixLayoutDestroy(la);
     (void)cublasLtMatrixLayoutDestroy(lb);
-    (void)cublasLtMatrixLayoutDestroy(lc);
+    if (lc) (void)cublasLtMatrixLayoutDestroy(lc);
     (void)cublasLtMatrixLayoutDestroy(ld);
     (void)cublasLtMatmulDescDestroy(op);
     (void)cublasLtDestroy(h);
   }
   void operator()() const {
     const float one = 1, zero = 0;
-    // beta is 0: C is not read (null when its type is not D's).
-    LOOM_CUBLAS_CHECK(cublasLtMatmul(h, op, &one, b, la, a, lb, &zero, fp8_d ? nullptr : d, lc, d, ld, &algo.algo, ws,
-                                     algo.workspaceSize, loom::current_stream().get()));
+    // beta is 0: C is not read (an fp8 D has a bf16 C layout and a null C).
+    LOOM_CUBLAS_CHECK(cublasLtMatmul(h, op, &one, b, la, a, lb, &zero, fp8_d ? nullptr : d, fp8_d ? lc : ld, d, ld,
+                                     &algo.algo, ws, algo.workspaceSize, loom::current_stream().get()));
   }
 };
 }  // namespace loom_bench
