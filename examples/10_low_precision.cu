@@ -2,8 +2,8 @@
 // fp8 and fp4 weights: a weight quantized per block of 32 (MXFP8: e4m3
 // values, e8m0 scales) and per block of 16 (NVFP4-style: fp4 values packed
 // two per byte, e4m3 scales), each dequantized in one fused kernel and used
-// in a layer; and a per-row quantization whose dequantization rides inside
-// an activation. Runs on the
+// in a layer; a per-row quantization whose dequantization rides inside
+// an activation; and an fp8 GEMM writing fp8 with its scale and amax. Runs on the
 // GPU when there is one and on the host executor otherwise.
 #include <cmath>
 #include <cstdio>
@@ -56,6 +56,19 @@ int run() {
   quantize_rows(x8, row_scales, x);
   z = gelu(dequantize(x8, row_scales) * 2.0f);
 
+  // fp8 in, fp8 out: one cuBLASLt GEMM scales the product, converts it to
+  // e4m3 with the output's scale and writes max |t| before that scale, from
+  // which the next step's output scale follows. Leading dimensions are
+  // multiples of 16 bytes, as cuBLASLt's fp8 kernels need.
+  const index_t hidden = 32;
+  tensor<e4m3, 2, Space> xs8({batch, in}), wh8({hidden, in}), h8({batch, hidden});
+  tensor<float, 1, Space> x_scale({1}), w_scale({1}), h_amax({1});
+  quantize_tensor(xs8, x_scale, x);
+  quantize_tensor(wh8, w_scale, w.view().slice(range(0, hidden)));
+  const auto h_scale = full<float, 1, Space>({1}, 1.0f);
+  scaled_matmul(h8, xs8, x_scale, wh8.t(), w_scale, {.amax = h_amax.view(), .d_scale = h_scale.view()});
+  const float next_h_scale = 448.0f / to_host(h_amax).data()[0];
+
   // How far the quantized weights are from the original.
   const auto wq_h = to_host(wq);
   const auto wq4_h = to_host(wq4);
@@ -72,6 +85,9 @@ int run() {
               static_cast<long long>(out), static_cast<long long>(in), worst, amax, worst4);
   std::printf("%s: layer output y[0, 0] = %.4f, z[0, 0] = %.4f\n", Space::name,
               static_cast<double>(to_host(y).data()[0]), static_cast<double>(to_host(z).data()[0]));
+  std::printf("%s: fp8 GEMM h[0, 0] = %.4f, amax %.4f, next scale %.2f\n", Space::name,
+              static_cast<double>(static_cast<float>(to_host(h8).data()[0])),
+              static_cast<double>(to_host(h_amax).data()[0]), static_cast<double>(next_h_scale));
   return worst <= amax / 4 && worst4 <= amax / 4 ? 0 : 1;
 }
 

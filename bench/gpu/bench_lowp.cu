@@ -8,7 +8,10 @@
 //  - fp8 GEMM, scaled_matmul (e4m3 x e4m3 -> bf16, per-tensor scales) at
 //    8192 x 8192 x 8192, against cuBLASLt called directly with the same
 //    operands and scales (target: within 3%) and against the bf16 GEMM of
-//    loom::matmul (TFLOP/s).
+//    loom::matmul (TFLOP/s);
+//  - fp8 GEMM into fp8, scaled_matmul (e4m3 x e4m3 -> e4m3 with D's scale
+//    and cuBLASLt's amax of D), the same shape, against cuBLASLt called
+//    directly with the same scales (target: within 3%).
 // Each result is checked on sampled rows against the host's scalar
 // conversion (quantization) or a double dot product over the decoded
 // operands (GEMM) before it is timed. CUDA events after warm-up, median of
@@ -34,11 +37,16 @@ struct bench_state : bench_common {
     record r{"gpu_lowp", op, shape, dtype, impl};
     r.bytes = bytes;
     r.copy_gbps = copy.memcpy_gbps;
+    timed_row(r, check, f);
+  }
+  // Times f as the row `r` whose result `check` describes; returns the median ms.
+  double timed_row(record r, const std::string& check, const std::function<void()>& f) {
     r.check = check;
     if (check != "ok") failed = true;
     r.ms = time_rotated_ms(1, timing, [&](int) { f(); });
     print_row(r);
     emit_json(opt.json_path, r);
+    return r.ms;
   }
 };
 
@@ -88,6 +96,54 @@ void quantization(bench_state& st, index_t rows, index_t cols) {
   }
 }
 
+// e4m3 x e4m3 -> e4m3 with D's scale (half of e4m3's range for the largest
+// value) and cuBLASLt's amax, checked on sampled outputs against `y` (the
+// bf16 product of the same operands), timed beside cuBLASLt called directly.
+void fp8_output_gemm(bench_state& st, const loom::device_tensor<loom::e4m3, 2>& x8,
+                     const loom::device_tensor<float, 1>& sx, const loom::device_tensor<loom::e4m3, 2>& w8,
+                     const loom::device_tensor<float, 1>& sw, const loom::device_tensor<loom::bf16, 2>& y,
+                     const std::string& shape) {
+  const index_t m = y.extent(0), n = y.extent(1), k = x8.extent(1);
+  const float y_amax = loom::max(loom::abs(y)).item();
+  loom::host_tensor<float, 1> dsh({1});
+  dsh.data()[0] = 224.0f / y_amax;
+  const auto d_scale = loom::to_device(dsh);
+  loom::device_tensor<float, 1> amax({1}), amax_direct({1});
+  loom::device_tensor<loom::e4m3, 2> y8({m, n}), y8d({m, n});
+  loom::scaled_matmul_extras<loom::e4m3, loom::device> ex;
+  ex.amax = amax.view();
+  ex.d_scale = d_scale.view();
+  loom::scaled_matmul(y8, x8, sx, w8.t(), sw, ex);
+  const direct_gemm<loom::e4m3, loom::e4m3, loom::e4m3> direct(
+      x8.data(), w8.data(), y8d.data(), static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), false, true,
+      sx.data(), sw.data(), d_scale.data(), amax_direct.data());
+  direct();
+  // Within an e4m3 ulp (1/8 relative, plus the subnormal step) of the
+  // scaled bf16 result, which itself carries bf16's rounding.
+  const auto yh = loom::to_host(y.view().slice(loom::range(0, 2), loom::range(0, 4)));
+  const auto y8h = loom::to_host(y8.view().slice(loom::range(0, 2), loom::range(0, 4)));
+  const auto y8dh = loom::to_host(y8d.view().slice(loom::range(0, 2), loom::range(0, 4)));
+  std::string check = "ok", direct_check = "ok";
+  for (index_t i = 0; i < 8; ++i) {
+    const float want = dsh.data()[0] * static_cast<float>(yh.data()[i]);
+    const float got = static_cast<float>(y8h.data()[i]), got_direct = static_cast<float>(y8dh.data()[i]);
+    if (std::fabs(got - want) > 0.13f * std::fabs(want) + 0.02f) check = "FAIL (an output differs)";
+    if (loom::detail::bits_of(y8h.data()[i]) != loom::detail::bits_of(y8dh.data()[i]) &&
+        std::fabs(got - got_direct) > 0.13f * std::fabs(got) + 0.02f)
+      direct_check = "FAIL (differs from loom's)";
+  }
+  // cuBLASLt's amax is of D before its scale: the bf16 product's amax.
+  const float got_amax = loom::to_host(amax).data()[0], direct_amax = loom::to_host(amax_direct).data()[0];
+  if (std::fabs(got_amax - y_amax) > 1e-2f * y_amax) check = "FAIL (amax differs)";
+  if (std::fabs(got_amax - direct_amax) > 1e-5f * direct_amax) direct_check = "FAIL (amax differs from loom's)";
+  const char* op = "scaled_matmul e4m3 -> e4m3, d_scale, amax";
+  const double ms = st.timed_row({"gpu_lowp", op, shape, "e4m3", "loom"}, check,
+                                 [&] { loom::scaled_matmul(y8, x8, sx, w8.t(), sw, ex); });
+  const double direct_ms =
+      st.timed_row({"gpu_lowp", op, shape, "e4m3", "cuBLASLt direct"}, direct_check, [&] { direct(); });
+  std::printf("  loom / cuBLASLt direct time (fp8 D): %.3fx (target <= 1.03x)\n", ms / direct_ms);
+}
+
 void gemm(bench_state& st, index_t m, index_t n, index_t k) {
   loom::device_tensor<loom::bf16, 2> xb({m, k}), wb({n, k});
   hash_fill(xb, 11);
@@ -115,12 +171,8 @@ void gemm(bench_state& st, index_t m, index_t n, index_t k) {
     }
   const std::string shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  record r8{"gpu_lowp", "scaled_matmul e4m3 -> bf16", shape, "e4m3", "loom"};
-  r8.check = check;
-  if (check != "ok") st.failed = true;
-  r8.ms = time_rotated_ms(1, st.timing, [&](int) { loom::scaled_matmul(y, x8, sx, w8.t(), sw); });
-  print_row(r8);
-  emit_json(st.opt.json_path, r8);
+  const double ms8 = st.timed_row({"gpu_lowp", "scaled_matmul e4m3 -> bf16", shape, "e4m3", "loom"}, check,
+                                  [&] { loom::scaled_matmul(y, x8, sx, w8.t(), sw); });
   loom::device_tensor<loom::bf16, 2> yd({m, n});
   const direct_gemm<loom::e4m3, loom::e4m3, loom::bf16> direct(x8.data(), w8.data(), yd.data(), static_cast<int>(m),
                                                                static_cast<int>(n), static_cast<int>(k), false, true,
@@ -132,19 +184,14 @@ void gemm(bench_state& st, index_t m, index_t n, index_t k) {
     if (std::fabs(static_cast<float>(ydh.data()[i]) - static_cast<float>(yh.data()[i])) >
         1e-2f * (1 + std::fabs(static_cast<float>(yh.data()[i]))))
       direct_check = "FAIL (differs from loom's)";
-  record rd{"gpu_lowp", "scaled_matmul e4m3 -> bf16", shape, "e4m3", "cuBLASLt direct"};
-  rd.check = direct_check;
-  if (direct_check != "ok") st.failed = true;
-  rd.ms = time_rotated_ms(1, st.timing, [&](int) { direct(); });
-  print_row(rd);
-  emit_json(st.opt.json_path, rd);
-  std::printf("  loom / cuBLASLt direct time: %.3fx (target <= 1.03x)\n", r8.ms / rd.ms);
-  record rb{"gpu_lowp", "matmul bf16 -> bf16", shape, "bf16", "loom"};
-  rb.ms = time_rotated_ms(1, st.timing, [&](int) { y = loom::matmul(xb, wb.t()); });
-  print_row(rb);
-  emit_json(st.opt.json_path, rb);
-  std::printf("  fp8 %.1f TFLOP/s, bf16 %.1f TFLOP/s (%.2fx)\n", flops / (r8.ms * 1e9), flops / (rb.ms * 1e9),
-              rb.ms / r8.ms);
+  const double direct_ms = st.timed_row({"gpu_lowp", "scaled_matmul e4m3 -> bf16", shape, "e4m3", "cuBLASLt direct"},
+                                        direct_check, [&] { direct(); });
+  std::printf("  loom / cuBLASLt direct time: %.3fx (target <= 1.03x)\n", ms8 / direct_ms);
+  const double ms_bf16 = st.timed_row({"gpu_lowp", "matmul bf16 -> bf16", shape, "bf16", "loom"}, "ok",
+                                      [&] { y = loom::matmul(xb, wb.t()); });
+  std::printf("  fp8 %.1f TFLOP/s, bf16 %.1f TFLOP/s (%.2fx)\n", flops / (ms8 * 1e9), flops / (ms_bf16 * 1e9),
+              ms_bf16 / ms8);
+  fp8_output_gemm(st, x8, sx, w8, sw, y, shape);
 }
 }  // namespace
 

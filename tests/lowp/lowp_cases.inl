@@ -691,6 +691,228 @@ TEST_CASE("scaled_matmul of fp8 operands with per-tensor scales, bias, GELU and 
   }
 }
 
+namespace {
+// One fp8 ulp at |v| (e4m3: 3 mantissa bits, normals from 2^-6; e5m2: 2
+// mantissa bits, normals from 2^-14), written out here rather than taken
+// from loom.
+template <class T>
+double fp8_ulp(double v) {
+  constexpr int mantissa_bits = std::is_same_v<T, loom::e4m3> ? 3 : 2;
+  constexpr int min_exponent = std::is_same_v<T, loom::e4m3> ? -6 : -14;
+  const int e = v == 0 ? min_exponent : std::max(static_cast<int>(std::floor(std::log2(std::fabs(v)))), min_exponent);
+  return std::ldexp(1.0, e - mantissa_bits);
+}
+template <class T>
+constexpr double fp8_max() {
+  return std::is_same_v<T, loom::e4m3> ? 448.0 : 57344.0;
+}
+
+// scaled_matmul with a C operand (beta, c_scale) and, for an fp8 D, d_scale
+// and cuBLASLt's amax, against a double loop over the decoded operands in
+// cuBLAS's documented order: t = gelu(alpha sa sb A B + beta sc C + bias),
+// amax = max |t|, D = d_scale t. `overflow` picks a d_scale that pushes the
+// largest values past the fp8 range (they must saturate).
+template <class A, class B, class D>
+void check_scaled_matmul_c(index_t m, index_t k, index_t n, bool bias_gelu, bool overflow, std::mt19937_64& g) {
+  using C = loom::scaled_matmul_c_t<D>;
+  constexpr bool fp8_out = std::is_same_v<D, loom::e4m3> || std::is_same_v<D, loom::e5m2>;
+  loom::host_tensor<float, 2> xh({m, k}), wh({n, k});
+  loom::host_tensor<C, 2> ch({m, n});
+  loom::host_tensor<loom::bf16, 1> bh({n});
+  loom::host_tensor<float, 1> sch({1});
+  for (index_t i = 0; i < xh.size(); ++i) xh.data()[i] = loom_test::random_value<float>(g, -3, 3);
+  for (index_t i = 0; i < wh.size(); ++i) wh.data()[i] = loom_test::random_value<float>(g, -0.5, 0.5);
+  for (index_t i = 0; i < ch.size(); ++i) ch.data()[i] = C(loom_test::random_value<float>(g, -2, 2));
+  for (index_t i = 0; i < n; ++i) bh.data()[i] = loom::bf16(loom_test::random_value<float>(g, -1, 1));
+  sch.data()[0] = loom_test::random_value<float>(g, 0.5, 2);
+  loom::tensor<A, 2, space_t> x8({m, k});
+  loom::tensor<B, 2, space_t> w8({n, k});
+  loom::tensor<float, 1, space_t> sx({1}), sw({1});
+  loom::quantize_tensor(x8, sx, in_space(xh));
+  loom::quantize_tensor(w8, sw, in_space(wh));
+  const auto x8h = on_host(x8);
+  const auto w8h = on_host(w8);
+  const double sxh = on_host(sx).data()[0], swh = on_host(sw).data()[0];
+  const double alpha = 0.75, beta = -0.5, sc = sch.data()[0];
+  std::vector<double> want(static_cast<std::size_t>(m * n));
+  double want_amax = 0;
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (index_t l = 0; l < k; ++l)
+        acc += static_cast<double>(static_cast<float>(x8h.data()[i * k + l])) *
+               static_cast<double>(static_cast<float>(w8h.data()[j * k + l]));
+      double v = alpha * sxh * swh * acc + beta * sc * static_cast<double>(static_cast<float>(ch.data()[i * n + j]));
+      if (bias_gelu) {
+        v += static_cast<double>(static_cast<float>(bh.data()[j]));
+        v = 0.5 * v * (1 + std::tanh(0.79788456080286535588 * (v + 0.044715 * v * v * v)));
+      }
+      want[static_cast<std::size_t>(i * n + j)] = v;
+      want_amax = std::max(want_amax, std::fabs(v));
+    }
+  // In range, D's largest value lands at half the fp8 maximum; overflowing, at four times it.
+  const float d_scale_value = static_cast<float>((overflow ? 4.0 : 0.5) * (fp8_out ? fp8_max<D>() : 1.0) / want_amax);
+  loom::host_tensor<float, 1> dsh({1});
+  dsh.data()[0] = d_scale_value;
+  const auto c = in_space(ch);
+  const auto bias = in_space(bh);
+  const auto c_scale = in_space(sch);
+  const auto d_scale = in_space(dsh);
+  auto amax = loom::full<float, 1, space_t>({1}, std::numeric_limits<float>::quiet_NaN());
+  // Poisoned: NaN (code 0x7f is NaN in both fp8 formats), which no in-range result gives.
+  auto y = [&] {
+    if constexpr (fp8_out) {
+      loom::host_tensor<D, 2> nan_h({m, n});
+      for (index_t i = 0; i < nan_h.size(); ++i) nan_h.data()[i] = from_code<D>(0x7f);
+      return in_space(nan_h);
+    } else {
+      return loom::full<D, 2, space_t>({m, n}, D(std::numeric_limits<float>::quiet_NaN()));
+    }
+  }();
+  loom::scaled_matmul_extras<D, space_t> ex;
+  ex.alpha = static_cast<float>(alpha);
+  ex.amax = amax.view();
+  ex.c = c.view();
+  ex.beta = static_cast<float>(beta);
+  ex.c_scale = c_scale.view();
+  if (bias_gelu) {
+    ex.bias = bias.view();
+    ex.gelu = true;
+  }
+  if constexpr (fp8_out) ex.d_scale = d_scale.view();
+  loom::scaled_matmul(y, x8, sx, w8.t(), sw, ex);
+  const auto yh = on_host(y);
+  const float got_amax = on_host(amax).data()[0];
+  double biggest = 0;
+  [[maybe_unused]] double worst = 0;
+  [[maybe_unused]] index_t off_by_more = 0, saturated = 0, first_off = -1;
+  [[maybe_unused]] double first_got = 0, first_want = 0;
+  for (index_t i = 0; i < m * n; ++i) {
+    const double got = static_cast<double>(static_cast<float>(yh.data()[i]));
+    biggest = std::max(biggest, std::fabs(got));
+    if constexpr (fp8_out) {
+      // Decoded values within one fp8 ulp of d_scale * t, plus float's
+      // rounding of the sum (1e-5 of the largest value, which matters where
+      // terms cancel near zero): the float sums, in whatever order the
+      // device takes, may put a value near a rounding boundary on either
+      // side (bit-exact codes would be flaky); a wrong scale, a missing C or
+      // bias is many ulps off.
+      const double scaled = static_cast<double>(d_scale_value) * want[static_cast<std::size_t>(i)];
+      const double expect = std::clamp(scaled, -fp8_max<D>(), fp8_max<D>());
+      const double slack = 1e-5 * static_cast<double>(d_scale_value) * want_amax;
+      saturated += std::fabs(scaled) > fp8_max<D>() * 1.01;
+      if (!(std::fabs(got - expect) <= fp8_ulp<D>(expect) + slack) && off_by_more++ == 0) {
+        first_off = i;
+        first_got = got;
+        first_want = expect;
+      }
+    } else {
+      const double v = want[static_cast<std::size_t>(i)];
+      worst = std::max(worst, std::fabs(got - v) / (1 + std::fabs(v)));
+    }
+  }
+  if constexpr (fp8_out) {
+    INFO(off_by_more << " off by more than an ulp, first at " << first_off << ": " << first_got << " for "
+                     << first_want);
+    CHECK(off_by_more == 0);
+    CHECK((saturated > 0) == overflow);
+    // cuBLAS's amax_D is of t, before d_scale and the conversion.
+    CHECK(std::fabs(got_amax - want_amax) <= 1e-5 * want_amax);
+  } else {
+    CHECK(worst < (std::is_same_v<D, float> ? 1e-5 : 1e-2));
+    CHECK(got_amax == static_cast<float>(biggest));  // loom's reduction over the stored D
+  }
+}
+}  // namespace
+
+TEST_CASE("scaled_matmul adds beta * c_scale * C and writes fp8 D with d_scale and the amax before it",
+          "[lowp]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("scaled_matmul C and fp8 D"));
+  SECTION("e4m3 x e4m3 + C -> float") {
+    check_scaled_matmul_c<loom::e4m3, loom::e4m3, float>(7, 64, 48, false, false, g);
+  }
+  SECTION("e4m3 x e4m3 + C -> bf16 with bias and GELU") {
+    check_scaled_matmul_c<loom::e4m3, loom::e4m3, loom::bf16>(9, 32, 16, true, false, g);
+  }
+  SECTION("e4m3 x e4m3 + C -> e4m3") {
+    check_scaled_matmul_c<loom::e4m3, loom::e4m3, loom::e4m3>(7, 64, 48, false, false, g);
+  }
+  SECTION("e4m3 x e5m2 + C -> e5m2 with bias and GELU") {
+    check_scaled_matmul_c<loom::e4m3, loom::e5m2, loom::e5m2>(9, 32, 32, true, false, g);
+  }
+  SECTION("e5m2 x e4m3 + C -> e4m3 with bias and GELU") {
+    check_scaled_matmul_c<loom::e5m2, loom::e4m3, loom::e4m3>(5, 48, 16, true, false, g);
+  }
+  if constexpr (!on_device) {
+    SECTION("odd sizes on the host") {
+      check_scaled_matmul_c<loom::e4m3, loom::e4m3, float>(3, 37, 5, true, false, g);
+      check_scaled_matmul_c<loom::e4m3, loom::e4m3, loom::e4m3>(3, 37, 5, true, false, g);
+      check_scaled_matmul_c<loom::e5m2, loom::e4m3, loom::e5m2>(3, 37, 5, false, false, g);
+    }
+    // cuBLAS's documentation does not say what its fp8 epilogue does with
+    // values beyond the fp8 range; loom's reference saturates.
+    SECTION("fp8 D saturates on the host") {
+      check_scaled_matmul_c<loom::e4m3, loom::e4m3, loom::e4m3>(3, 37, 5, false, true, g);
+      check_scaled_matmul_c<loom::e4m3, loom::e5m2, loom::e5m2>(3, 37, 5, false, true, g);
+    }
+  }
+  SECTION("in place: c is d") {
+    const index_t m = 5, k = 32, n = 16;
+    loom::host_tensor<float, 2> xh({m, k}), wh({n, k}), yh0({m, n});
+    for (index_t i = 0; i < xh.size(); ++i) xh.data()[i] = loom_test::random_value<float>(g, -3, 3);
+    for (index_t i = 0; i < wh.size(); ++i) wh.data()[i] = loom_test::random_value<float>(g, -0.5, 0.5);
+    for (index_t i = 0; i < yh0.size(); ++i) yh0.data()[i] = loom_test::random_value<float>(g, -2, 2);
+    loom::tensor<loom::e4m3, 2, space_t> x8({m, k}), w8({n, k});
+    loom::tensor<float, 1, space_t> sx({1}), sw({1});
+    loom::quantize_tensor(x8, sx, in_space(xh));
+    loom::quantize_tensor(w8, sw, in_space(wh));
+    auto y = in_space(yh0);
+    loom::scaled_matmul_extras<float, space_t> ex;
+    ex.c = loom::view<const float, 2, space_t>(y.view());
+    ex.beta = 2;
+    loom::scaled_matmul(y, x8, sx, w8.t(), sw, ex);
+    const auto x8h = on_host(x8);
+    const auto w8h = on_host(w8);
+    const double s = static_cast<double>(on_host(sx).data()[0]) * on_host(sw).data()[0];
+    const auto yh = on_host(y);
+    double worst = 0;
+    for (index_t i = 0; i < m; ++i)
+      for (index_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (index_t l = 0; l < k; ++l)
+          acc += static_cast<double>(static_cast<float>(x8h.data()[i * k + l])) *
+                 static_cast<double>(static_cast<float>(w8h.data()[j * k + l]));
+        const double v = s * acc + 2.0 * yh0.data()[i * n + j];
+        worst = std::max(worst, std::fabs(yh.data()[i * n + j] - v) / (1 + std::fabs(v)));
+      }
+    CHECK(worst < 1e-5);
+  }
+  SECTION("C, its scale, d_scale and overlaps are checked") {
+    loom::tensor<loom::e4m3, 2, space_t> a({4, 32}), w({8, 32});
+    loom::tensor<float, 1, space_t> s1({1}), s2({2});
+    loom::tensor<float, 2, space_t> y({4, 8}), c_bad({4, 7}), buf({5, 8});
+    loom::tensor<loom::e4m3, 2, space_t> y8({4, 8});
+    loom::tensor<loom::bf16, 2, space_t> c16({4, 8});
+    CHECK_THROWS_WITH(loom::scaled_matmul(y, a, s1, w.t(), s1, {.c = c_bad.view()}),
+                      "loom: scaled_matmul's c has shape [4, 7], expected [4, 8] (the output's)");
+    CHECK_THROWS_WITH((loom::scaled_matmul(y, a, s1, w.t(), s1, {.c = y.view(), .c_scale = s2.view()})),
+                      "loom: scaled_matmul needs c_scale of one element, got shape [2]");
+    CHECK_THROWS_WITH(loom::scaled_matmul(y, a, s1, w.t(), s1, {.c_scale = s1.view()}),
+                      "loom: scaled_matmul got c_scale without c");
+    CHECK_THROWS_WITH(loom::scaled_matmul(y, a, s1, w.t(), s1, {.d_scale = s1.view()}),
+                      "loom: scaled_matmul's d_scale applies to fp8 outputs only (cuBLASLt rejects a D scale for a "
+                      "bf16 or float D); fold it into alpha");
+    CHECK_THROWS_WITH((loom::scaled_matmul(y8, a, s1, w.t(), s1, {.c = c16.view(), .d_scale = s2.view()})),
+                      "loom: scaled_matmul needs d_scale of one element, got shape [2]");
+    const auto d_rows = buf.view().slice(range(0, 4), whole);
+    const auto c_rows = buf.view().slice(range(1, 5), whole);
+    CHECK_THROWS_AS(loom::scaled_matmul(d_rows, a, s1, w.t(), s1, {.c = c_rows}), loom::aliasing_error);
+    CHECK_THROWS_WITH(loom::scaled_matmul(d_rows, a, s1, w.t(), s1, {.c = c_rows}),
+                      "loom: scaled_matmul's c overlaps the output d; c may only be d itself (same elements and "
+                      "strides, in place)");
+  }
+}
+
 TEST_CASE("a NaN in a row gives that row a NaN scale and NaN values; infinities saturate", "[lowp]" LOOM_TEST_TAG) {
   loom::host_tensor<float, 2> xh({3, 5});
   for (index_t i = 0; i < xh.size(); ++i) xh.data()[i] = static_cast<float>(i % 5) - 2.0f;

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "loom/config.hpp"
 #include "loom/core/device.hpp"
@@ -111,7 +112,10 @@ struct lt_matrix {
 };
 
 //! Everything one cublasLtMatmul call needs: D = epilogue(alpha op(A) op(B) + beta C + bias),
-//! all column-major, m x n result, inner extent k, `batch` matrices.
+//! all column-major, m x n result, inner extent k, `batch` matrices. With
+//! fp8 operands (cuBLAS documentation, "Tensorwide Scaling For FP8 Data
+//! Types"): D = d_scale * epilogue(alpha a_scale b_scale op(A) op(B) +
+//! beta c_scale C + bias), amax_d = max |epilogue(...)| before d_scale.
 struct lt_call {
   int device = 0;
   cudaStream_t stream = nullptr;
@@ -122,7 +126,9 @@ struct lt_call {
   bool b_type_differs = false;
   cudaDataType_t cd_type = CUDA_R_32F;
   lt_matrix a, b;
-  const void* c = nullptr;  // null: beta is 0 and D itself stands in for C
+  const void* c = nullptr;  // null: beta is 0 and D itself stands in for C (or nothing, when c_type differs)
+  std::int32_t c_type = -1;  // cudaDataType_t of C when not D's (fp8 D takes a bf16 or fp16 C), or -1
+  std::int64_t ldc = 0;      // C's leading dimension when not D's, or 0
   void* d = nullptr;
   std::uint64_t m = 0, n = 0, k = 0;
   std::int64_t ldd = 1, d_batch_stride = 0;
@@ -133,6 +139,9 @@ struct lt_call {
   double alpha = 1, beta = 0;
   const float* a_scale = nullptr;  // device float multiplying op(A) (fp8 operands), or null
   const float* b_scale = nullptr;  // the same for op(B)
+  const float* c_scale = nullptr;  // device float multiplying C, or null
+  const float* d_scale = nullptr;  // device float multiplying D before its conversion (fp8 D), or null
+  float* amax_d = nullptr;         // device float receiving max |D| before d_scale (fp8 D), or null
 };
 
 // Largest power of two (up to 256) dividing the address: what the heuristic
@@ -153,7 +162,7 @@ struct lt_algo {
   std::size_t workspace;
 };
 
-using lt_key = std::array<std::int64_t, 33>;
+using lt_key = std::array<std::int64_t, 38>;
 
 inline lt_key lt_key_of(const lt_call& c) {
   return {c.device,
@@ -188,7 +197,12 @@ inline lt_key lt_key_of(const lt_call& c) {
           c.b_type_differs ? static_cast<std::int64_t>(c.b_type) : -1,
           c.bias_type,
           c.a_scale != nullptr,
-          c.b_scale != nullptr};
+          c.b_scale != nullptr,
+          c.c_type,
+          c.ldc,
+          c.c_scale != nullptr,
+          c.d_scale != nullptr,
+          c.amax_d != nullptr};
 }
 
 // The heuristic's best algorithm for a call's shape, types, layouts, epilogue
@@ -269,25 +283,38 @@ inline void lt_matmul(const lt_call& c) {
       LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c.bias_type,
                                                        sizeof(c.bias_type)));
   }
-  if (c.a_scale)
-    LOOM_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.a_scale, sizeof(c.a_scale)));
-  if (c.b_scale)
-    LOOM_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(op.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.b_scale, sizeof(c.b_scale)));
+  // The per-tensor scales of fp8 products and the amax of an fp8 D, each set only when given.
+  const std::pair<cublasLtMatmulDescAttributes_t, const void*> pointers[] = {
+      {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, c.a_scale}, {CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, c.b_scale},
+      {CUBLASLT_MATMUL_DESC_C_SCALE_POINTER, c.c_scale}, {CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, c.d_scale},
+      {CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, c.amax_d}};
+  for (const auto& [attribute, pointer] : pointers)
+    if (pointer)
+      LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.get(), attribute, &pointer, sizeof(pointer)));
   const auto la = lt_layout(c.ab_type, c.a.rows, c.a.cols, c.a.ld, c.batch, c.a.batch_stride);
   const auto lb =
       lt_layout(c.b_type_differs ? c.b_type : c.ab_type, c.b.rows, c.b.cols, c.b.ld, c.batch, c.b.batch_stride);
   const auto ld = lt_layout(c.cd_type, c.m, c.n, c.ldd, c.batch, c.d_batch_stride);
-  // C shares D's layout (loom fuses C only when its strides equal D's).
-  const lt_algo algo = lt_pick_algo(c, h, op.get(), la.get(), lb.get(), ld.get(), ld.get());
+  // C shares D's layout unless its type or leading dimension differs (an
+  // out-of-place C may have its own leading dimension; in place, C == D
+  // takes the same layout: cuBLAS documentation, cublasLtMatmul).
+  const bool c_type_differs = c.c_type >= 0 && c.c_type != static_cast<std::int32_t>(c.cd_type);
+  const bool own_c = c_type_differs || (c.ldc != 0 && c.ldc != c.ldd);
+  const lt_layout_ptr lc =
+      own_c ? lt_layout(c_type_differs ? static_cast<cudaDataType_t>(c.c_type) : c.cd_type, c.m, c.n,
+                        c.ldc != 0 ? c.ldc : c.ldd, c.batch, c.d_batch_stride)
+            : nullptr;
+  const cublasLtMatrixLayout_t c_layout = own_c ? lc.get() : ld.get();
+  const lt_algo algo = lt_pick_algo(c, h, op.get(), la.get(), lb.get(), c_layout, ld.get());
   const scratch<device> ws(algo.workspace, stream_ref(c.stream, c.device));
   const float af = static_cast<float>(c.alpha), bf = static_cast<float>(c.beta);
   const bool dbl = c.scale_type == CUDA_R_64F;
   const void* alpha = dbl ? static_cast<const void*>(&c.alpha) : static_cast<const void*>(&af);
   const void* beta = dbl ? static_cast<const void*>(&c.beta) : static_cast<const void*>(&bf);
-  LOOM_CUBLAS_CHECK(cublasLtMatmul(h, op.get(), alpha, c.a.p, la.get(), c.b.p, lb.get(), beta, c.c ? c.c : c.d,
-                                   ld.get(), c.d, ld.get(), &algo.algo, ws.p, algo.workspace, c.stream));
+  // Without C, beta is 0 and cuBLASLt reads no C: D stands in when it has C's type, otherwise null.
+  const void* c_ptr = c.c ? c.c : (c_type_differs ? nullptr : c.d);
+  LOOM_CUBLAS_CHECK(cublasLtMatmul(h, op.get(), alpha, c.a.p, la.get(), c.b.p, lb.get(), beta, c_ptr, c_layout, c.d,
+                                   ld.get(), &algo.algo, ws.p, algo.workspace, c.stream));
   count_device_launch();
 }
 }  // namespace loom::detail
