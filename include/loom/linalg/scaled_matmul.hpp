@@ -219,7 +219,12 @@ void run(const view<D, 2, S>& d, const view<const A, 2, S>& a, const view<const 
     if (extras.bias.data() && extras.bias.stride(0) != 1) bad("the bias must be contiguous");
     call.epilogue = extras.gelu ? (call.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU)
                                 : (call.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
-    if (m > 0 && n > 0) detail::lt_matmul(call);
+    if (m > 0 && n > 0) {
+      detail::lt_matmul(call);
+    } else if constexpr (is_fp8_output<D>) {
+      // No product to run: the amax of an empty D is 0, as on the host.
+      if (extras.amax.data()) LOOM_CUDA_CHECK(cudaMemsetAsync(extras.amax.data(), 0, sizeof(float), s.get()));
+    }
 #else
     detail::require_cuda_compiler_for<S>();
 #endif
