@@ -90,6 +90,16 @@ CASES = {
 # must also use no more registers than the plain form.
 SHARED_CASES = {21: 3}
 ROW_CASES = {5, 6, 7, 15, 16}
+# softmax row cases: the vector width of their vector form. The kept value
+# e = exp(x - row_max(x)) (docs/04_layers.md) is chosen at launch: each
+# occurrence of it has a mode (compute 0, store 1, read 2, a byte of the
+# kernel's parameters) that the code branches on, so both forms are in the
+# kernel. check_kept_exp follows the branches for given modes and counts the
+# ex2 instructions that can run: one occurrence storing and the others
+# reading (the row fits the cache) must leave one ex2 per element (the
+# vector step's width and one in the scalar tail of the vector form; one in
+# the general form); all computing (it does not fit), two.
+EXP_CASES = {5: 8, 7: 8, 15: 8, 16: 4}
 # case: (description of a whole-tensor reduction, the form of its kernel with
 # 16-byte loads, the shortest run of them allowed). "pointer": CUB's kernel
 # over the tensor's pointer (cub's policy for 4-byte items on sm_90: 16 items
@@ -318,6 +328,90 @@ def check_versus_cub(case, desc, ents, stats, failures):
                         f"are not CUB's own ({[len(t) for t in cub]}); block {which} differs")
 
 
+LABEL = re.compile(r"^(\$L__\w+):")
+BRANCH = re.compile(r"^(@(!?)(%p\d+)\s+)?bra(?:\.uni)?\s+(\$L__\w+);")
+MODE_TEST = re.compile(r"^setp\.(eq|ne)\.s16\s+(%p\d+),\s*(%rs\d+),\s*([12]);")
+EX2 = re.compile(r"\bex2\.")
+
+
+def basic_blocks(body):
+    """[(label, [instructions])] in order (the entry block's label is None)."""
+    out, cur, name = [], [], None
+    for raw in body.splitlines():
+        line = raw.split("//")[0].strip()
+        if not line:
+            continue
+        m = LABEL.match(line)
+        if m:
+            out.append((name, cur))
+            name, cur = m.group(1), []
+        else:
+            cur.append(line)
+    out.append((name, cur))
+    return out
+
+
+def reachable_ex2(blocks, modes):
+    """ex2 instructions in the blocks reachable from the entry when each mode
+    register holds modes[register]: a branch on a comparison of a mode
+    register goes one way, any other branch both ways."""
+    index = {name: i for i, (name, _) in enumerate(blocks)}
+    known = {}
+    for _, ins in blocks:
+        for line in ins:
+            m = MODE_TEST.match(line)
+            if m and m.group(3) in modes:
+                equal = modes[m.group(3)] == int(m.group(4))
+                known[m.group(2)] = equal if m.group(1) == "eq" else not equal
+    seen, todo, count = set(), [0], 0
+    while todo:
+        i = todo.pop()
+        if i in seen or i >= len(blocks):
+            continue
+        seen.add(i)
+        ins = blocks[i][1]
+        count += sum(1 for line in ins if EX2.search(line))
+        falls = True
+        for line in ins:
+            if line.startswith(("ret", "exit")):
+                falls = False
+                break
+            m = BRANCH.match(line)
+            if not m:
+                continue
+            target = index[m.group(4)]
+            value = known.get(m.group(3)) if m.group(3) else True
+            if value is None:
+                todo.append(target)
+            elif value != (m.group(2) == "!"):
+                todo.append(target)
+                falls = False
+                break
+        if falls:
+            todo.append(i + 1)
+    return count
+
+
+def check_kept_exp(case, desc, kind, body, per_element, failures):
+    """The ex2 a softmax row kernel runs with its kept value stored once and
+    read after, and with every occurrence computing it (see EXP_CASES):
+    `per_element` of them is one per element of its loops (a vector step and
+    the scalar tail; 1 in the general form)."""
+    blocks = basic_blocks(body)
+    regs = sorted({m.group(3) for _, ins in blocks for line in ins for m in [MODE_TEST.match(line)] if m})
+    if len(regs) < 2:
+        failures.append(f"case {case} ({desc}): {kind} kernel branches on {len(regs)} kept-value modes, expected 2 "
+                        f"or more (a pass that stores the value, one that reads it)")
+        return
+    kept = {reachable_ex2(blocks, {r: (1 if r == s else 2) for r in regs}) for s in regs}
+    computing = reachable_ex2(blocks, {r: 0 for r in regs})
+    print(f"{'':<42} {'ex2':<12} kept: {sorted(kept)}, computing: {computing} (one per element: {per_element})")
+    if kept != {per_element} or computing != 2 * per_element:
+        failures.append(f"case {case} ({desc}): {kind} kernel runs {sorted(kept)} ex2 with the value kept and "
+                        f"{computing} computing it, expected {per_element} (one per element) and "
+                        f"{2 * per_element}")
+
+
 def find_forms(case, desc, ents, forms, failures):
     """{kind: kernel name} when each kind matched exactly one kernel, else None."""
     if any(len(v) != 1 for v in forms.values()):
@@ -503,6 +597,8 @@ def main():
                                     f"expected {ROW_COPY_V4} each")
             stack, spill, regs = stats.get(name, (-1, -1, -1))
             print(f"{desc:<42} {kind:<12} {loads:>5} {stores:>5} {copy:>5} {regs:>4} {spill:>5} {stack:>5}")
+            if case in EXP_CASES:
+                check_kept_exp(case, desc, kind, body, EXP_CASES[case] + 1 if kind == "vector rows" else 1, failures)
             if name not in stats:
                 failures.append(f"case {case}: no ptxas report for {kind} kernel")
             if spill != 0 or stack != 0:
