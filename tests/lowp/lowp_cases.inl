@@ -887,6 +887,16 @@ TEST_CASE("scaled_matmul adds beta * c_scale * C and writes fp8 D with d_scale a
       }
     CHECK(worst < 1e-5);
   }
+  SECTION("an empty fp8 D runs no product and its amax is 0") {
+    loom::tensor<loom::e4m3, 2, space_t> a({0, 32}), w({8, 32});
+    loom::tensor<loom::e4m3, 2, space_t> y8({0, 8});
+    loom::host_tensor<float, 1> poison({1});
+    poison.data()[0] = 7;
+    auto amax = in_space(poison);
+    const auto one = loom::full<float, 1, space_t>({1}, 1.0f);
+    loom::scaled_matmul(y8, a, one, w.t(), one, {.amax = amax.view(), .d_scale = one.view()});
+    CHECK(on_host(amax).data()[0] == 0.0f);
+  }
   SECTION("C, its scale, d_scale and overlaps are checked") {
     loom::tensor<loom::e4m3, 2, space_t> a({4, 32}), w({8, 32});
     loom::tensor<float, 1, space_t> s1({1}), s2({2});
