@@ -510,6 +510,12 @@ def check_scan(case, desc, ents, stats, failures):
                                 f"read to be one 64-bit word (status and value), and at least 3 publications")
 
 
+def heavy_cases():
+    """The cases that compile loom's umbrella header with CUB and Thrust and
+    many kernels (--group heavy); every other case is in --group light."""
+    return set(REDUCE_CASES) | set(AXIS_CASES) | set(SCAN_CASES) | set(SPILL_CASES) | set(VERSUS_CUB_CASES)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nvcc", required=True)
@@ -518,6 +524,9 @@ def main():
     ap.add_argument("--arch", default="90")
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--cases", help="comma-separated case numbers to check (default: all)")
+    ap.add_argument("--group", choices=("heavy", "light"),
+                    help="only the cases of one group (CTest runs the two side by side): 'heavy' the "
+                         "reductions, scans and files of many kernels (heavy_cases), 'light' the others")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
 
@@ -528,6 +537,9 @@ def main():
     cases.update({c: (d, 0, 0) for c, d in SPILL_CASES.items()})
     cases.update({c: (d, 0, 0) for c, d in SCAN_CASES.items()})
     cases.update({c: (d, 0, 0) for c, d in VERSUS_CUB_CASES.items()})
+    if args.group:
+        heavy = heavy_cases()
+        cases = {c: d for c, d in cases.items() if (c in heavy) == (args.group == "heavy")}
     if args.cases:
         try:
             wanted = {int(c) for c in args.cases.split(",") if c.strip()}

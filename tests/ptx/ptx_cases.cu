@@ -4,7 +4,30 @@
 // kernel per compiled path, one 16-byte load per input and 16-byte stores on
 // the contiguous path, and no register spills; for a whole-tensor reduction,
 // a thread's 16-byte loads of a tile issued back to back.
+// Each case includes what it uses: the umbrella header (CUB, Thrust,
+// cuBLASLt) costs about 2 s more of nvcc than a layer's own headers, and
+// the check compiles every case on its own.
+#if LOOM_PTX_CASE == 5 || LOOM_PTX_CASE == 7 || LOOM_PTX_CASE == 15 || LOOM_PTX_CASE == 16
+#include <loom/nn/softmax.hpp>
+#elif LOOM_PTX_CASE == 6
+#include <loom/nn/norm.hpp>
+#elif LOOM_PTX_CASE == 19
+#include <loom/nn/embedding.hpp>
+#include <loom/ops/arithmetic.hpp>
+#elif LOOM_PTX_CASE == 20
+#include <loom/expr/unpack.hpp>
+#include <loom/nn/quantize.hpp>
+#include <loom/ops/arithmetic.hpp>
+#elif LOOM_PTX_CASE <= 4 || LOOM_PTX_CASE == 14 || LOOM_PTX_CASE == 21
+#include <loom/nn/layer.hpp>
+#include <loom/ops/activations.hpp>
+#include <loom/ops/arithmetic.hpp>
+#include <loom/ops/compare.hpp>
+#include <loom/ops/math.hpp>
+#include <loom/rng/random.hpp>
+#else
 #include <loom/loom.hpp>
+#endif
 
 using namespace loom;
 
