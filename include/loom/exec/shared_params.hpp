@@ -22,16 +22,6 @@
 #include "loom/expr/traverse.hpp"
 
 namespace loom::detail {
-//! The tag of a leaf_node (void: none).
-template <class N>
-struct leaf_tag {
-  using type = void;
-};
-template <class T, std::size_t R, class S, class Tag>
-struct leaf_tag<leaf_node<T, R, S, Tag>> {
-  using type = Tag;
-};
-
 // The distinct tags of the tagged leaves of expression tree N that the
 // sharing reaches (through maps and broadcasts), in pre-order. A tag names
 // the layer's body type, which a kernel's template arguments cannot hold
@@ -169,6 +159,7 @@ struct param_regs {
 //! One leaf per parameter of a shared tree: what the kernel loads.
 template <class... L>
 struct param_loads {
+  static constexpr std::size_t size = sizeof...(L);
   tuple<L...> leaves;
   template <int vector_width>
   using ctx = param_regs<vector_width, L...>;
@@ -216,11 +207,10 @@ LOOM_HD void shared_vector_step(O* out, const B& e, const P& params, index_t v) 
 template <class B, class P>
 bool collect_params(const B& b, P& loads) {
   bool same = true;
-  bool seen[64] = {};
+  bool seen[P::size] = {};
   visit(b, [&](const auto& m) {
     using M = std::remove_cvref_t<decltype(m)>;
     if constexpr (is_bound_param<M>::value) {
-      static_assert(M::number < 64, "loom: more than 64 layer parameters in one assignment");
       auto& first = detail::get<M::number>(loads.leaves);
       if (!seen[M::number]) {
         first = m.leaf;
