@@ -8,8 +8,10 @@
 // with the same kernel count (checked: the program fails otherwise). Every
 // result is checked against a double reference of the gradient first. The
 // built-in softmax backward reads the saved forward output y; the derived
-// one recomputes it from x (nothing saved). Wall time, median of several runs
-// after a warm-up run; GB/s = bytes that must move / time.
+// one recomputes it from x, with nothing saved, or (a second row of each
+// pair) reads the row statistics that the layer names loom::saved. Wall
+// time, median of several runs after a warm-up run; GB/s = bytes that must
+// move / time.
 // Usage: bench_grad_cpu [--quick] [--json FILE]
 #include <chrono>
 #include <cmath>
@@ -159,6 +161,19 @@ int main(int argc, char** argv) {
   const auto sb = measure("softmax backward", "softmax_backward (from y)", 3 * row_bytes,
                           [&] { dx = loom::softmax_backward(y, dy); }, [&] { return check_dx(); });
   verdict("softmax", sd, sb);
+  // The same layer naming its row max and sum (loom::saved): the backward
+  // reads them, saved by the forward ([rows, 1] each, assigned untimed).
+  constexpr auto softmax_saving = loom::layer([](auto v) {
+    auto e = exp(v - stop_gradient(loom::saved<0>(row_max(v))));
+    return e / loom::saved<1>(row_sum(e));
+  });
+  loom::host_tensor<float, 2> row_a({rows, 1}), row_b({rows, 1});
+  row_a = loom::saved_value<0>(softmax_saving)(x);
+  row_b = loom::saved_value<1>(softmax_saving)(x);
+  const auto ss = measure("softmax backward", "loom::grad (from x, saved max and sum)", 3 * row_bytes,
+                          [&] { dx = loom::grad<0>(softmax_saving).with_saved(row_a, row_b)(x, dy); },
+                          [&] { return check_dx(); });
+  verdict("softmax, saved max and sum", ss, sb);
 
   constexpr auto layer_norm = loom::layer([](auto v, auto wt, auto bs) { return loom::layer_norm(v, wt, bs, ln_eps); });
   ref.layer_norm(x.data(), w.data(), dy.data());
@@ -174,6 +189,16 @@ int main(int argc, char** argv) {
                                         both(check_dw(lg->dweight.data()), check_db(lg->dbias.data())));
                           });
   verdict("layer_norm", ld, lb);
+  constexpr auto layer_norm_saving = loom::layer([](auto v, auto wt, auto bs) {
+    auto centred = v - loom::saved<0>(row_mean(v));
+    return centred * rsqrt(loom::saved<1>(row_mean(centred * centred)) + ln_eps) * wt + bs;
+  });
+  row_a = loom::saved_value<0>(layer_norm_saving)(x, w, b);
+  row_b = loom::saved_value<1>(layer_norm_saving)(x, w, b);
+  const auto ls = measure("layer_norm backward", "loom::grad (saved mean and variance)", 3 * row_bytes,
+                          [&] { loom::grad(layer_norm_saving).with_saved(row_a, row_b)(x, w, b, dy).into(dx, dw, db); },
+                          [&] { return both(check_dx(), both(check_dw(), check_db())); });
+  verdict("layer_norm, saved mean and variance", ls, lb);
 
   constexpr auto rms_norm = loom::layer([](auto v, auto wt) { return loom::rms_norm(v, wt, rms_eps); });
   ref.rms_norm(x.data(), w.data(), dy.data());
@@ -185,6 +210,13 @@ int main(int argc, char** argv) {
                           [&] { rg.emplace(loom::rms_norm_backward(x, w, dy, rms_eps)); },
                           [&] { return both(check_dx(rg->dx.data()), check_dw(rg->dweight.data())); });
   verdict("rms_norm", rd, rb);
+  constexpr auto rms_norm_saving =
+      loom::layer([](auto v, auto wt) { return v * rsqrt(loom::saved<0>(row_mean(v * v)) + rms_eps) * wt; });
+  row_a = loom::saved_value<0>(rms_norm_saving)(x, w);
+  const auto rs = measure("rms_norm backward", "loom::grad (saved mean square)", 3 * row_bytes,
+                          [&] { loom::grad(rms_norm_saving).with_saved(row_a)(x, w, dy).into(dx, dw); },
+                          [&] { return both(check_dx(), check_dw()); });
+  verdict("rms_norm, saved mean square", rs, rb);
 
   if (failed) std::printf("FAIL: a result differs from its double reference or a kernel count differs\n");
   return failed ? 1 : 0;

@@ -7,7 +7,9 @@
 // at 4096 x {1024, 4096, 16384, 65536} in bf16 and float; and the same input
 // gradients derived by loom::grad from the forward layers (impl "loom::grad",
 // docs/08_gradients.md), which read x where the built-in softmax backward
-// reads the forward output. Bytes that must move:
+// reads the forward output, and the derived softmax backward reading the
+// rows' max and sum that the forward saved (impl "loom::grad, saved max and
+// sum"; the statistics' [rows, 1] reads are not counted). Bytes that must move:
 // one read of each full-size input and one write of the output (the weight
 // and bias vectors too). Each output is checked against a double reference on
 // four rows before timing. PyTorch eager and torch.compile timings of the same

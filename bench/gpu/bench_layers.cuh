@@ -120,6 +120,13 @@ inline void ref_softmax_backward_of_x(const row_in& in, std::vector<double>& out
 constexpr auto softmax_layer = loom::layer([](auto z) { return loom::softmax(z); });
 constexpr auto layer_norm_layer = loom::layer([](auto z, auto w, auto b) { return loom::layer_norm(z, w, b, ln_eps); });
 constexpr auto rms_norm_layer = loom::layer([](auto z, auto w) { return loom::rms_norm(z, w, rms_eps); });
+// The softmax naming its rows' max and sum (loom::saved): its derived
+// backward reads them (impl "loom::grad, saved max and sum"), as the
+// built-in backward reads the saved output.
+constexpr auto softmax_saving_layer = loom::layer([](auto z) {
+  auto e = exp(z - stop_gradient(loom::saved<0>(row_max(z))));
+  return e / loom::saved<1>(row_sum(e));
+});
 
 // One layer's tensors for one shape and dtype: `sets` rotating (x, dy, y);
 // host tensors (one set) for the self-test.
@@ -255,6 +262,18 @@ void run_shape(bench_state& st, index_t rows, index_t cols) {
              [&](int s) { y[s] = loom::cross_entropy_backward(x[s], d.target); });
   st.measure(d, "softmax_backward", 2, ref_softmax_backward_of_x,
              [&](int s) { y[s] = loom::grad<0>(softmax_layer)(x[s], dy[s]); }, "loom::grad");
+  {
+    // The statistics per set of inputs, [rows, 1] in float, saved untimed.
+    std::vector<loom::tensor<float, 2, Space>> row_max, row_sum;
+    for (int s = 0; s < d.sets; ++s) {
+      row_max.emplace_back(loom::shape<2>{rows, 1}), row_sum.emplace_back(loom::shape<2>{rows, 1});
+      row_max.back() = loom::saved_value<0>(softmax_saving_layer)(x[s]);
+      row_sum.back() = loom::saved_value<1>(softmax_saving_layer)(x[s]);
+    }
+    st.measure(d, "softmax_backward", 2, ref_softmax_backward_of_x,
+               [&](int s) { y[s] = loom::grad<0>(softmax_saving_layer).with_saved(row_max[s], row_sum[s])(x[s], dy[s]); },
+               "loom::grad, saved max and sum");
+  }
   st.measure(d, "layer_norm_backward_input", 2, ref_layer_norm_backward_input,
              [&](int s) { y[s] = loom::grad<0>(layer_norm_layer)(x[s], w, b, dy[s]); }, "loom::grad");
   st.measure(d, "rms_norm_backward_input", 2, ref_rms_norm_backward_input,

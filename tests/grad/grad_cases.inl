@@ -265,6 +265,152 @@ TEST_CASE("grad: row_max shares the gradient evenly among ties, as amax " LOOM_T
   const double want[] = {0, 0.5, 0.5, 0, 1, 0, 1, 1};
   for (int i = 0; i < 8; ++i) CHECK(h.data()[i] == want[i]);
 }
+
+namespace {
+// Softmax's backward along the last axis in double: y * (dy - sum(dy * y)).
+template <class T, std::size_t R>
+std::vector<double> softmax_backward_double(const loom::host_tensor<T, R>& x, const loom::host_tensor<T, R>& dy) {
+  const index_t c = x.extents()[R - 1], rows = x.size() / c;
+  std::vector<double> dx(static_cast<std::size_t>(x.size()));
+  for (index_t i = 0; i < rows; ++i) {
+    double m = -INFINITY, s = 0, dot = 0;
+    for (index_t j = 0; j < c; ++j) m = std::max(m, loom_test::as_double(x.data()[i * c + j]));
+    for (index_t j = 0; j < c; ++j) s += std::exp(loom_test::as_double(x.data()[i * c + j]) - m);
+    for (index_t j = 0; j < c; ++j)
+      dot += loom_test::as_double(dy.data()[i * c + j]) * std::exp(loom_test::as_double(x.data()[i * c + j]) - m) / s;
+    for (index_t j = 0; j < c; ++j)
+      dx[static_cast<std::size_t>(i * c + j)] = std::exp(loom_test::as_double(x.data()[i * c + j]) - m) / s *
+                                                (loom_test::as_double(dy.data()[i * c + j]) - dot);
+  }
+  return dx;
+}
+}  // namespace
+
+TEST_CASE("grad: values saved by the forward stand for its row passes in the backward " LOOM_TEST_TAG, "[grad]") {
+  std::mt19937_64 g(loom_test::seed_for("grad saved"));
+  // Softmax over [B, T, C] with the rows' max and sum saved ([B, T, 1]).
+  const index_t b = 3, t = 5, c = 37;
+  const auto xh = random_host<float, 3>(loom::shape<3>{b, t, c}, g, -4, 4);
+  const auto dyh = random_host<float, 3>(xh.extents(), g, -1, 1);
+  const auto x = in_space(xh), dy = in_space(dyh);
+  constexpr auto sm = loom::layer([](auto z) {
+    auto e = exp(z - stop_gradient(loom::saved<0>(row_max(z))));
+    return e / loom::saved<1>(row_sum(e));
+  });
+  auto m = poisoned<float, 3>(loom::shape<3>{b, t, 1});
+  auto s = poisoned<float, 3>(loom::shape<3>{b, t, 1});
+  m = loom::saved_value<0>(sm)(x);
+  s = loom::saved_value<1>(sm)(x);
+  {
+    const auto mh = on_host(m), sh = on_host(s);
+    for (index_t i = 0; i < b * t; ++i) {
+      double mx = -INFINITY, sum = 0;
+      for (index_t j = 0; j < c; ++j) mx = std::max(mx, static_cast<double>(xh.data()[i * c + j]));
+      for (index_t j = 0; j < c; ++j) sum += std::exp(xh.data()[i * c + j] - mx);
+      CHECK(mh.data()[i] == mx);
+      CHECK(std::fabs(sh.data()[i] - sum) <= 1e-5 * sum);
+    }
+  }
+  const auto want = softmax_backward_double(xh, dyh);
+  auto dx = poisoned<float, 3>(x.extents());
+  dx = loom::grad<0>(sm)(x, dy);
+  CHECK(loom::last_grad().rows.row_passes == 3);  // max, sum, the sum of the adjoint
+  check_close(on_host(dx), want, 2e-5);
+  dx = poisoned<float, 3>(x.extents());
+  dx = loom::grad<0>(sm).with_saved(m, s)(x, dy);
+  CHECK(loom::last_grad().kernels == 1);
+  CHECK(loom::last_grad().rows.row_passes == 1);  // the sum of the adjoint only
+  check_close(on_host(dx), want, 2e-5);
+  // loom::skip: the max is computed, the sum read.
+  dx = poisoned<float, 3>(x.extents());
+  dx = loom::grad<0>(sm).with_saved(loom::skip, s)(x, dy);
+  CHECK(loom::last_grad().rows.row_passes == 2);
+  check_close(on_host(dx), want, 2e-5);
+  // The saved tensor is what the backward reads: a NaN max gives NaN.
+  auto nan_m = poisoned<float, 3>(m.extents());
+  dx = loom::grad<0>(sm).with_saved(nan_m, s)(x, dy);
+  const auto nan_dx = on_host(dx);
+  for (index_t i = 0; i < nan_dx.size(); ++i) REQUIRE(std::isnan(nan_dx.data()[i]));
+  auto wrong = poisoned<float, 3>(loom::shape<3>{b, t, 2});
+  REQUIRE_THROWS_WITH(loom::grad<0>(sm).with_saved(wrong, s)(x, dy),
+                      Contains("saved tensor has shape [3, 5, 2]") && Contains("[3, 5, 1]"));
+
+  // bf16 rows with the statistics saved in float (the row reductions' type).
+  const index_t n = 7, w = 45;
+  const auto xb = random_host<loom::bf16, 2>(loom::shape<2>{n, w}, g, -4, 4);
+  const auto dyb = random_host<loom::bf16, 2>(xb.extents(), g, -1, 1);
+  auto mb = poisoned<float, 2>(loom::shape<2>{n, 1});
+  auto sb = poisoned<float, 2>(loom::shape<2>{n, 1});
+  mb = loom::saved_value<0>(sm)(in_space(xb));
+  sb = loom::saved_value<1>(sm)(in_space(xb));
+  auto dxb = poisoned<loom::bf16, 2>(xb.extents());
+  dxb = loom::grad<0>(sm).with_saved(mb, sb)(in_space(xb), in_space(dyb));
+  check_close(on_host(dxb), softmax_backward_double(xb, dyb), 2e-2);
+
+  // layer_norm with the mean and the variance saved, and rms_norm with the
+  // mean square: the dx and weight gradients still take 2 kernels.
+  const index_t rows = 9, cols = 129;
+  const auto xn = in_space(random_host<float, 2>(loom::shape<2>{rows, cols}, g, -2, 2));
+  const auto wn = in_space(random_host<float, 1>(loom::shape<1>{cols}, g, 0.5, 1.5));
+  const auto bn = in_space(random_host<float, 1>(loom::shape<1>{cols}, g, -1, 1));
+  const auto dyn = in_space(random_host<float, 2>(loom::shape<2>{rows, cols}, g, -1, 1));
+  constexpr auto ln = loom::layer([](auto v, auto wt, auto bs) {
+    auto centred = v - loom::saved<0>(row_mean(v));
+    return centred * rsqrt(loom::saved<1>(row_mean(centred * centred)) + 1e-5) * wt + bs;
+  });
+  auto mean = poisoned<float, 2>(loom::shape<2>{rows, 1});
+  auto var = poisoned<float, 2>(loom::shape<2>{rows, 1});
+  mean = loom::saved_value<0>(ln)(xn, wn, bn);
+  var = loom::saved_value<1>(ln)(xn, wn, bn);
+  auto dx2 = poisoned<float, 2>(xn.extents());
+  auto dw = poisoned<float, 1>(wn.extents());
+  auto db = poisoned<float, 1>(wn.extents());
+  const int ln_passes = loom::grad(ln)(xn, wn, bn, dyn).into(dx2, dw, db).rows.row_passes;
+  dx2 = poisoned<float, 2>(xn.extents());
+  dw = poisoned<float, 1>(wn.extents());
+  db = poisoned<float, 1>(wn.extents());
+  const auto info = loom::grad(ln).with_saved(mean, var)(xn, wn, bn, dyn).into(dx2, dw, db);
+  CHECK(info.kernels == 2);
+  // One pass per distinct row reduction: the mean, the variance and four
+  // sums of adjoints; with both saved, the sums alone, two of which become
+  // one (the copies of v - mean in the variance read the same saved mean).
+  CHECK(ln_passes == 6);
+  CHECK(info.rows.row_passes == 3);
+  const auto ref = loom::layer_norm_backward(xn, wn, dyn, 1e-5);
+  check_close(on_host(dx2), on_host(ref.dx), 1e-3);
+  check_close(on_host(dw), on_host(ref.dweight), 1e-3);
+  check_close(on_host(db), on_host(ref.dbias), 1e-4);
+
+  constexpr auto rms = loom::layer(
+      [](auto v, auto wt) { return v * rsqrt(loom::saved<0>(row_mean(v * v)) + 1e-6) * wt; });
+  auto ms = poisoned<float, 2>(loom::shape<2>{rows, 1});
+  ms = loom::saved_value<0>(rms)(xn, wn);
+  dx2 = poisoned<float, 2>(xn.extents());
+  dw = poisoned<float, 1>(wn.extents());
+  const auto rinfo = loom::grad<0, 1>(rms).with_saved(ms)(xn, wn, dyn).into(dx2, dw);
+  CHECK(rinfo.kernels == 2);
+  CHECK(rinfo.rows.row_passes == 1);
+  const auto rref = loom::rms_norm_backward(xn, wn, dyn, 1e-6);
+  check_close(on_host(dx2), on_host(rref.dx), 1e-4);
+  check_close(on_host(dw), on_host(rref.dweight), 1e-4);
+
+  // A gradient left without row reductions (an elementwise assignment):
+  // x scaled by its row's max, the max a constant.
+  constexpr auto scaled = loom::layer([](auto v) { return v * stop_gradient(loom::saved<0>(row_max(v))); });
+  const auto xs = random_host<double, 2>(loom::shape<2>{4, 11}, g, -2, 2);
+  const auto dys = random_host<double, 2>(xs.extents(), g, -1, 1);
+  loom::host_tensor<double, 2> mh({4, 1});
+  std::vector<double> want_s(static_cast<std::size_t>(xs.size()));
+  for (index_t i = 0; i < 4; ++i) {
+    mh(i, 0) = -INFINITY;
+    for (index_t j = 0; j < 11; ++j) mh(i, 0) = std::max(mh(i, 0), xs(i, j));
+    for (index_t j = 0; j < 11; ++j) want_s[static_cast<std::size_t>(i * 11 + j)] = dys(i, j) * mh(i, 0);
+  }
+  auto dxs = poisoned<double, 2>(xs.extents());
+  dxs = loom::grad<0>(scaled).with_saved(in_space(mh))(in_space(xs), in_space(dys));
+  CHECK(loom::last_grad().rows.path != loom::eval_path::rows);
+  check_close(on_host(dxs), want_s, 1e-15);
+}
 #endif
 
 #if !defined(LOOM_GRAD_PART) || LOOM_GRAD_PART == 1

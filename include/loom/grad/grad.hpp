@@ -20,6 +20,7 @@
 #include "loom/exec/row_colsum.hpp"
 #include "loom/exec/rows.hpp"
 #include "loom/grad/derive.hpp"
+#include "loom/grad/saved.hpp"
 #include "loom/nn/embedding.hpp"
 #include "loom/nn/layer.hpp"
 #include "loom/reduce/api.hpp"
@@ -375,10 +376,22 @@ decltype(auto) body_of(const F& f) {
     return (f);
 }
 
-// The gradients of inputs I... of layer f at args (the last is dy).
-template <class F, std::size_t... I>
+// A tensor given to with_saved: its leaf, or no_saved for loom::skip.
+template <class X>
+auto saved_leaf(const X& x) {
+  if constexpr (std::is_same_v<X, skip_t>)
+    return no_saved{};
+  else
+    return as_node(x);
+}
+
+// The gradients of inputs I... of layer f at args (the last is dy), reading
+// the values loom::saved<K> names from the K-th tensor of `saved` (a tuple of
+// leaves, no_saved where none is given).
+template <class F, class Saved, std::size_t... I>
 struct grad_fn {
   F f;
+  Saved saved;
 
   template <operand... X>
   auto operator()(const X&... x) const {
@@ -386,13 +399,65 @@ struct grad_fn {
     return call(std::forward_as_tuple(x...), std::make_index_sequence<sizeof...(X) - 1>{});
   }
 
+  //! The same gradients, reading the value the layer names loom::saved<K>
+  //! from the K-th tensor (or not, for loom::skip) instead of computing it.
+  template <class... T>
+  auto with_saved(const T&... t) const {
+    static_assert(std::tuple_size_v<Saved> == 0, "loom: grad: with_saved is given once");
+    static_assert(sizeof...(T) > 0, "loom: grad: with_saved takes one tensor (or loom::skip) per saved value");
+    static_assert(((expression<T> || std::is_same_v<T, skip_t>) && ...),
+                  "loom: grad: with_saved takes tensors or views (or loom::skip)");
+    auto leaves = std::make_tuple(saved_leaf(t)...);
+    return grad_fn<F, decltype(leaves), I...>{f, leaves};
+  }
+
  private:
+  static constexpr bool has_saved = std::tuple_size_v<Saved> > 0;
   template <std::size_t K, class N>
   static auto mark(const N& n) {
-    if constexpr (((K == I) || ...))
+    // With saved values, every floating input is marked, so that a saved
+    // value's copies are told apart from other subtrees by their types.
+    if constexpr (((K == I) || ...) || (has_saved && is_floating_v<typename N::value_type>))
       return input_node<K, N>(n);
     else
       return n;
+  }
+  // The saved tensors' bindings to the operand types of their marks in the
+  // forward tree y; each is checked against its value's shape.
+  template <class Y, std::size_t... K>
+  auto bindings(const Y& y, std::index_sequence<K...>) const {
+    return std::make_tuple(bind_saved<K>(y)...);
+  }
+  template <std::size_t K, class Y>
+  auto bind_saved(const Y& y) const {
+    using Leaf = std::remove_cvref_t<std::tuple_element_t<K, Saved>>;
+    if constexpr (std::is_same_v<Leaf, no_saved>) {
+      return no_saved{};
+    } else {
+      using List = saved_operands_t<K, Y>;
+      static_assert(List::size > 0,
+                    "loom: grad: with_saved gives a tensor for loom::saved<K> (K its position, counted from 0) but "
+                    "the layer names no value loom::saved<K>");
+      static_assert(std::is_same_v<typename Leaf::space, typename Y::space>,
+                    "loom: grad: a saved tensor must be in the memory space of the layer's inputs");
+      static_assert(Leaf::rank == std::remove_cvref_t<decltype(find_node<is_saved<K>::template test>(y))>::rank,
+                    "loom: grad: a saved tensor must have the rank of the value it stands for (a row reduction "
+                    "of [..., C] has shape [..., 1])");
+      const auto& leaf = std::get<K>(saved);
+      check_saved_shape(find_node<is_saved<K>::template test>(y), leaf);
+      return saved_binding<List, Leaf>{leaf};
+    }
+  }
+  template <class N, class Bs>
+  static auto with_bindings(const N& n, const Bs& bs) {
+    if constexpr (std::is_same_v<N, no_grad>)
+      return n;
+    else if constexpr (is_scatter<N>) {
+      const auto node = with_bindings(n.node, bs);
+      const auto a = with_bindings(n.adjoint, bs);
+      return scatter_adjoint<std::remove_cvref_t<decltype(node)>, std::remove_cvref_t<decltype(a)>>{node, a};
+    } else
+      return std::apply([&](const auto&... b) { return replace_saved(n, b...); }, bs);
   }
   template <class Args, std::size_t... K>
   auto call(const Args& args, std::index_sequence<K...>) const {
@@ -404,6 +469,7 @@ struct grad_fn {
     static_assert(is_node<Y>, "loom: grad: the layer must return an expression");
     static_assert(Y::rank >= 1, "loom: grad: the layer's output needs a rank of 1 or more");
     const auto y = tag_rows<forward_ids, 0>(forward, next_derivation()).node;
+    const auto bs = bindings(y, std::make_index_sequence<std::tuple_size_v<Saved>>{});
     const auto dy = as_node(std::get<n>(args));
     using D = std::remove_cvref_t<decltype(dy)>;
     static_assert(D::rank == Y::rank, "loom: grad: dy must have the layer output's rank");
@@ -413,7 +479,12 @@ struct grad_fn {
                         shape_string(out_shape));
     const auto one = [&](auto i) {
       constexpr std::size_t k = decltype(i)::value;
-      const auto adj = adjoint<k>(y, dy);
+      const auto adj = [&] {
+        if constexpr (has_saved)
+          return with_bindings(adjoint<k>(y, dy), bs);
+        else
+          return adjoint<k>(y, dy);
+      }();
       auto plain = [&] {
         if constexpr (std::is_same_v<std::remove_cvref_t<decltype(adj)>, no_grad>)
           return adj;
@@ -448,14 +519,35 @@ struct grad_fn {
   }
 };
 
-template <class F, std::size_t... All>
+template <class F, class Saved>
 struct grad_all {
   F f;
+  Saved saved;
   template <operand... X>
   auto operator()(const X&... x) const {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return grad_fn<F, I...>{f}(x...);
+      return grad_fn<F, Saved, I...>{f, saved}(x...);
     }(std::make_index_sequence<sizeof...(X) - 1>{});
+  }
+  //! As grad_fn::with_saved.
+  template <class... T>
+  auto with_saved(const T&... t) const {
+    auto leaves = grad_fn<F, std::tuple<>>{f, {}}.with_saved(t...).saved;
+    return grad_all<F, decltype(leaves)>{f, leaves};
+  }
+};
+
+//! The forward value loom::saved<K> names in layer f at args, as an expression.
+template <std::size_t K, class F>
+struct saved_value_fn {
+  F f;
+  template <operand... X>
+  auto operator()(const X&... x) const {
+    const auto forward = body_of(f)(as_node(x)...);
+    using Y = std::remove_cvref_t<decltype(forward)>;
+    static_assert(tree_any_v<Y, is_saved<K>::template test>, "loom: saved_value: the layer names no value loom::saved<K>");
+    const auto e = child<0>(find_node<is_saved<K>::template test>(forward));
+    return e;
   }
 };
 }  // namespace detail::autodiff
@@ -472,8 +564,17 @@ struct grad_all {
 template <std::size_t... I, class F>
 [[nodiscard]] constexpr auto grad(const F& layer) {
   if constexpr (sizeof...(I) == 0)
-    return detail::autodiff::grad_all<F>{layer};
+    return detail::autodiff::grad_all<F, std::tuple<>>{layer, {}};
   else
-    return detail::autodiff::grad_fn<F, I...>{layer};
+    return detail::autodiff::grad_fn<F, std::tuple<>, I...>{layer, {}};
+}
+
+//! The value that layer names loom::saved<K> (docs/08_gradients.md), as an
+//! expression of the layer's inputs: `m = loom::saved_value<0>(layer)(x);`
+//! computes what the backward reads with
+//! `loom::grad<...>(layer).with_saved(m, ...)`.
+template <std::size_t K, class F>
+[[nodiscard]] constexpr auto saved_value(const F& layer) {
+  return detail::autodiff::saved_value_fn<K, F>{layer};
 }
 }  // namespace loom

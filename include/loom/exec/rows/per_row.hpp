@@ -8,8 +8,9 @@
 // pass reads that value in every column. Its columns then need no square
 // root, division or logarithm, so the compiler can run them in SIMD lanes.
 //
-// Which subtrees: maps that hold a row reduction and read nothing along the
-// row outside their reductions (only reductions and scalars), the outermost
+// Which subtrees: maps that hold a row reduction (or a saved one, read from
+// a tensor of one value per row: expr/row_value.hpp) and read nothing along
+// the row outside their reductions (only reductions and scalars), the outermost
 // such map of each pass; every occurrence of a type is wrapped alike, so
 // equal subtrees keep equal types and identical reductions are still found.
 // The value is the one the subtree computes in every column (the same
@@ -77,10 +78,12 @@ struct is_bound_row_value : std::false_type {};
 template <class B>
 struct is_bound_row_value<bound_row_value<B>> : std::true_type {};
 
-// Whether map N has one value per row and computes on a row reduction.
+// Whether map N has one value per row and computes on a row reduction (or
+// on a saved one, a bound_row_value_leaf).
 template <class N>
 constexpr bool per_row_candidate() {
-  return is_bound_map_node<N>::value && !varies_along_row<N>::value && tree_any_v<N, is_bound_row_reduce>;
+  return is_bound_map_node<N>::value && !varies_along_row<N>::value &&
+         (tree_any_v<N, is_bound_row_reduce> || tree_any_v<N, is_bound_row_value_leaf>);
 }
 
 // Rebuilds a bound row tree with its per-row maps wrapped in

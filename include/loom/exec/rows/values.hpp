@@ -30,6 +30,7 @@
 #include "loom/core/error.hpp"
 #include "loom/expr/bound.hpp"
 #include "loom/expr/row_nodes.hpp"
+#include "loom/expr/row_value.hpp"
 #include "loom/expr/traverse.hpp"
 
 namespace loom::detail::rows {
@@ -121,6 +122,8 @@ template <class N>
 struct reads_row : std::bool_constant<child_count_v<N> == 0> {};
 template <class C>
 struct reads_row<bound_scalar<C>> : std::false_type {};
+template <class T, std::size_t R>
+struct reads_row<bound_row_value_leaf<T, R>> : std::false_type {};
 
 template <class E>
 struct erased_as {

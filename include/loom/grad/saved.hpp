@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// loom::saved<K>(e): marks a value of a layer that loom::grad may read from a
+// tensor saved by the forward pass instead of recomputing it
+// (docs/08_gradients.md, "Saving versus recomputing"), and the tree surgery
+// that puts the saved tensors in a derived gradient.
+
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+#include "loom/config.hpp"
+#include "loom/core/error.hpp"
+#include "loom/core/shape.hpp"
+#include "loom/expr/expression.hpp"
+#include "loom/expr/row_value.hpp"
+#include "loom/expr/shared_rows.hpp"
+#include "loom/expr/traverse.hpp"
+
+namespace loom {
+namespace fn {
+//! The identity that names a value K of a layer (loom::saved<K>).
+template <std::size_t K>
+struct saved {
+  template <class T>
+  LOOM_HD T operator()(T x) const {
+    return x;
+  }
+  //! loom::grad: the adjoint passes through unchanged.
+  template <std::size_t I, class Y, class A>
+  static auto grad(const Y&, const A& a) {
+    return a;
+  }
+};
+}  // namespace fn
+
+//! e itself, named K for loom::grad: `loom::grad<...>(layer).with_saved(...)`
+//! hands the backward a tensor holding e's values (as the forward computed
+//! them), and every copy of e that the derived gradient needs reads that
+//! tensor instead of computing e. Mark the row reductions (a row's max, sum,
+//! mean or mean square): each costs the backward a pass over the row.
+//! `loom::saved_value<K>(layer)(args...)` gives e as an expression, to
+//! assign the tensor from. Nothing changes where no tensor is given.
+//! Example: `auto e = exp(z - stop_gradient(loom::saved<0>(row_max(z))));`
+template <std::size_t K, expression E>
+[[nodiscard]] auto saved(const E& e) {
+  return map(fn::saved<K>{}, e);
+}
+
+namespace detail::autodiff {
+template <class L, class T>
+struct list_has;
+template <class... E, class T>
+struct list_has<type_list<E...>, T> : std::bool_constant<(std::is_same_v<E, T> || ...)> {};
+template <class L, class T>
+struct list_add;
+template <class... E, class T>
+struct list_add<type_list<E...>, T> {
+  using type = std::conditional_t<list_has<type_list<E...>, T>::value, type_list<E...>, type_list<E..., T>>;
+};
+
+template <std::size_t K>
+struct is_saved {
+  template <class N>
+  struct test : std::false_type {};
+  template <class E>
+  struct test<map_node<fn::saved<K>, E>> : std::true_type {};
+};
+
+template <std::size_t K, class N>
+struct saved_operand {
+  using type = void;
+};
+template <std::size_t K, class E>
+struct saved_operand<K, map_node<fn::saved<K>, E>> {
+  using type = E;
+};
+
+template <std::size_t K, class N, class Acc>
+struct collect_saved;
+template <std::size_t K, class Acc, class L>
+struct collect_saved_list {
+  using type = Acc;
+};
+template <std::size_t K, class Acc, class C, class... Rest>
+struct collect_saved_list<K, Acc, type_list<C, Rest...>> {
+  using type = typename collect_saved_list<K, typename collect_saved<K, C, Acc>::type, type_list<Rest...>>::type;
+};
+template <std::size_t K, class N, class Acc>
+struct collect_saved {
+  using inner = typename collect_saved_list<K, Acc, child_types_t<N>>::type;
+  using E = typename saved_operand<K, N>::type;
+  using type = std::conditional_t<std::is_void_v<E>, inner, typename list_add<inner, E>::type>;
+};
+//! The operand types of every loom::saved<K> in tree N (one per copy: the
+//! forward's row reductions carry their place in the tree), as a type_list.
+template <std::size_t K, class N>
+using saved_operands_t = typename collect_saved<K, N, type_list<>>::type;
+
+//! A saved tensor's leaf and the operand types it stands for.
+template <class List, class Leaf>
+struct saved_binding {
+  Leaf leaf;
+};
+//! Stands for no saved tensor (loom::skip in with_saved).
+struct no_saved {};
+
+template <class B>
+struct binding_list {
+  using type = type_list<>;
+};
+template <class List, class Leaf>
+struct binding_list<saved_binding<List, Leaf>> {
+  using type = List;
+};
+template <class N, class... B>
+inline constexpr bool replaced_here = (list_has<typename binding_list<B>::type, N>::value || ...);
+template <class... B>
+struct replaced_by {
+  template <class N>
+  struct test : std::bool_constant<replaced_here<N, B...>> {};
+};
+
+template <class N, class B0, class... B>
+const auto& first_binding(const B0& b0, const B&... b) {
+  if constexpr (list_has<typename binding_list<B0>::type, N>::value)
+    return b0;
+  else
+    return first_binding<N>(b...);
+}
+
+template <class N, class L>
+void check_saved_shape(const N& n, const L& leaf) {
+  if (leaf.extents() != n.extents())
+    throw shape_error("loom: grad: a saved tensor has shape " + shape_string(leaf.extents()) +
+                      " but the value it stands for (loom::saved) has shape " + shape_string(n.extents()));
+}
+
+//! Tree n with every copy of a saved value replaced by its tensor's leaf,
+//! outermost first (a saved value inside another is replaced only where the
+//! outer one is not).
+template <class N, class... B>
+auto replace_saved(const N& n, const B&... b) {
+  if constexpr (replaced_here<N, B...>) {
+    const auto& leaf = first_binding<N>(b...).leaf;
+    check_saved_shape(n, leaf);
+    // A saved row reduction is one value per row (the executors may compute
+    // what depends on it once per row).
+    if constexpr (is_row_reduction<N>::value || is_shared_row<N>::value)
+      return row_value_node<std::remove_cvref_t<decltype(leaf)>>(leaf);
+    else
+      return leaf;
+  } else if constexpr (!tree_any_v<N, replaced_by<B...>::template test>) {
+    return n;
+  } else {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return children_of<N>::rebuild(n, replace_saved(child<I>(n), b...)...);
+    }(std::make_index_sequence<child_count_v<N>>{});
+  }
+}
+}  // namespace detail::autodiff
+}  // namespace loom
