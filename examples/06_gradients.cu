@@ -116,8 +116,8 @@ constexpr auto rms = loom::layer([](auto x, auto w) {
 });
 
 loom::host_tensor<float, 2> ms({x.extent(0), 1});  // one value per row
-ms = loom::saved_value<0>(rms)(x, w);              // the forward: the statistic,
-y = rms(x, w);                                     // and the output (two kernels)
+// The forward writes y and ms in one kernel, row_mean(x * x) computed once:
+loom::assign_with_row_stat(y, rms(x, w), ms, loom::saved_value<0>(rms)(x, w));
 loom::grad(rms).with_saved(ms)(x, w, dy).into(dx, dw);  // the backward reads ms
 }
 

@@ -9,7 +9,8 @@
 // docs/08_gradients.md), which read x where the built-in softmax backward
 // reads the forward output, and the derived softmax backward reading the
 // rows' max and sum that the forward saved (impl "loom::grad, saved max and
-// sum"; the statistics' [rows, 1] reads are not counted). Bytes that must move:
+// sum"; the statistics' [rows, 1] reads are not counted), and the softmax
+// forward that writes them (impl "loom, writing max and sum"). Bytes that must move:
 // one read of each full-size input and one write of the output (the weight
 // and bias vectors too). Each output is checked against a double reference on
 // four rows before timing. PyTorch eager and torch.compile timings of the same

@@ -270,6 +270,14 @@ void run_shape(bench_state& st, index_t rows, index_t cols) {
       row_max.back() = loom::saved_value<0>(softmax_saving_layer)(x[s]);
       row_sum.back() = loom::saved_value<1>(softmax_saving_layer)(x[s]);
     }
+    // The forward that writes them: y, the max and the sum in one kernel.
+    st.measure(d, "softmax", 1, ref_softmax,
+               [&](int s) {
+                 loom::assign_with_row_stats(y[s], softmax_saving_layer(x[s]), row_max[s],
+                                             loom::saved_value<0>(softmax_saving_layer)(x[s]), row_sum[s],
+                                             loom::saved_value<1>(softmax_saving_layer)(x[s]));
+               },
+               "loom, writing max and sum");
     st.measure(d, "softmax_backward", 2, ref_softmax_backward_of_x,
                [&](int s) { y[s] = loom::grad<0>(softmax_saving_layer).with_saved(row_max[s], row_sum[s])(x[s], dy[s]); },
                "loom::grad, saved max and sum");

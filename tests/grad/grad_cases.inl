@@ -299,18 +299,31 @@ TEST_CASE("grad: values saved by the forward stand for its row passes in the bac
   });
   auto m = poisoned<float, 3>(loom::shape<3>{b, t, 1});
   auto s = poisoned<float, 3>(loom::shape<3>{b, t, 1});
-  m = loom::saved_value<0>(sm)(x);
-  s = loom::saved_value<1>(sm)(x);
+  // The forward writes its output and both statistics in one kernel, each
+  // row reduction computed once.
+  auto y = poisoned<float, 3>(x.extents());
+  const auto fwd = loom::assign_with_row_stats(y, sm(x), m, loom::saved_value<0>(sm)(x), s,
+                                               loom::saved_value<1>(sm)(x));
+  CHECK(fwd.row_passes == 2);
   {
-    const auto mh = on_host(m), sh = on_host(s);
+    const auto mh = on_host(m), sh = on_host(s), yh = on_host(y);
     for (index_t i = 0; i < b * t; ++i) {
       double mx = -INFINITY, sum = 0;
       for (index_t j = 0; j < c; ++j) mx = std::max(mx, static_cast<double>(xh.data()[i * c + j]));
       for (index_t j = 0; j < c; ++j) sum += std::exp(xh.data()[i * c + j] - mx);
       CHECK(mh.data()[i] == mx);
       CHECK(std::fabs(sh.data()[i] - sum) <= 1e-5 * sum);
+      for (index_t j = 0; j < c; ++j)
+        REQUIRE(std::fabs(yh.data()[i * c + j] - std::exp(xh.data()[i * c + j] - mx) / sum) <= 1e-6);
     }
   }
+  auto wide = poisoned<float, 3>(loom::shape<3>{b, t, 2});
+  REQUIRE_THROWS_AS(loom::assign_with_row_stats(y, sm(x), m, loom::saved_value<0>(sm)(x), wide,
+                                                loom::saved_value<1>(sm)(x)),
+                    loom::shape_error);
+  REQUIRE_THROWS_WITH(loom::assign_with_row_stats(y, sm(x), m, loom::saved_value<0>(sm)(x), m,
+                                                  loom::saved_value<1>(sm)(x)),
+                      Contains("two outputs of assign_with_row_stats overlap"));
   const auto want = softmax_backward_double(xh, dyh);
   auto dx = poisoned<float, 3>(x.extents());
   dx = loom::grad<0>(sm)(x, dy);
@@ -384,7 +397,9 @@ TEST_CASE("grad: values saved by the forward stand for its row passes in the bac
   constexpr auto rms = loom::layer(
       [](auto v, auto wt) { return v * rsqrt(loom::saved<0>(row_mean(v * v)) + 1e-6) * wt; });
   auto ms = poisoned<float, 2>(loom::shape<2>{rows, 1});
-  ms = loom::saved_value<0>(rms)(xn, wn);
+  auto yn = poisoned<float, 2>(xn.extents());
+  CHECK(loom::assign_with_row_stat(yn, rms(xn, wn), ms, loom::saved_value<0>(rms)(xn, wn)).row_passes == 1);
+  check_close(on_host(yn), on_host(loom::materialize(loom::rms_norm(xn, wn, 1e-6))), 1e-6);
   dx2 = poisoned<float, 2>(xn.extents());
   dw = poisoned<float, 1>(wn.extents());
   const auto rinfo = loom::grad<0, 1>(rms).with_saved(ms)(xn, wn, dyn).into(dx2, dw);

@@ -537,13 +537,21 @@ struct grad_all {
   }
 };
 
-//! The forward value loom::saved<K> names in layer f at args, as an expression.
+//! The forward value loom::saved<K> names in layer f at args, as an
+//! expression: taken from the layer's own call, so that its row reductions
+//! have the types of those in `f(args...)` (an assignment holding both, such
+//! as assign_with_row_stat, computes each once per row).
 template <std::size_t K, class F>
 struct saved_value_fn {
   F f;
   template <operand... X>
   auto operator()(const X&... x) const {
-    const auto forward = body_of(f)(as_node(x)...);
+    const auto forward = [&] {
+      if constexpr (requires { f.f; })
+        return f(x...);
+      else
+        return f(as_node(x)...);
+    }();
     using Y = std::remove_cvref_t<decltype(forward)>;
     static_assert(tree_any_v<Y, is_saved<K>::template test>, "loom: saved_value: the layer names no value loom::saved<K>");
     const auto e = child<0>(find_node<is_saved<K>::template test>(forward));

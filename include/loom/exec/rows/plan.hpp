@@ -97,45 +97,82 @@ struct row_sink1 {
   }
 };
 
-// Two outputs: the root is a bound_map whose two children write them. Both
-// of one shape; or (PerRow) the second [..., 1], its child constant along
-// the row and stored once per row, at column 0.
-template <class O1, class O2, std::size_t R, bool PerRow = false>
+// Child I of a multi-output root b for vector_width columns: its values as
+// the output type O, from the registers r that b's row_load filled.
+template <class O, std::size_t I, int vector_width, class B, class Regs, class Ctx>
+LOOM_HD vec_regs<O, vector_width> child_values(const B& b, const Regs& r, const Ctx& ctx) {
+  vec_regs<O, vector_width> v;
+  LOOM_UNROLL
+  for (int j = 0; j < vector_width; ++j)
+    v.v[j] = convert<O>(detail::get<I>(b.ch).template elem<vector_width>(detail::get<I>(r.c), j, ctx));
+  return v;
+}
+
+// Two outputs of one shape: the root is a bound_map whose two children
+// write them.
+template <class O1, class O2, std::size_t R>
 struct row_sink2 {
-  static constexpr std::size_t smallest = PerRow || sizeof(O1) < sizeof(O2) ? sizeof(O1) : sizeof(O2);
+  static constexpr std::size_t smallest = sizeof(O1) < sizeof(O2) ? sizeof(O1) : sizeof(O2);
   row_out<O1, R> o1;
   row_out<O2, R> o2;
-  bool host_vector_ok() const { return o1.st[R - 1] == 1 && (PerRow || o2.st[R - 1] == 1); }
+  bool host_vector_ok() const { return o1.st[R - 1] == 1 && o2.st[R - 1] == 1; }
   template <class B, class Ctx>
   LOOM_HD void one(const B& b, const index_t* idx, const index_t* lead, index_t c, const Ctx& ctx) const {
     const O1 v1 = convert<O1>(detail::get<0>(b.ch).at(idx, ctx));
-    if (PerRow && c != 0) {
-      o1.p[o1.offset(lead, c)] = v1;
-      return;
-    }
     const O2 v2 = convert<O2>(detail::get<1>(b.ch).at(idx, ctx));
     o1.p[o1.offset(lead, c)] = v1;
-    o2.p[o2.offset(lead, PerRow ? 0 : c)] = v2;
+    o2.p[o2.offset(lead, c)] = v2;
   }
   template <int vector_width, class B, class Ctx>
   LOOM_HD void vec(const B& b, const index_t* lead, index_t c0, const Ctx& ctx) const {
     typename B::template regs<vector_width> r;
     b.template row_load<vector_width>(lead, c0, r);
-    vec_regs<O1, vector_width> v1;
-    vec_regs<O2, PerRow ? 16 / sizeof(O2) : vector_width> v2;
-    LOOM_UNROLL
-    for (int j = 0; j < vector_width; ++j) {
-      v1.v[j] = convert<O1>(detail::get<0>(b.ch).template elem<vector_width>(detail::get<0>(r.c), j, ctx));
-      if (!PerRow || j == 0)
-        v2.v[PerRow ? 0 : j] =
-            convert<O2>(detail::get<1>(b.ch).template elem<vector_width>(detail::get<1>(r.c), j, ctx));
-    }
+    const auto v1 = child_values<O1, 0, vector_width>(b, r, ctx);
+    const auto v2 = child_values<O2, 1, vector_width>(b, r, ctx);
     vec_store<O1, vector_width>(o1.p + o1.offset(lead, c0), v1);
-    if constexpr (PerRow) {
-      if (c0 == 0) o2.p[o2.offset(lead, 0)] = v2.v[0];
-    } else {
-      vec_store<O2, vector_width>(o2.p + o2.offset(lead, c0), v2);
-    }
+    vec_store<O2, vector_width>(o2.p + o2.offset(lead, c0), v2);
+  }
+};
+
+// An output and per-row statistics: the root is a bound_map whose first
+// child writes the output and each further child, constant along the row,
+// one statistic ([..., 1]), stored once per row at column 0.
+template <class O1, std::size_t R, class... OS>
+struct row_sink_stats {
+  static constexpr std::size_t smallest = sizeof(O1);
+  row_out<O1, R> o1;
+  tuple<row_out<OS, R>...> os;
+  bool host_vector_ok() const { return o1.st[R - 1] == 1; }
+  template <class B, class Ctx>
+  LOOM_HD void one(const B& b, const index_t* idx, const index_t* lead, index_t c, const Ctx& ctx) const {
+    const O1 v1 = convert<O1>(detail::get<0>(b.ch).at(idx, ctx));
+    if (c == 0) store_stats(b, idx, lead, ctx, std::index_sequence_for<OS...>{});
+    o1.p[o1.offset(lead, c)] = v1;
+  }
+  template <int vector_width, class B, class Ctx>
+  LOOM_HD void vec(const B& b, const index_t* lead, index_t c0, const Ctx& ctx) const {
+    typename B::template regs<vector_width> r;
+    b.template row_load<vector_width>(lead, c0, r);
+    const auto v1 = child_values<O1, 0, vector_width>(b, r, ctx);
+    if (c0 == 0) store_stats_vec<vector_width>(b, r, lead, ctx, std::index_sequence_for<OS...>{});
+    vec_store<O1, vector_width>(o1.p + o1.offset(lead, c0), v1);
+  }
+
+ private:
+  // Each statistic is computed before any is stored (an output may be an
+  // input under the same index map).
+  template <class B, class Ctx, std::size_t... K>
+  LOOM_HD void store_stats(const B& b, const index_t* idx, const index_t* lead, const Ctx& ctx,
+                           std::index_sequence<K...>) const {
+    const tuple<OS...> v(convert<OS>(detail::get<K + 1>(b.ch).at(idx, ctx))...);
+    ((detail::get<K>(os).p[detail::get<K>(os).offset(lead, 0)] = detail::get<K>(v)), ...);
+  }
+  template <int vector_width, class B, class Regs, class Ctx, std::size_t... K>
+  LOOM_HD void store_stats_vec(const B& b, const Regs& r, const index_t* lead, const Ctx& ctx,
+                               std::index_sequence<K...>) const {
+    const tuple<OS...> v(
+        convert<OS>(detail::get<K + 1>(b.ch).template elem<vector_width>(detail::get<K + 1>(r.c), 0, ctx))...);
+    ((detail::get<K>(os).p[detail::get<K>(os).offset(lead, 0)] = detail::get<K>(v)), ...);
   }
 };
 

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -135,74 +136,111 @@ eval_info row_assign_impl(const view<O, RO, S>& out, const N& e) {
 
 namespace loom {
 namespace fn {
-//! The first of its arguments: the root of a two-output row assignment.
+//! The first of its arguments: the root of a row assignment with several
+//! outputs.
 struct first_of {
-  template <class T>
-  LOOM_HD T operator()(T a, T) const {
+  template <class T, class... U>
+  LOOM_HD T operator()(T a, U...) const {
     return a;
   }
 };
 }  // namespace fn
 
 namespace detail::rows {
-// assign_pair and assign_with_row_stat: two outputs written by one row
-// kernel; PerRow: the second output is [..., 1], stored once per row.
-template <bool PerRow, class O1, class E1, class O2, class E2>
-eval_info assign_two(O1&& out1, const E1& e1, O2&& out2, const E2& e2, const char* api) {
-  const auto v1 = detail::as_view(out1);
-  const auto v2 = detail::as_view(out2);
-  using V1 = decltype(v1);
-  using V2 = decltype(v2);
+// assign_pair and assign_with_row_stats: several outputs written by one row
+// kernel, the first by e1 and output k by ns[k]. PerRow: outputs 2.. are
+// [..., 1], stored once per row; else both outputs have one shape.
+template <bool PerRow, class V1, class N1, class... V, class... N>
+eval_info assign_outputs(const char* api, const V1& v1, const N1& n1, const std::tuple<V...>& vs,
+                         const std::tuple<N...>& ns) {
   using S = typename V1::space;
   constexpr std::size_t RO = V1::rank;
-  static_assert(std::is_same_v<S, typename V2::space> && RO == V2::rank,
-                "loom: assign_pair and assign_with_row_stat need two outputs of the same rank in the same memory "
-                "space");
-  static_assert(RO >= 1, "loom: assign_pair and assign_with_row_stat need outputs of rank 1 or more");
-  static_assert(!std::is_const_v<typename V1::element_type> && !std::is_const_v<typename V2::element_type>,
+  static_assert(((std::is_same_v<S, typename V::space> && RO == V::rank) && ...),
+                "loom: assign_pair and assign_with_row_stats need outputs of the same rank in the same memory space");
+  static_assert(RO >= 1, "loom: assign_pair and assign_with_row_stats need outputs of rank 1 or more");
+  static_assert(!std::is_const_v<typename V1::element_type> && (!std::is_const_v<typename V::element_type> && ...),
                 "loom: cannot assign to a view of const elements");
   detail::require_cuda_compiler_for<S>();
-  using N1 = detail::node_t<E1>;
-  using N2 = detail::node_t<E2>;
   static_assert((std::is_void_v<typename N1::space> || std::is_same_v<typename N1::space, S>) &&
-                    (std::is_void_v<typename N2::space> || std::is_same_v<typename N2::space, S>),
+                    ((std::is_void_v<typename N::space> || std::is_same_v<typename N::space, S>) && ...),
                 "loom: an expression lives in another memory space than the outputs; copy it with loom::to_device(x) "
                 "or loom::to_host(x)");
-  auto want2 = v1.extents();
-  if constexpr (PerRow) want2[RO - 1] = 1;
-  if (v2.extents() != want2)
-    throw shape_error(
-        std::string("loom: ") + api + " needs " +
-        (PerRow ? "a second output of the first's shape with a last extent of 1 (" + shape_string(want2) + ")"
-                : std::string("outputs of one shape")) +
-        ", got " + shape_string(v1.extents()) + " and " + shape_string(v2.extents()));
-  if (may_overlap(v1, v2)) throw aliasing_error(std::string("loom: the two outputs of ") + api + " overlap");
-  const map_node<fn::first_of, N1, N2> both(fn::first_of{}, detail::as_node(e1), detail::as_node(e2));
-  detail::check_assignable(v1, detail::get<0>(both.children));
-  detail::check_assignable(v2, detail::get<1>(both.children));
-  if constexpr (std::is_same_v<S, device>) detail::check_devices(both, v1, v2);
+  auto want = v1.extents();
+  if constexpr (PerRow) want[RO - 1] = 1;
+  const auto check_one = [&](const auto& v) {
+    if (v.extents() != want)
+      throw shape_error(std::string("loom: ") + api + " needs " +
+                        (PerRow ? "a second output of the first's shape with a last extent of 1 (" +
+                                      shape_string(want) + ")"
+                                : std::string("outputs of one shape")) +
+                        ", got " + shape_string(v1.extents()) + " and " + shape_string(v.extents()));
+    if (may_overlap(v1, v)) throw aliasing_error(std::string("loom: two outputs of ") + api + " overlap");
+  };
+  std::apply([&](const auto&... v) { (check_one(v), ...); }, vs);
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    const auto pair = [&](const auto& a, const auto& b) {
+      if (may_overlap(a, b)) throw aliasing_error(std::string("loom: two outputs of ") + api + " overlap");
+    };
+    const auto later = [&](auto k) {
+      ((K > decltype(k)::value ? pair(std::get<decltype(k)::value>(vs), std::get<K>(vs)) : void()), ...);
+    };
+    (later(std::integral_constant<std::size_t, K>{}), ...);
+  }(std::index_sequence_for<V...>{});
+  const auto root = std::apply(
+      [&](const auto&... n) { return map_node<fn::first_of, N1, N...>(fn::first_of{}, n1, n...); }, ns);
+  detail::check_assignable(v1, n1);
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    (detail::check_assignable(std::get<K>(vs), std::get<K>(ns)), ...);
+    if constexpr (std::is_same_v<S, device>) detail::check_devices(root, v1, std::get<K>(vs)...);
+  }(std::index_sequence_for<V...>{});
   eval_info info;
   info.on_device = std::is_same_v<S, device>;
   if (v1.size() == 0) return detail::last_eval_slot() = info;
   // Binding against the first output checks every input against it; the
-  // second output is checked here.
-  detail::for_each_leaf(both, [&](const auto& leaf) {
-    if (!may_overlap(leaf.v, v2)) return;
-    bool same = false;
-    try {
-      same = detail::same_index_map(leaf.v.broadcast_to(v2.extents()), v2);
-    } catch (const shape_error&) {
-    }
-    if (!same)
-      throw aliasing_error(std::string("loom: the second output of ") + api + " (shape " + shape_string(v2.extents()) +
-                           ") overlaps an input under a different index map; evaluate into a new tensor first");
-  });
+  // others are checked here.
+  const auto check_inputs = [&](const auto& v) {
+    detail::for_each_leaf(root, [&](const auto& leaf) {
+      if (!may_overlap(leaf.v, v)) return;
+      bool same = false;
+      try {
+        same = detail::same_index_map(leaf.v.broadcast_to(v.extents()), v);
+      } catch (const shape_error&) {
+      }
+      if (!same)
+        throw aliasing_error(std::string("loom: an output of ") + api + " (shape " + shape_string(v.extents()) +
+                             ") overlaps an input under a different index map; evaluate into a new tensor first");
+    });
+  };
+  std::apply([&](const auto&... v) { (check_inputs(v), ...); }, vs);
   detail::bind_info bi;
-  const auto b = detail::bind_root(both, v1, bi);
-  using sink_t = row_sink2<typename V1::value_type, typename V2::value_type, RO, PerRow>;
-  const sink_t sink{{v1.data(), v1.strides()}, {v2.data(), v2.strides()}};
-  return detail::last_eval_slot() =
-             run_rows<S>(sink, b, layout_of(v1), sink_vector_ok(v1) && (PerRow || sink_vector_ok(v2)));
+  const auto b = detail::bind_root(root, v1, bi);
+  if constexpr (PerRow) {
+    using sink_t = row_sink_stats<typename V1::value_type, RO, typename V::value_type...>;
+    const sink_t sink = std::apply(
+        [&](const auto&... v) {
+          return sink_t{{v1.data(), v1.strides()},
+                        tuple<row_out<typename V::value_type, RO>...>(
+                            row_out<typename V::value_type, RO>{v.data(), v.strides()}...)};
+        },
+        vs);
+    return detail::last_eval_slot() = run_rows<S>(sink, b, layout_of(v1), sink_vector_ok(v1));
+  } else {
+    static_assert(sizeof...(V) == 1);
+    const auto& v2 = std::get<0>(vs);
+    using sink_t = row_sink2<typename V1::value_type, typename std::tuple_element_t<0, std::tuple<V...>>::value_type, RO>;
+    const sink_t sink{{v1.data(), v1.strides()}, {v2.data(), v2.strides()}};
+    return detail::last_eval_slot() = run_rows<S>(sink, b, layout_of(v1), sink_vector_ok(v1) && sink_vector_ok(v2));
+  }
+}
+
+// The outputs and expressions of assign_with_row_stats' (stat, stat_e) pairs.
+template <class Args, std::size_t... K>
+auto stat_outputs(const Args& args, std::index_sequence<K...>) {
+  return std::make_tuple(detail::as_view(std::get<2 * K>(args))...);
+}
+template <class Args, std::size_t... K>
+auto stat_nodes(const Args& args, std::index_sequence<K...>) {
+  return std::make_tuple(detail::as_node(std::get<2 * K + 1>(args))...);
 }
 }  // namespace detail::rows
 
@@ -214,7 +252,26 @@ eval_info assign_two(O1&& out1, const E1& e1, O2&& out2, const E2& e2, const cha
 //! the same index map.
 template <tensor_like O1, operand E1, tensor_like O2, operand E2>
 eval_info assign_pair(O1&& out1, const E1& e1, O2&& out2, const E2& e2) {
-  return detail::rows::assign_two<false>(out1, e1, out2, e2, "assign_pair");
+  return detail::rows::assign_outputs<false>("assign_pair", detail::as_view(out1), detail::as_node(e1),
+                                             std::make_tuple(detail::as_view(out2)),
+                                             std::make_tuple(detail::as_node(e2)));
+}
+
+//! Evaluates `e` into `out` and per-row expressions (shape [..., 1], such as
+//! row statistics) into their outputs (out's shape with a last extent of 1)
+//! in ONE row kernel, given as pairs `stat, stat_e, ...`; row reductions
+//! used by several are computed once per row. For example a softmax with
+//! the max and sum its backward reads (docs/08_gradients.md):
+//! `assign_with_row_stats(y, sm(x), m, saved_value<0>(sm)(x), s, saved_value<1>(sm)(x))`.
+//! The outputs must not overlap each other.
+template <tensor_like O1, operand E1, class... Stats>
+  requires(sizeof...(Stats) >= 2 && sizeof...(Stats) % 2 == 0)
+eval_info assign_with_row_stats(O1&& out, const E1& e, Stats&&... stats) {
+  const auto args = std::forward_as_tuple(stats...);
+  constexpr auto pairs = std::make_index_sequence<sizeof...(Stats) / 2>{};
+  return detail::rows::assign_outputs<true>("assign_with_row_stats", detail::as_view(out), detail::as_node(e),
+                                            detail::rows::stat_outputs(args, pairs),
+                                            detail::rows::stat_nodes(args, pairs));
 }
 
 //! Evaluates `e` into `out` and a per-row expression `stat_e` (shape
@@ -225,6 +282,8 @@ eval_info assign_pair(O1&& out1, const E1& e1, O2&& out2, const E2& e2) {
 //! `s = row_scale<e4m3>(x)`. The outputs must not overlap each other.
 template <tensor_like O1, operand E1, tensor_like O2, operand E2>
 eval_info assign_with_row_stat(O1&& out, const E1& e, O2&& stat, const E2& stat_e) {
-  return detail::rows::assign_two<true>(out, e, stat, stat_e, "assign_with_row_stat");
+  return detail::rows::assign_outputs<true>("assign_with_row_stat", detail::as_view(out), detail::as_node(e),
+                                            std::make_tuple(detail::as_view(stat)),
+                                            std::make_tuple(detail::as_node(stat_e)));
 }
 }  // namespace loom
