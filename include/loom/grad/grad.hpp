@@ -532,6 +532,7 @@ struct grad_all {
   //! As grad_fn::with_saved.
   template <class... T>
   auto with_saved(const T&... t) const {
+    static_assert(std::tuple_size_v<Saved> == 0, "loom: grad: with_saved is given once");
     auto leaves = grad_fn<F, std::tuple<>>{f, {}}.with_saved(t...).saved;
     return grad_all<F, decltype(leaves)>{f, leaves};
   }
