@@ -133,6 +133,11 @@ inline vec row_min(const vec& a) {
   for (std::size_t j = 1; j < a.e.size(); ++j) m = ref::minimum(m, a.e[j]);
   return vec{{m}};
 }
+//! loom::saved's reference: the value itself.
+template <std::size_t K>
+vec saved(const vec& a) {
+  return a;
+}
 }  // namespace loom_random::gref
 
 namespace {
@@ -165,9 +170,11 @@ LOOM_GRAD_LAYER(g_activations, "gelu(x * w) + silu(x + r) * sigmoid(w) - softplu
 LOOM_GRAD_LAYER(g_where_minmax,
                 "where(x > r, x * w, minimum(x, w) * s) + maximum(x, r) * w - abs(x - r) * s + relu(w - x)", false,
                 1e-6, return where(x > r, x * w, minimum(x, w) * s) + maximum(x, r) * w - abs(x - r) * s + relu(w - x);)
+// Its row reductions are named for loom::saved: half of its cases read them
+// from tensors (saves_rows below).
 LOOM_GRAD_LAYER(g_softmax, "e / row_sum(e) * w + row_min(x) * r * s, e = exp(x - row_max(x))", false, 1e-6,
-                auto e = exp(x - row_max(x));
-                return e / row_sum(e) * w + row_min(x) * r * s;)
+                auto e = exp(x - saved<0>(row_max(x)));
+                return e / saved<1>(row_sum(e)) * w + saved<2>(row_min(x)) * r * s;)
 // Part of this layer computes in float: loom's gradient is as close as
 // float's rounding (2^-24 relative) times the few ops' condition allows.
 LOOM_GRAD_LAYER(g_casts,
@@ -179,6 +186,9 @@ LOOM_GRAD_LAYER(g_casts,
 LOOM_GRAD_LAYER(g_rows_out, "row_sum(x * w * sigmoid(x + r)) + s * row_max(x) (into [N, 1])", true, 1e-6,
                 return row_sum(x * w * sigmoid(x + r)) + s * row_max(x);)
 #undef LOOM_GRAD_LAYER
+// The layers that name their row reductions loom::saved<0, 1, 2>.
+template <class Layer>
+inline constexpr bool saves_rows = std::is_same_v<Layer, g_softmax>;
 
 // Every layer, in case order: case k runs layer k % 6. The including file
 // sets LOOM_GRAD_PART: part p compiles layers 2p and 2p + 1 (so the parts
@@ -345,10 +355,14 @@ void run_grad_case(std::uint64_t seed, long case_no, grad_stats& st) {
   if (err.empty()) err = dx.build(g, random_layout(g, ext, false), ext, false);
   if (err.empty()) err = dw.build(g, random_layout(g, {c}, false), ext, false);
   if (err.empty()) err = dr.build(g, random_layout(g, {n, 1}, false), ext, false);
+  // A layer naming its row reductions: in half of its cases the gradient
+  // reads them from [N, 1] tensors the forward's expressions assigned.
+  const bool use_saved = saves_rows<Layer> && g.u01() < 0.5;
   auto describe = [&] {
     std::ostringstream s;
     s << "LOOM_RANDOM_SEED=" << base_seed() << " LOOM_RANDOM_CASE=" << case_no << " ("
-      << (on_device ? "device" : "host") << ", grad): " << Layer::name << ", x " << str(ext) << ", output "
+      << (on_device ? "device" : "host") << ", grad): " << Layer::name
+      << (use_saved ? " (row reductions read from saved tensors)" : "") << ", x " << str(ext) << ", output "
       << str(out_ext) << "\n  x: " << x.lay.describe() << "\n  w: " << w.lay.describe()
       << "\n  r: " << r.lay.describe() << "\n  dy: " << dy.lay.describe() << "\n  dx: " << dx.lay.describe()
       << "\n  dw: " << dw.lay.describe() << "\n  dr: " << dr.lay.describe() << "\n  ";
@@ -403,7 +417,16 @@ void run_grad_case(std::uint64_t seed, long case_no, grad_stats& st) {
 
   loom::grad_info info;
   try {
-    info = loom::grad(Layer{})(x.v, w.v, r.v, s, dy.v).into(dx.v, dw.v, dr.v, ds);
+    if constexpr (saves_rows<Layer>) {
+      if (use_saved) {
+        loom::tensor<double, 2, space_t> mx({n, 1}), sum({n, 1}), mn({n, 1});
+        mx = loom::saved_value<0>(Layer{})(x.v, w.v, r.v, s);
+        sum = loom::saved_value<1>(Layer{})(x.v, w.v, r.v, s);
+        mn = loom::saved_value<2>(Layer{})(x.v, w.v, r.v, s);
+        info = loom::grad(Layer{}).with_saved(mx, sum, mn)(x.v, w.v, r.v, s, dy.v).into(dx.v, dw.v, dr.v, ds);
+      }
+    }
+    if (!use_saved) info = loom::grad(Layer{})(x.v, w.v, r.v, s, dy.v).into(dx.v, dw.v, dr.v, ds);
   } catch (const std::exception& ex) {
     FAIL_CHECK(describe() << "loom threw: " << ex.what());
     return;
