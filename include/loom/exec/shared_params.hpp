@@ -26,12 +26,6 @@ namespace loom::detail {
 // sharing reaches (through maps and broadcasts), in pre-order. A tag names
 // the layer's body type, which a kernel's template arguments cannot hold
 // (a host lambda's closure type): the shared tree numbers them instead.
-template <class List, class T>
-struct append_unique;
-template <class... L, class T>
-struct append_unique<type_list<L...>, T> {
-  using type = std::conditional_t<(std::is_same_v<L, T> || ...), type_list<L...>, type_list<L..., T>>;
-};
 template <class List, class N>
 struct expr_tags {
   using type = List;

@@ -22,6 +22,18 @@ template <class... T>
 struct type_list {
   static constexpr std::size_t size = sizeof...(T);
 };
+//! Whether type_list List holds T.
+template <class List, class T>
+struct list_has;
+template <class... L, class T>
+struct list_has<type_list<L...>, T> : std::bool_constant<(std::is_same_v<L, T> || ...)> {};
+//! List with T appended unless it holds T already.
+template <class List, class T>
+struct append_unique;
+template <class... L, class T>
+struct append_unique<type_list<L...>, T> {
+  using type = std::conditional_t<list_has<type_list<L...>, T>::value, type_list<L...>, type_list<L..., T>>;
+};
 
 //! What a node kind N says about its children. A specialization provides
 //!   using types = type_list<Child...>;                 // in order

@@ -49,17 +49,6 @@ template <std::size_t K, expression E>
 }
 
 namespace detail::autodiff {
-template <class L, class T>
-struct list_has;
-template <class... E, class T>
-struct list_has<type_list<E...>, T> : std::bool_constant<(std::is_same_v<E, T> || ...)> {};
-template <class L, class T>
-struct list_add;
-template <class... E, class T>
-struct list_add<type_list<E...>, T> {
-  using type = std::conditional_t<list_has<type_list<E...>, T>::value, type_list<E...>, type_list<E..., T>>;
-};
-
 template <std::size_t K>
 struct is_saved {
   template <class N>
@@ -91,7 +80,7 @@ template <std::size_t K, class N, class Acc>
 struct collect_saved {
   using inner = typename collect_saved_list<K, Acc, child_types_t<N>>::type;
   using E = typename saved_operand<K, N>::type;
-  using type = std::conditional_t<std::is_void_v<E>, inner, typename list_add<inner, E>::type>;
+  using type = std::conditional_t<std::is_void_v<E>, inner, typename append_unique<inner, E>::type>;
 };
 //! The operand types of every loom::saved<K> in tree N (one per copy: the
 //! forward's row reductions carry their place in the tree), as a type_list.
