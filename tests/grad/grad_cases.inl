@@ -178,13 +178,53 @@ TEST_CASE("grad: binary ops, broadcast weights and scalar parameters match finit
   auto ds = poisoned<double, 0>(s.extents());
   const auto info = loom::grad(lay)(in_space(x), in_space(w), in_space(r), in_space(s), in_space(dy)).into(dx, dw, dr, ds);
   // dx and dw share a row kernel and the kernel adding the column sums; the
-  // row sums of dr take one kernel, the whole sum of ds three.
-  CHECK(info.column_sum_groups == 1);
+  // row sums of dr take one kernel, the whole sum of ds three (its column
+  // sums, their row sums and their sum).
+  CHECK(info.column_sum_groups == 2);
   CHECK(info.kernels == 2 + 1 + 3);
   check_close(on_host(dx), finite_differences<0>(lay, dy, x, w, r, s), 1e-5);
   check_close(on_host(dw), finite_differences<1>(lay, dy, x, w, r, s), 1e-5);
   check_close(on_host(dr), finite_differences<2>(lay, dy, x, w, r, s), 1e-5);
   check_close(on_host(ds), finite_differences<3>(lay, dy, x, w, r, s), 1e-5);
+}
+
+TEST_CASE("grad: the shared kernel takes column and whole sums, with or without the row output " LOOM_TEST_TAG,
+          "[grad]") {
+  std::mt19937_64 g(loom_test::seed_for("grad sums"));
+  const index_t n = 7, c = 13;
+  constexpr auto lay = loom::layer([](auto r, auto x, auto w, auto b) { return (x * w + b) * r + x * sin(x); });
+  const auto x = random_host<double, 2>(loom::shape<2>{n, c}, g, -2, 2);
+  const auto dy = random_host<double, 2>(x.extents(), g, -1, 1);
+  const auto w = random_host<double, 1>(loom::shape<1>{c}, g, 0.5, 2);
+  // r: the first input of the output's rank (the row output of the shared
+  // kernel when its gradient has the output's shape); b: a column sum, or a
+  // whole sum when it is one value [1].
+  const auto run = [&](const loom::host_tensor<double, 2>& r, const loom::host_tensor<double, 1>& b, int kernels) {
+    CAPTURE(r.extent(1), b.extent(0));
+    auto dr = poisoned<double, 2>(r.extents());
+    auto dx = poisoned<double, 2>(x.extents());
+    auto dw = poisoned<double, 1>(w.extents());
+    auto db = poisoned<double, 1>(b.extents());
+    const auto info =
+        loom::grad(lay)(in_space(r), in_space(x), in_space(w), in_space(b), in_space(dy)).into(dr, dx, dw, db);
+    CHECK(info.column_sum_groups == 1);
+    CHECK(info.kernels == kernels);
+    check_close(on_host(dr), finite_differences<0>(lay, dy, r, x, w, b), 1e-5);
+    check_close(on_host(dx), finite_differences<1>(lay, dy, r, x, w, b), 1e-5);
+    check_close(on_host(dw), finite_differences<2>(lay, dy, r, x, w, b), 1e-5);
+    check_close(on_host(db), finite_differences<3>(lay, dy, r, x, w, b), 1e-5);
+  };
+  const auto full = random_host<double, 2>(x.extents(), g, -2, 2);
+  const auto per_row = random_host<double, 2>(loom::shape<2>{n, 1}, g, -2, 2);
+  const auto bias = random_host<double, 1>(loom::shape<1>{c}, g, -1, 1);
+  const auto one = random_host<double, 1>(loom::shape<1>{1}, g, -1, 1);
+  // dr with dw and db (2: the pair of column sums in one kernel), dx (1).
+  run(full, bias, 3);
+  // dr with dw's column sums (1) and db's whole sum (2), dx (1).
+  run(full, one, 5);
+  // dr per row (1); the sums without a row output (1 + 1 + 2), dx (1).
+  run(per_row, one, 6);
+  run(per_row, bias, 4);
 }
 
 TEST_CASE("grad: row reductions and repeated uses match finite differences " LOOM_TEST_TAG, "[grad]") {

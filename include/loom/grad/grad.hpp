@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -41,7 +42,7 @@ enum class gradient_kind : std::uint8_t {
 
 //! What the calling thread's last gradient assignment did.
 struct grad_info {
-  int kernels = 0;             //!< launches in all (a whole sum counts its reduction and its copy)
+  int kernels = 0;             //!< launches in all (a whole sum counts its column sums and their sum)
   int column_sum_groups = 0;   //!< row kernels that also summed columns (up to two sums each)
   eval_info rows;              //!< the last row or elementwise kernel
 };
@@ -152,9 +153,44 @@ void check_gradient_output(const G& g, const Out& out) {
                       "; give it the input's shape");
 }
 
-// One gradient on its own: the reduction its kind asks for (only the kinds
-// its rank allows are compiled: input_gradient::kind).
-template <class G, class O, std::size_t RI, class S>
+// The accumulation type of an adjoint whose values are T.
+template <class T>
+using sum_acc_t = std::conditional_t<std::is_same_v<compute_t<T>, double>, double, float>;
+
+// Kernel 2 of a column sum or whole sum, from the partial column sums of
+// kernel 1 (detail::column_partials): a column sum is the row sums of the
+// transposed partials [C, P] (1 kernel); a whole sum is those row sums into
+// [C] in the accumulation type and then their sum along one row (2 kernels).
+// Both orders are fixed by the shapes and the grid, so results are
+// deterministic. Returns the kernels launched.
+template <class O, std::size_t RI, class S, class A>
+int finish_sum(gradient_kind kind, const view<O, RI, S>& out, const tensor<A, 3, S>& partials, index_t k) {
+  const index_t cols = partials.extent(2);
+  if (kind == gradient_kind::column_sums) {
+    if constexpr (RI > 0) {
+      if (cols == 0) return 0;
+      assign(last_axis_view(out).unsqueeze(1), row_sum(column_sum_of(partials, k)));
+      return 1;
+    }
+  } else if (kind == gradient_kind::whole_sum) {
+    if (cols == 0) {
+      fill(out, convert<O>(0.0f));
+      return 1;
+    }
+    tensor<A, 2, S> per_column(shape<2>{cols, 1});
+    assign(per_column, row_sum(column_sum_of(partials, k)));
+    assign(view<O, 2, S>(out.data(), shape<2>{1, 1}, shape<2>{1, 1}), row_sum(per_column.view().t()));
+    return 2;
+  }
+  throw std::logic_error("loom: grad: a column or whole sum was asked for a gradient of another kind");
+}
+
+// One gradient on its own: the reduction its kind asks for. Only the kinds
+// its rank allows are compiled (input_gradient::kind), and of those the ones
+// the caller may meet: Same, an input of the adjoint's rank (same-shape or
+// per-row sums); Sums, an input of lower rank (column or whole sums, both
+// through the column-sum kernel).
+template <bool Same = true, bool Sums = true, class G, class O, std::size_t RI, class S>
 void assign_one(const G& g, const view<O, RI, S>& out, grad_info& gi) {
   check_gradient_output(g, out);
   constexpr std::size_t RO = G::out_rank;
@@ -172,37 +208,29 @@ void assign_one(const G& g, const view<O, RI, S>& out, grad_info& gi) {
   } else if constexpr (has_adjoint<G>) {
     using T = typename node_t<decltype(g.adjoint)>::value_type;
     if constexpr (G::in_rank == RO) {
-      if (kind == gradient_kind::same_shape) {
-        gi.rows = assign(o, g.adjoint);
-        gi.kernels += 1;
-        return;
+      if constexpr (Same) {
+        if (kind == gradient_kind::same_shape) {
+          gi.rows = assign(o, g.adjoint);
+          gi.kernels += 1;
+          return;
+        }
       }
       if (kind == gradient_kind::row_sums) {
         gi.rows = assign(o, row_sum(g.adjoint));
         gi.kernels += 1;
         return;
       }
-    }
-    if constexpr (G::in_rank > 0 && G::in_rank < RO) {
-      if (kind == gradient_kind::column_sums) {
-        const view<T, RO, S> rows_shape(nullptr, g.out_shape);
-        // The row output is not written: a scalar stands for it.
-        const auto ci = assign_with_column_sums<false>(rows_shape, convert<T>(0.0f), last_axis_view(o), g.adjoint);
-        gi.rows = ci.rows;
-        gi.kernels += ci.kernels;
-        gi.column_sum_groups += 1;
-        return;
-      }
-    }
-    if constexpr (G::in_rank < RO) {
-      // A whole sum: per-row sums (O(rows) memory), then their sum: deterministic.
-      shape<RO> per_row = g.out_shape;
-    if constexpr (RO > 0) per_row[RO - 1] = 1;
-      using A = std::conditional_t<std::is_same_v<compute_t<T>, double>, double, float>;
-      tensor<A, RO, S> partial(per_row);
-      gi.rows = assign(partial, row_sum(g.adjoint));
-      assign(o, sum(partial));
-      gi.kernels += 3;
+      throw std::logic_error("loom: grad: an input of the output's rank reached a kernel not compiled for its kind");
+    } else if constexpr (Sums) {
+      // Column and whole sums: the column sums of the adjoint (the row
+      // output is not written: a scalar stands for it), then finish_sum.
+      const view<T, RO, S> rows_shape(nullptr, g.out_shape);
+      auto r = column_partials<false>(rows_shape, convert<T>(0.0f), g.adjoint);
+      gi.rows = r.info.rows;
+      gi.kernels += r.info.kernels + finish_sum(kind, out, r.partials, 0);
+      gi.column_sum_groups += 1;
+    } else {
+      throw std::logic_error("loom: grad: an input of lower rank reached a kernel not compiled for it");
     }
   }
 }
@@ -236,12 +264,13 @@ struct gradients {
   }
 
   //! Assigns every gradient to its output (a tensor or view of the input's
-  //! shape, or loom::skip). The first gradient of an input of the output's
-  //! rank and the first two of inputs of lower rank (weights [C]) share
-  //! kernels when the shapes make them a same-shape gradient and column sums:
-  //! a row kernel that writes the one and sums the others per block of rows,
-  //! then the kernel that adds the partial sums (2 in all, as
-  //! layer_norm_backward). The others take their own (gradient_kind).
+  //! shape, or loom::skip). The first two gradients of inputs of lower rank
+  //! but not rank 0 (weights [C] or [1]) share a row kernel that sums them
+  //! per block of rows, then the kernel that adds the partial sums (2 in
+  //! all, as layer_norm_backward; a whole sum adds two); the first gradient
+  //! of an input of the output's rank is that row kernel's output when it
+  //! has the output's shape. The others take their own (gradient_kind).
+  //! Every output's shape and every gradient's kind are checked first.
   //! Returns what ran (also loom::last_grad()).
   template <class... Out>
   grad_info into(Out&&... outs) const {
@@ -287,27 +316,39 @@ struct gradients {
   template <class Outs, std::size_t... K>
   void run(grad_info& gi, const Outs& outs, std::index_sequence<K...> ks) const {
     constexpr auto p = plan<Outs>(ks);
+    // Every output's shape and every gradient's kind first: a bad one throws
+    // before anything is written.
+    (check<K>(std::get<K>(outs)), ...);
     bool done[sizeof...(K)] = {};
     if constexpr (p[1] != none) {
-      // The plan runs when the shapes agree with it: the row output is a
-      // same-shape gradient, the sums column sums, all over one adjoint shape.
-      const gradient_kind kinds[sizeof...(K)] = {kind_of<Outs, K>()...};
-      const std::array shapes{std::get<K>(parts).out_shape...};
-      const std::size_t first = p[0] != none ? p[0] : p[1];
-      bool fits = p[0] == none || kinds[p[0]] == gradient_kind::same_shape;
-      for (int j = 1; j < 3; ++j)
-        if (p[j] != none) fits = fits && kinds[p[j]] == gradient_kind::column_sums && shapes[p[j]] == shapes[first];
-      if (fits) {
-        if constexpr (p[2] != none)
+      // The sums (column or whole sums: the only kinds of a wanted input of
+      // lower rank) always run in the shared kernel; the row output joins
+      // them when it is a same-shape gradient (a per-row sum takes its own).
+      bool lead = false;
+      if constexpr (p[0] != none) lead = kind_of<Outs, p[0]>() == gradient_kind::same_shape;
+      if constexpr (p[2] != none) {
+        if (lead)
           group(gi, outs, done, constant<p[0]>{}, constant<p[1]>{}, constant<p[2]>{});
         else
+          group(gi, outs, done, constant<none>{}, constant<p[1]>{}, constant<p[2]>{});
+      } else {
+        if (lead)
           group(gi, outs, done, constant<p[0]>{}, constant<p[1]>{});
+        else
+          group(gi, outs, done, constant<none>{}, constant<p[1]>{});
       }
     }
-    (rest<K>(gi, std::get<K>(outs), done[K]), ...);
+    (rest<K, p[0], p[1], p[2]>(gi, std::get<K>(outs), done[K]), ...);
   }
   template <std::size_t K>
   using constant = std::integral_constant<std::size_t, K>;
+  template <std::size_t K, class V>
+  void check(const V& v) const {
+    if constexpr (!std::is_same_v<V, detail::autodiff::skip_t>) {
+      detail::autodiff::check_gradient_output(std::get<K>(parts), v);
+      (void)std::get<K>(parts).kind();
+    }
+  }
   template <class Outs, std::size_t K>
   gradient_kind kind_of() const {
     if constexpr (std::is_same_v<std::tuple_element_t<K, Outs>, detail::autodiff::skip_t>)
@@ -315,50 +356,71 @@ struct gradients {
     else
       return std::get<K>(parts).kind();
   }
-  template <std::size_t K, class V>
+  // A gradient the shared kernel did not take. With sums in the plan, its
+  // row output reaches here only as a per-row sum and its sums never do, so
+  // those kernels are not compiled again.
+  template <std::size_t K, std::size_t P0, std::size_t P1, std::size_t P2, class V>
   void rest(grad_info& gi, const V& v, bool done) const {
-    if constexpr (!std::is_same_v<V, detail::autodiff::skip_t>)
-      if (!done) detail::autodiff::assign_one(std::get<K>(parts), v, gi);
+    constexpr bool planned = P1 != none;
+    constexpr bool lead = planned && K == P0, summed = planned && (K == P1 || K == P2);
+    if constexpr (!std::is_same_v<V, detail::autodiff::skip_t> && !summed)
+      if (!done) detail::autodiff::assign_one<!lead>(std::get<K>(parts), v, gi);
   }
   template <class Outs, class P, class... S>
   void group(grad_info& gi, const Outs& outs, bool* done, P, S...) const {
     constexpr std::size_t p = P::value;
-    const auto sum_args = [&](auto k) {
-      constexpr std::size_t k_ = decltype(k)::value;
-      const auto& g = std::get<k_>(parts);
-      detail::autodiff::check_gradient_output(g, std::get<k_>(outs));
-      constexpr std::size_t RO = std::tuple_size_v<std::remove_cvref_t<decltype(g.out_shape)>>;
-      return std::make_tuple(detail::autodiff::last_axis_view(detail::autodiff::lift_view<RO>(std::get<k_>(outs))),
-                             g.adjoint);
+    // Every output's shape and every kind first: nothing is written before
+    // all are known good.
+    const gradient_kind kinds[] = {std::get<S::value>(parts).kind()...};
+    (detail::autodiff::check_gradient_output(std::get<S::value>(parts), std::get<S::value>(outs)), ...);
+    const auto& g0 = std::get<std::tuple_element_t<0, std::tuple<S...>>::value>(parts);
+    using T0 = typename detail::node_t<decltype(g0.adjoint)>::value_type;
+    constexpr std::size_t RO = std::tuple_size_v<std::remove_cvref_t<decltype(g0.out_shape)>>;
+    const auto partial = [&](const auto& rows_out, const auto& e) {
+      return detail::column_partials<(p != none)>(rows_out, e, std::get<S::value>(parts).adjoint...);
     };
-    const auto sums = std::tuple_cat(sum_args(S{})...);
-    column_sums_info ci;
-    if constexpr (p == none) {
-      const auto& g0 = std::get<std::tuple_element_t<0, std::tuple<S...>>::value>(parts);
-      using T = typename detail::node_t<decltype(g0.adjoint)>::value_type;
-      constexpr std::size_t RO = std::tuple_size_v<std::remove_cvref_t<decltype(g0.out_shape)>>;
-      using Sp = typename std::remove_cvref_t<decltype(std::get<0>(sums))>::space;
-      const view<T, RO, Sp> rows_shape(nullptr, g0.out_shape);
-      ci = std::apply(
-          [&](const auto&... a) { return detail::assign_with_column_sums<false>(rows_shape, T(0), a...); }, sums);
-    } else {
-      const auto& g = std::get<p>(parts);
-      detail::autodiff::check_gradient_output(g, std::get<p>(outs));
-      constexpr std::size_t RO = std::tuple_size_v<std::remove_cvref_t<decltype(g.out_shape)>>;
-      const auto o = detail::autodiff::lift_view<RO>(std::get<p>(outs));
-      ci = std::apply([&](const auto&... a) { return detail::assign_with_column_sums(o, g.adjoint, a...); }, sums);
-      done[p] = true;
-    }
+    auto r = [&] {
+      if constexpr (p == none) {
+        using Sp = typename std::remove_cvref_t<
+            decltype(std::get<std::tuple_element_t<0, std::tuple<S...>>::value>(outs))>::space;
+        return partial(view<T0, RO, Sp>(nullptr, g0.out_shape), detail::convert<T0>(0.0f));
+      } else {
+        const auto& g = std::get<p>(parts);
+        detail::autodiff::check_gradient_output(g, std::get<p>(outs));
+        return partial(detail::autodiff::lift_view<RO>(std::get<p>(outs)), g.adjoint);
+      }
+    }();
+    if constexpr (p != none) done[p] = true;
     ((done[S::value] = true), ...);
-    gi.rows = ci.rows;
-    gi.kernels += ci.kernels;
+    int kernels = r.info.kernels;
+    constexpr bool pair = sizeof...(S) == 2;
+    if (pair && kinds[0] == gradient_kind::column_sums && kinds[sizeof...(S) - 1] == gradient_kind::column_sums) {
+      // Both column sums in one kernel, as layer_norm_backward.
+      if constexpr (pair) {
+        const auto sum_out = [&](auto k) {
+          return detail::autodiff::last_axis_view(std::get<decltype(k)::value>(outs)).unsqueeze(1);
+        };
+        if (r.partials.extent(2) > 0) {
+          constexpr std::size_t a = std::tuple_element_t<0, std::tuple<S...>>::value;
+          constexpr std::size_t b = std::tuple_element_t<1, std::tuple<S...>>::value;
+          assign_pair(sum_out(constant<a>{}), row_sum(detail::column_sum_of(r.partials, 0)), sum_out(constant<b>{}),
+                      row_sum(detail::column_sum_of(r.partials, 1)));
+          ++kernels;
+        }
+      }
+    } else {
+      index_t k = 0;
+      ((kernels += detail::autodiff::finish_sum(kinds[k], std::get<S::value>(outs), r.partials, k), ++k), ...);
+    }
+    gi.rows = r.info.rows;
+    gi.kernels += kernels;
     gi.column_sum_groups += 1;
   }
 };
 
 //! Assigns the gradient of one input (see input_gradient): `dw = g;` runs its
 //! reduction (a row kernel; or a row kernel and the kernel that adds partial
-//! column sums; or per-row sums and their sum).
+//! column sums; or those and the sum of the column sums).
 template <tensor_like Out, class Adj, std::size_t RO, std::size_t RI>
 eval_info assign(Out&& out, const input_gradient<Adj, RO, RI>& g) {
   grad_info gi;

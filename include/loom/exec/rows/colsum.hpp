@@ -345,17 +345,22 @@ void check_column_sum_output(const SumView& sum, index_t cols) {
 
 }  // namespace rows
 
-// Evaluates `e` into `out` and sum_rows(x_k) into sum_k (k < K, K = 1 or 2,
-// each of shape [C] for an output [..., C]) in two kernels; see the top of
-// this file. The extras share the output's row reductions: a reduction of
-// the same type over the same data is computed once per row. With Store
-// false, `out` gives only the shape of the rows (its data is not touched and
-// may be null) and `e` is not evaluated.
-template <bool Store = true, class Out, class E, class... SumsAndExtras>
-column_sums_info assign_with_column_sums(Out&& out_in, const E& e, SumsAndExtras&&... se) {
-  constexpr std::size_t K = sizeof...(SumsAndExtras) / 2;
-  static_assert(sizeof...(SumsAndExtras) % 2 == 0 && (K == 1 || K == 2),
-                "loom: assign_with_column_sums takes one or two (sum, expression) pairs");
+// Kernel 1 of a rows assignment with column sums: evaluates `e` into `out`
+// (with Store false, `out` gives only the shape of the rows: its data is not
+// touched and may be null, and `e` is not evaluated) and sums each of the K
+// extra expressions (K = 1 or 2) over the rows into per-block partials
+// [P, K, C] (see the top of this file). The extras share the output's row
+// reductions: a reduction of the same type over the same data is computed
+// once per row. Kernel 2 is the caller's: column_sum_of.
+template <class A, class S>
+struct column_partial_sums {
+  column_sums_info info;
+  tensor<A, 3, S> partials;
+};
+template <bool Store = true, class Out, class E, class... X>
+auto column_partials(Out&& out_in, const E& e, const X&... extras) {
+  constexpr std::size_t K = sizeof...(X);
+  static_assert(K == 1 || K == 2, "loom: a row kernel sums one or two expressions over its rows");
   const auto out = as_view(out_in);
   using VO = decltype(out);
   using S = typename VO::space;
@@ -363,46 +368,63 @@ column_sums_info assign_with_column_sums(Out&& out_in, const E& e, SumsAndExtras
   static_assert(RO >= 1 && !std::is_const_v<typename VO::element_type>,
                 "loom: assign_with_column_sums writes a tensor of rank 1 or more");
   require_cuda_compiler_for<S>();
-  const auto args = std::forward_as_tuple(se...);
-  const auto sum = [&](auto k) { return as_view(std::get<2 * decltype(k)::value>(args)); };
-  const auto extra = [&](auto k) { return as_node(std::get<2 * decltype(k)::value + 1>(args)); };
-  const auto root = [&]<std::size_t... I>(std::index_sequence<I...>) {
-    return map_node<rows::colsum_root, node_t<E>, decltype(extra(std::integral_constant<std::size_t, I>{}))...>(
-        rows::colsum_root{}, as_node(e), extra(std::integral_constant<std::size_t, I>{})...);
-  }(std::make_index_sequence<K>{});
+  const auto root =
+      map_node<rows::colsum_root, node_t<E>, node_t<X>...>(rows::colsum_root{}, as_node(e), as_node(extras)...);
   static_assert(std::is_same_v<typename decltype(root)::space, S>,
                 "loom: the expressions must live in the output's memory space (loom::to_device, loom::to_host)");
-  const index_t cols = out.extent(RO - 1);
   [&]<std::size_t... I>(std::index_sequence<I...>) {
-    check_assignable(out, detail::get<0>(root.children));
-    (check_assignable(out, detail::get<I + 1>(root.children)), ...);
-    (rows::check_column_sum_output(sum(std::integral_constant<std::size_t, I>{}), cols), ...);
-  }(std::make_index_sequence<K>{});
+    (check_assignable(out, detail::get<I>(root.children)), ...);
+  }(std::make_index_sequence<K + 1>{});
   if constexpr (std::is_same_v<S, device>) check_devices(root, out);
 
-  column_sums_info ci;
   bind_info bi;
   const auto b = bind_root(root, out, bi);
   using A = std::conditional_t<uses_double<std::remove_const_t<decltype(b)>>, double, float>;
-  tensor<A, 3, S> partials(shape<3>{0, static_cast<index_t>(K), cols});
+  column_partial_sums<A, S> r{{}, tensor<A, 3, S>(shape<3>{0, static_cast<index_t>(K), out.extent(RO - 1)})};
   if (out.size() > 0) {
-    ci.rows = rows::run_rows_colsum<A, K, Store>(out, b, partials, ci);
-    ci.kernels = 1;
+    r.info.rows = rows::run_rows_colsum<A, K, Store>(out, b, r.partials, r.info);
+    r.info.kernels = 1;
   } else {
-    ci.rows.on_device = std::is_same_v<S, device>;
+    r.info.rows.on_device = std::is_same_v<S, device>;
   }
+  return r;
+}
+
+// The partial sums of extra k as the rows of a [C, P] view: kernel 2 is their
+// row sums, `assign(sum.unsqueeze(1), row_sum(column_sum_of(partials, k)))`.
+template <class A, class S>
+auto column_sum_of(const tensor<A, 3, S>& partials, index_t k) {
+  return partials.view().slice(whole, k, whole).t();
+}
+
+// Evaluates `e` into `out` and sum_rows(x_k) into sum_k (k < K, K = 1 or 2,
+// each of shape [C] for an output [..., C]) in two kernels; see the top of
+// this file and column_partials.
+template <bool Store = true, class Out, class E, class... SumsAndExtras>
+column_sums_info assign_with_column_sums(Out&& out, const E& e, SumsAndExtras&&... se) {
+  constexpr std::size_t K = sizeof...(SumsAndExtras) / 2;
+  static_assert(sizeof...(SumsAndExtras) % 2 == 0 && (K == 1 || K == 2),
+                "loom: assign_with_column_sums takes one or two (sum, expression) pairs");
+  const auto args = std::forward_as_tuple(se...);
+  const auto sum = [&](auto k) { return as_view(std::get<2 * decltype(k)::value>(args)); };
+  const index_t cols = as_view(out).extent(std::remove_cvref_t<decltype(as_view(out))>::rank - 1);
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (rows::check_column_sum_output(sum(std::integral_constant<std::size_t, I>{}), cols), ...);
+  }(std::make_index_sequence<K>{});
+  auto r = [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return column_partials<Store>(out, e, std::get<2 * I + 1>(args)...);
+  }(std::make_index_sequence<K>{});
   // Kernel 2: each sum is a row of the transposed partials, [C, P].
-  const auto part = [&](index_t k) { return partials.view().slice(whole, k, whole).t(); };
   if (cols > 0) {
     if constexpr (K == 1)
-      assign(sum(std::integral_constant<std::size_t, 0>{}).unsqueeze(1), row_sum(part(0)));
+      assign(sum(std::integral_constant<std::size_t, 0>{}).unsqueeze(1), row_sum(column_sum_of(r.partials, 0)));
     else
-      assign_pair(sum(std::integral_constant<std::size_t, 0>{}).unsqueeze(1), row_sum(part(0)),
-                  sum(std::integral_constant<std::size_t, 1>{}).unsqueeze(1), row_sum(part(1)));
-    ++ci.kernels;
+      assign_pair(sum(std::integral_constant<std::size_t, 0>{}).unsqueeze(1), row_sum(column_sum_of(r.partials, 0)),
+                  sum(std::integral_constant<std::size_t, 1>{}).unsqueeze(1), row_sum(column_sum_of(r.partials, 1)));
+    ++r.info.kernels;
   }
-  last_eval_slot() = ci.rows;
-  return last_column_sums_slot() = ci;
+  last_eval_slot() = r.info.rows;
+  return last_column_sums_slot() = r.info;
 }
 }  // namespace detail
 }  // namespace loom
