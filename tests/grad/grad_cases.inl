@@ -225,6 +225,20 @@ TEST_CASE("grad: the shared kernel takes column and whole sums, with or without 
   // dr per row (1); the sums without a row output (1 + 1 + 2), dx (1).
   run(per_row, one, 6);
   run(per_row, bias, 4);
+
+  // A wrong output shape throws before any kernel runs, also one of a
+  // gradient that runs after the shared kernel (dx).
+  auto dr = poisoned<double, 2>(x.extents());
+  auto dx = poisoned<double, 2>(loom::shape<2>{n, c + 1});
+  auto dw = poisoned<double, 1>(w.extents());
+  auto db = poisoned<double, 1>(bias.extents());
+  REQUIRE_THROWS_AS(loom::grad(lay)(in_space(full), in_space(x), in_space(w), in_space(bias), in_space(dy))
+                        .into(dr, dx, dw, db),
+                    loom::shape_error);
+  const auto drh = on_host(dr);
+  for (index_t i = 0; i < drh.size(); ++i) REQUIRE(std::isnan(drh.data()[i]));
+  for (const auto& t : {on_host(dw), on_host(db)})
+    for (index_t i = 0; i < t.size(); ++i) REQUIRE(std::isnan(t.data()[i]));
 }
 
 TEST_CASE("grad: row reductions and repeated uses match finite differences " LOOM_TEST_TAG, "[grad]") {
