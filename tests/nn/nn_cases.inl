@@ -958,17 +958,21 @@ TEST_CASE("a layer's arguments are loaded once per vector step when every use re
     expect_one_launch([&] { y = reuse_args(a, b, c); });
     CHECK(loom::last_eval().path == loom::eval_path::contiguous);
     CHECK(loom::last_eval().shared_params == shared);
+    // 13 uses of 3 arguments: 10 loads again on the host, none when shared.
+    CHECK(loom::last_eval().repeated_loads == (on_device ? 0 : 10));
     check_elements(loom::to_host(y), [&](index_t i) { return ref(i, false); });
   }
   SECTION("the same call twice reads the same data: still one load per argument") {
     expect_one_launch([&] { y = reuse_args(a, b, c) * 0.5f + reuse_args(a, b, c); });
     CHECK(loom::last_eval().shared_params == shared);
+    CHECK(loom::last_eval().repeated_loads == (on_device ? 0 : 23));
     check_elements(loom::to_host(y), [&](index_t i) { return 1.5 * ref(i, false); });
   }
   SECTION("two calls on different data: one type, two arguments, so every use loads its own") {
     expect_one_launch([&] { y = reuse_args(a, b, c) - reuse_args(b, a, c); });
     CHECK(loom::last_eval().path == loom::eval_path::contiguous);
     CHECK(loom::last_eval().shared_params == 0);
+    CHECK(loom::last_eval().repeated_loads == 23);
     check_elements(loom::to_host(y), [&](index_t i) { return ref(i, false) - ref(i, true); });
   }
   SECTION("an argument broadcast along the rows (a periodic operand)") {
@@ -980,6 +984,7 @@ TEST_CASE("a layer's arguments are loaded once per vector step when every use re
     auto y2 = poisoned<float, 2>(s2);
     expect_one_launch([&] { y2 = reuse_args(a2, b2, w); });
     CHECK(loom::last_eval().shared_params == shared);
+    CHECK(loom::last_eval().repeated_loads == (on_device ? 0 : 10));
     check_elements(loom::to_host(y2), [&](index_t i) {
       return reuse_args_ref(a2h.data()[i], b2h.data()[i], wh.data()[i % 36]);
     });
@@ -987,6 +992,30 @@ TEST_CASE("a layer's arguments are loaded once per vector step when every use re
     const auto hy = run_shared_steps(reuse_args(a2h, b2h, wh), s2, same);
     CHECK(same);
     check_elements(hy, [&](index_t i) { return reuse_args_ref(a2h.data()[i], b2h.data()[i], wh.data()[i % 36]); });
+  }
+  SECTION("a tensor named twice in a plain expression is loaded per use, and says so") {
+    expect_one_launch([&] { y = a * loom::sigmoid(a) + b; });
+    CHECK(loom::last_eval().path == loom::eval_path::contiguous);
+    CHECK(loom::last_eval().shared_params == 0);
+    CHECK(loom::last_eval().repeated_loads == 1);
+    check_elements(loom::to_host(y), [&](index_t i) {
+      const double x = ah.data()[i];
+      return x / (1 + std::exp(-x)) + bh.data()[i];
+    });
+    expect_one_launch([&] { y = a * loom::sigmoid(b) + c; });
+    CHECK(loom::last_eval().repeated_loads == 0);
+    // The same memory through another layout is another operand.
+    const loom::shape<2> sq{6, 6};
+    const auto qh = random_host<float, 2>(sq, g);
+    const auto q = in_space(qh);
+    auto yq = poisoned<float, 2>(sq);
+    expect_one_launch([&] { yq = q * q.t() + q.t(); });
+    CHECK(loom::last_eval().path == loom::eval_path::general);
+    CHECK(loom::last_eval().repeated_loads == 1);
+    check_elements(loom::to_host(yq), [&](index_t i) {
+      const index_t r = i / 6, col = i % 6;
+      return static_cast<double>(qh.data()[i]) * qh.data()[col * 6 + r] + qh.data()[col * 6 + r];
+    });
   }
   SECTION("the shared kernel's steps, run on the host") {
     bool same = false;

@@ -185,12 +185,51 @@ void host_periodic_loop(O* p, const B& b, index_t n, index_t period) {
       piece);
 }
 
+// Leaf occurrences of bound tree b that read the same memory as an earlier
+// one (the same address, element size, strides and period): each loads its
+// own copy (eval_info::repeated_loads).
+template <class B>
+int repeated_loads(const B& b) {
+  constexpr std::size_t n = tree_sum_v<B, is_bound_leaf>;
+  if constexpr (n < 2) {
+    return 0;
+  } else {
+    struct read {
+      const void* p;
+      std::size_t size, rank;
+      const index_t* st;
+      bool periodic;
+      std::uint64_t period;
+    };
+    read seen[n];
+    std::size_t k = 0;
+    int repeated = 0;
+    visit(b, [&](const auto& m) {
+      using M = std::remove_cvref_t<decltype(m)>;
+      if constexpr (is_bound_leaf<M>::value) {
+        const read r{m.p, sizeof(*m.p), m.st.size(), m.st.data(), m.periodic, m.period.d};
+        for (std::size_t j = 0; j != k; ++j) {
+          const read& o = seen[j];
+          if (o.p == r.p && o.size == r.size && o.rank == r.rank && std::equal(o.st, o.st + o.rank, r.st) &&
+              o.periodic == r.periodic && (!r.periodic || o.period == r.period)) {
+            ++repeated;
+            return;
+          }
+        }
+        seen[k++] = r;
+      }
+    });
+    return repeated;
+  }
+}
+
 //! Runs an elementwise assignment of node tree `e` (no row reductions) into
 //! `out` (n > 0 elements): binds it, picks the path, launches once.
 template <class O, std::size_t RO, class S, class N>
 void run_elementwise(const view<O, RO, S>& out, const N& e, index_t n, eval_info& info) {
   bind_info bi;
   const auto b = binder::bind<0>(e, out, bi);
+  info.repeated_loads = repeated_loads(b);
   // Contiguous path: a dense output and operands that are dense or periodic
   // (e.g. a bias row broadcast over the rows of a matrix).
   const bool contiguous = bi.linear && out.is_contiguous();
@@ -247,6 +286,7 @@ void run_elementwise(const view<O, RO, S>& out, const N& e, index_t n, eval_info
           loads_t loads{};
           if (collect_params(sb, loads)) {
             info.shared_params = shared::repeated_count;
+            info.repeated_loads = repeated_loads(sb);
             launch_kernel(contiguous_shared_kernel<vector_width, O, shared_t, loads_t>, grid_for(nv, s.device()), 256,
                           0, s.get(), out.data(), sb, loads, n);
             return;

@@ -34,6 +34,10 @@ struct eval_info {
   int shared_params = 0;  //!< on the device's elementwise contiguous path: arguments of a loom::layer call that its
                           //!< body uses several times, loaded once per vector step and read by every use (0: each
                           //!< use loads its own 16 bytes)
+  int repeated_loads = 0;  //!< on the elementwise paths: operand occurrences that read the same memory as an earlier
+                          //!< one (a tensor named twice in a plain expression, `x * sigmoid(x)`) and load it again;
+                          //!< written as a loom::layer, its uses share one load per vector step on the device's
+                          //!< contiguous path (shared_params), so these count only other repeats there
   int per_row_values = 0;  //!< on the host's rows path: subtrees with one value per row (such as rsqrt(row_mean(x * x)
                            //!< + eps)) computed once per row instead of in every column; 0 on the device
 };
