@@ -225,7 +225,7 @@ void assign_one(const G& g, const view<O, RI, S>& out, grad_info& gi) {
       // Column and whole sums: the column sums of the adjoint (the row
       // output is not written: a scalar stands for it), then finish_sum.
       const view<T, RO, S> rows_shape(nullptr, g.out_shape);
-      auto r = column_partials<false>(rows_shape, convert<T>(0.0f), g.adjoint);
+      auto r = column_partials(false, rows_shape, convert<T>(0.0f), g.adjoint);
       gi.rows = r.info.rows;
       gi.kernels += r.info.kernels + finish_sum(kind, out, r.partials, 0);
       gi.column_sum_groups += 1;
@@ -322,21 +322,15 @@ struct gradients {
     bool done[sizeof...(K)] = {};
     if constexpr (p[1] != none) {
       // The sums (column or whole sums: the only kinds of a wanted input of
-      // lower rank) always run in the shared kernel; the row output joins
-      // them when it is a same-shape gradient (a per-row sum takes its own).
+      // lower rank) always run in the shared kernel; the row output is
+      // written when it is a same-shape gradient (a per-row sum takes its
+      // own kernel, and the shared one computes no row values).
       bool lead = false;
       if constexpr (p[0] != none) lead = kind_of<Outs, p[0]>() == gradient_kind::same_shape;
-      if constexpr (p[2] != none) {
-        if (lead)
-          group(gi, outs, done, constant<p[0]>{}, constant<p[1]>{}, constant<p[2]>{});
-        else
-          group(gi, outs, done, constant<none>{}, constant<p[1]>{}, constant<p[2]>{});
-      } else {
-        if (lead)
-          group(gi, outs, done, constant<p[0]>{}, constant<p[1]>{});
-        else
-          group(gi, outs, done, constant<none>{}, constant<p[1]>{});
-      }
+      if constexpr (p[2] != none)
+        group(gi, outs, done, lead, constant<p[0]>{}, constant<p[1]>{}, constant<p[2]>{});
+      else
+        group(gi, outs, done, lead, constant<p[0]>{}, constant<p[1]>{});
     }
     (rest<K, p[0], p[1], p[2]>(gi, std::get<K>(outs), done[K]), ...);
   }
@@ -367,7 +361,7 @@ struct gradients {
       if (!done) detail::autodiff::assign_one<!lead>(std::get<K>(parts), v, gi);
   }
   template <class Outs, class P, class... S>
-  void group(grad_info& gi, const Outs& outs, bool* done, P, S...) const {
+  void group(grad_info& gi, const Outs& outs, bool* done, bool lead, P, S...) const {
     constexpr std::size_t p = P::value;
     // Every output's shape and every kind first: nothing is written before
     // all are known good.
@@ -376,21 +370,24 @@ struct gradients {
     const auto& g0 = std::get<std::tuple_element_t<0, std::tuple<S...>>::value>(parts);
     using T0 = typename detail::node_t<decltype(g0.adjoint)>::value_type;
     constexpr std::size_t RO = std::tuple_size_v<std::remove_cvref_t<decltype(g0.out_shape)>>;
-    const auto partial = [&](const auto& rows_out, const auto& e) {
-      return detail::column_partials<(p != none)>(rows_out, e, std::get<S::value>(parts).adjoint...);
+    const auto partial = [&](bool store, const auto& rows_out, const auto& e) {
+      return detail::column_partials(store, rows_out, e, std::get<S::value>(parts).adjoint...);
     };
     auto r = [&] {
       if constexpr (p == none) {
         using Sp = typename std::remove_cvref_t<
             decltype(std::get<std::tuple_element_t<0, std::tuple<S...>>::value>(outs))>::space;
-        return partial(view<T0, RO, Sp>(nullptr, g0.out_shape), detail::convert<T0>(0.0f));
+        return partial(false, view<T0, RO, Sp>(nullptr, g0.out_shape), detail::convert<T0>(0.0f));
       } else {
+        // One kernel whether or not the row output is written: without it,
+        // a view of the row output's type and the adjoint's shape, unread.
         const auto& g = std::get<p>(parts);
-        detail::autodiff::check_gradient_output(g, std::get<p>(outs));
-        return partial(detail::autodiff::lift_view<RO>(std::get<p>(outs)), g.adjoint);
+        const auto o = detail::autodiff::lift_view<RO>(std::get<p>(outs));
+        using V = std::remove_const_t<decltype(o)>;
+        return partial(lead, lead ? o : V(nullptr, g.out_shape), g.adjoint);
       }
     }();
-    if constexpr (p != none) done[p] = true;
+    if constexpr (p != none) done[p] = lead;
     ((done[S::value] = true), ...);
     int kernels = r.info.kernels;
     constexpr bool pair = sizeof...(S) == 2;

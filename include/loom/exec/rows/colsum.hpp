@@ -106,15 +106,17 @@ inline colsum_plan plan_colsum(index_t rows, index_t per_block, index_t cap) {
 
 // Evaluates output and extras at one element (`one`) or vector_width elements (`vec`),
 // adds extra k into acc[k * cols + column], then stores the output (unless
-// Store is false: only the column sums are wanted).
-template <class O, std::size_t R, std::size_t K, bool Store = true>
+// `store` is false: only the column sums are wanted, and the output's own
+// values are not computed).
+template <class O, std::size_t R, std::size_t K>
 struct colsum_sink {
   row_out<O, R> o;
+  bool store = true;
 
   template <class A, class B, class Ctx>
   LOOM_HD void one(const B& b, const index_t* idx, const index_t* lead, index_t c, const Ctx& ctx, A* acc,
                    index_t cols) const {
-    if constexpr (Store) {
+    if (store) {
       const O v = convert<O>(detail::get<0>(b.ch).at(idx, ctx));
       add_one(b, idx, c, ctx, acc, cols, std::make_index_sequence<K>{});
       o.p[o.offset(lead, c)] = v;
@@ -129,11 +131,10 @@ struct colsum_sink {
     vec_regs<O, vector_width> v;
     LOOM_UNROLL
     for (int j = 0; j < vector_width; ++j) {
-      if constexpr (Store)
-        v.v[j] = convert<O>(detail::get<0>(b.ch).template elem<vector_width>(detail::get<0>(r.c), j, ctx));
+      if (store) v.v[j] = convert<O>(detail::get<0>(b.ch).template elem<vector_width>(detail::get<0>(r.c), j, ctx));
       add_vec<vector_width>(b, r, j, c0, ctx, acc, cols, std::make_index_sequence<K>{});
     }
-    if constexpr (Store) vec_store<O, vector_width>(o.p + o.offset(lead, c0), v);
+    if (store) vec_store<O, vector_width>(o.p + o.offset(lead, c0), v);
   }
 
  private:
@@ -209,8 +210,8 @@ __global__ void __launch_bounds__(256)
 
 // Kernel 1 on the host: blocks of consecutive rows in parallel, each
 // accumulating its partial column sums in its row of `partials`.
-template <class A, std::size_t K, class S, class O, std::size_t RO, class B, bool Store>
-void colsum_rows_host(const B& b0, const colsum_sink<O, RO, K, Store>& sink, const row_layout<RO>& lay,
+template <class A, std::size_t K, class S, class O, std::size_t RO, class B>
+void colsum_rows_host(const B& b0, const colsum_sink<O, RO, K>& sink, const row_layout<RO>& lay,
                       const row_passes_plan& passes, tensor<A, 3, S>& partials, column_sums_info& ci, eval_info& info) {
   const auto b = wrap_row_values(b0);  // per-row values once per row (per_row.hpp)
   using BW = std::remove_const_t<decltype(b)>;
@@ -245,8 +246,8 @@ void colsum_rows_host(const B& b0, const colsum_sink<O, RO, K, Store>& sink, con
 #if LOOM_CUDA_COMPILER
 // Kernel 1 on the device: one row kernel whose blocks accumulate their
 // partial column sums in shared memory (or, for long rows, in `partials`).
-template <class A, std::size_t K, class S, class O, std::size_t RO, class B, bool Store>
-void colsum_rows_device(const view<O, RO, S>& out, const B& b, const colsum_sink<O, RO, K, Store>& sink,
+template <class A, std::size_t K, class S, class O, std::size_t RO, class B>
+void colsum_rows_device(const view<O, RO, S>& out, const B& b, const colsum_sink<O, RO, K>& sink,
                         const row_layout<RO>& lay, const row_passes_plan& passes, tensor<A, 3, S>& partials,
                         column_sums_info& ci, eval_info& info) {
   const std::uint64_t reuse = passes.reuse;
@@ -276,7 +277,7 @@ void colsum_rows_device(const view<O, RO, S>& out, const B& b, const colsum_sink
   const int threads = threads_per_row == 32 ? 32 * groups : 256;
   const bool vec = row_out_vector_ok(out) && rows_vector_ok<vector_width>(b, cols);  // as run_rows: never by the cache
   constexpr std::size_t Leaves = leaf_count<B>;
-  using Sink = colsum_sink<O, RO, K, Store>;
+  using Sink = colsum_sink<O, RO, K>;
   auto kernel = vec ? row_colsum_kernel<vector_width, true, A, RO, K, Sink, B, Leaves>
                     : row_colsum_kernel<vector_width, false, A, RO, K, Sink, B, Leaves>;
   // About one wave: as many blocks as fit on the SMs at once, which the
@@ -312,11 +313,12 @@ void colsum_rows_device(const view<O, RO, S>& out, const B& b, const colsum_sink
 
 // Kernel 1: the output rows and the partial column sums of the K extras,
 // partials [P, K, cols] (allocated here, P from the plan).
-template <class A, std::size_t K, bool Store = true, class S, class O, std::size_t RO, class B>
-eval_info run_rows_colsum(const view<O, RO, S>& out, const B& b, tensor<A, 3, S>& partials, column_sums_info& ci) {
+template <class A, std::size_t K, class S, class O, std::size_t RO, class B>
+eval_info run_rows_colsum(bool store, const view<O, RO, S>& out, const B& b, tensor<A, 3, S>& partials,
+                          column_sums_info& ci) {
   static_assert(std::is_same_v<A, std::conditional_t<uses_double<B>, double, float>>);
   const row_layout<RO> lay = layout_of(out);
-  const colsum_sink<O, RO, K, Store> sink{{out.data(), out.strides()}};
+  const colsum_sink<O, RO, K> sink{{out.data(), out.strides()}, store};
   eval_info info;
   info.path = eval_path::rows;
   info.on_device = std::is_same_v<S, device>;
@@ -346,8 +348,9 @@ void check_column_sum_output(const SumView& sum, index_t cols) {
 }  // namespace rows
 
 // Kernel 1 of a rows assignment with column sums: evaluates `e` into `out`
-// (with Store false, `out` gives only the shape of the rows: its data is not
-// touched and may be null, and `e` is not evaluated) and sums each of the K
+// (with `store` false, `out` gives only the shape of the rows: its data is
+// not touched and may be null, and `e`'s values are not computed, though the
+// row reductions it holds are) and sums each of the K
 // extra expressions (K = 1 or 2) over the rows into per-block partials
 // [P, K, C] (see the top of this file). The extras share the output's row
 // reductions: a reduction of the same type over the same data is computed
@@ -357,8 +360,8 @@ struct column_partial_sums {
   column_sums_info info;
   tensor<A, 3, S> partials;
 };
-template <bool Store = true, class Out, class E, class... X>
-auto column_partials(Out&& out_in, const E& e, const X&... extras) {
+template <class Out, class E, class... X>
+auto column_partials(bool store, Out&& out_in, const E& e, const X&... extras) {
   constexpr std::size_t K = sizeof...(X);
   static_assert(K == 1 || K == 2, "loom: a row kernel sums one or two expressions over its rows");
   const auto out = as_view(out_in);
@@ -382,7 +385,7 @@ auto column_partials(Out&& out_in, const E& e, const X&... extras) {
   using A = std::conditional_t<uses_double<std::remove_const_t<decltype(b)>>, double, float>;
   column_partial_sums<A, S> r{{}, tensor<A, 3, S>(shape<3>{0, static_cast<index_t>(K), out.extent(RO - 1)})};
   if (out.size() > 0) {
-    r.info.rows = rows::run_rows_colsum<A, K, Store>(out, b, r.partials, r.info);
+    r.info.rows = rows::run_rows_colsum<A, K>(store, out, b, r.partials, r.info);
     r.info.kernels = 1;
   } else {
     r.info.rows.on_device = std::is_same_v<S, device>;
@@ -400,7 +403,7 @@ auto column_sum_of(const tensor<A, 3, S>& partials, index_t k) {
 // Evaluates `e` into `out` and sum_rows(x_k) into sum_k (k < K, K = 1 or 2,
 // each of shape [C] for an output [..., C]) in two kernels; see the top of
 // this file and column_partials.
-template <bool Store = true, class Out, class E, class... SumsAndExtras>
+template <class Out, class E, class... SumsAndExtras>
 column_sums_info assign_with_column_sums(Out&& out, const E& e, SumsAndExtras&&... se) {
   constexpr std::size_t K = sizeof...(SumsAndExtras) / 2;
   static_assert(sizeof...(SumsAndExtras) % 2 == 0 && (K == 1 || K == 2),
@@ -412,7 +415,7 @@ column_sums_info assign_with_column_sums(Out&& out, const E& e, SumsAndExtras&&.
     (rows::check_column_sum_output(sum(std::integral_constant<std::size_t, I>{}), cols), ...);
   }(std::make_index_sequence<K>{});
   auto r = [&]<std::size_t... I>(std::index_sequence<I...>) {
-    return column_partials<Store>(out, e, std::get<2 * I + 1>(args)...);
+    return column_partials(true, out, e, std::get<2 * I + 1>(args)...);
   }(std::make_index_sequence<K>{});
   // Kernel 2: each sum is a row of the transposed partials, [C, P].
   if (cols > 0) {
