@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The gradient of one input of a layer (loom::input_gradient): its adjoint
+// at the layer output's shape and the reduction to the input's shape, chosen
+// from the shapes when assigned (docs/08_gradients.md). grad/grad.hpp puts
+// several of them in shared kernels.
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "loom/core/error.hpp"
+#include "loom/core/shape.hpp"
+#include "loom/exec/assign.hpp"
+#include "loom/exec/eval_info.hpp"
+#include "loom/exec/row_colsum.hpp"
+#include "loom/exec/rows.hpp"
+#include "loom/grad/derive.hpp"
+#include "loom/nn/embedding.hpp"
+#include "loom/reduce/api.hpp"
+#include "loom/tensor/tensor.hpp"
+#include "loom/tensor/view.hpp"
+
+namespace loom {
+//! How an input's gradient is reduced from the layer output's shape to the
+//! input's shape.
+enum class gradient_kind : std::uint8_t {
+  zero,         //!< the output does not depend on the input: the gradient is 0
+  same_shape,   //!< the input has the output's shape: a row expression, no reduction
+  row_sums,     //!< the input is [..., 1] (one value per row): summed along each row
+  column_sums,  //!< the input is [C] (broadcast over the rows): summed over the rows
+  whole_sum,    //!< the input is a scalar (every extent 1): summed over everything
+  scatter,      //!< the input is the source of an embedding, index_select or gather: summed through its indices
+};
+
+//! What the calling thread's last gradient assignment did.
+struct grad_info {
+  int kernels = 0;             //!< launches in all (a whole sum counts its column sums and their sum)
+  int column_sum_groups = 0;   //!< row kernels that also summed columns (up to two sums each)
+  eval_info rows;              //!< the last row or elementwise kernel
+};
+
+namespace detail {
+inline grad_info& last_grad_slot() {
+  thread_local grad_info info;
+  return info;
+}
+}  // namespace detail
+
+//! The calling thread's last gradient assignment (kernels, column-sum groups).
+inline grad_info last_grad() { return detail::last_grad_slot(); }
+
+//! The gradient of one input of a layer, lazily: its adjoint (an expression
+//! at the layer output's shape, or none) and the reduction to the input's
+//! shape. Assign it to a tensor of the input's shape: `dx = g;`. The
+//! reduction is chosen from the shapes when assigned (gradient_kind).
+template <class Adj, std::size_t RO, std::size_t RI>
+struct input_gradient {
+  Adj adjoint;           //!< d loss / d input, broadcast to the output's shape (detail::autodiff::no_grad if 0;
+                         //!< detail::autodiff::scatter_adjoint for an indexing node's source)
+  shape<RO> out_shape;   //!< the adjoint's shape: the layer output's (its rows' where the layer ends in a row reduction)
+  shape<RI> in_shape;    //!< the input's shape
+
+  static constexpr std::size_t out_rank = RO;
+  static constexpr std::size_t in_rank = RI;
+
+  //! How the adjoint reduces to the input's shape; shape_error if loom does
+  //! not sum over that pattern of axes in one pass. The kinds an input can
+  //! have follow from its rank (so only those are compiled): an input of the
+  //! adjoint's rank is same-shape or per-row ([..., 1]); one of lower rank is
+  //! broadcast over the leading axes, its gradient a column sum ([C]) or a
+  //! whole sum (every extent 1, rank 0 too).
+  gradient_kind kind() const {
+    if constexpr (std::is_same_v<Adj, detail::autodiff::no_grad>) return gradient_kind::zero;
+    if constexpr (detail::autodiff::is_scatter<Adj>) return gradient_kind::scatter;
+    const shape<RO> in = lifted();
+    bool lead_ones = true, lead_same = true;
+    for (std::size_t d = 0; d + 1 < RO; ++d) {
+      lead_ones = lead_ones && in[d] == 1;
+      lead_same = lead_same && in[d] == out_shape[d];
+    }
+    const index_t last = RO > 0 ? in[RO - 1] : 1, out_last = RO > 0 ? out_shape[RO - 1] : 1;
+    if constexpr (RI == RO) {
+      if (in == out_shape) return gradient_kind::same_shape;
+      if (lead_same && last == 1) return gradient_kind::row_sums;
+      if (lead_ones)
+        throw shape_error("loom: grad: an input of shape " + shape_string(in_shape) +
+                          " has the rank of the layer's output " + shape_string(out_shape) +
+                          " and is broadcast over its rows; pass it without the leading 1s (a view of shape [" +
+                          std::to_string(last) + "], or rank 0 for one value): its gradient is then a column or "
+                          "whole sum");
+    } else {
+      if constexpr (RI > 0)
+        if (lead_ones && last == out_last) return gradient_kind::column_sums;
+      if (lead_ones && last == 1) return gradient_kind::whole_sum;
+    }
+    throw shape_error("loom: grad: an input of shape " + shape_string(in_shape) +
+                      " is broadcast to the layer's output shape " + shape_string(out_shape) +
+                      " along axes that one pass cannot sum; loom::grad reduces to the output's shape, [..., 1] "
+                      "(per row), [C] (per column) or a scalar");
+  }
+  //! The input's shape with leading 1s up to the output's rank.
+  shape<RO> lifted() const {
+    shape<RO> s{};
+    s.fill(1);
+    for (std::size_t d = 0; d != RI; ++d) s[RO - RI + d] = in_shape[d];
+    return s;
+  }
+};
+
+namespace detail::autodiff {
+template <class G>
+inline constexpr bool has_adjoint = !std::is_same_v<std::remove_cvref_t<decltype(G::adjoint)>, no_grad>;
+template <class X>
+inline constexpr bool is_input_gradient = false;
+template <class Adj, std::size_t RO, std::size_t RI>
+inline constexpr bool is_input_gradient<input_gradient<Adj, RO, RI>> = true;
+
+//! A view of `v` with rank R (leading axes of extent 1 added).
+template <std::size_t R, class T, std::size_t RI, class S>
+view<T, R, S> lift_view(const view<T, RI, S>& v) {
+  static_assert(RI <= R);
+  shape<R> ext{}, st{};
+  ext.fill(1);
+  st.fill(0);
+  for (std::size_t d = 0; d != RI; ++d) {
+    ext[R - RI + d] = v.extent(d);
+    st[R - RI + d] = v.stride(d);
+  }
+  return view<T, R, S>(v.data(), ext, st);
+}
+//! The last axis of `v` as a rank-1 view (the others have extent 1).
+template <class T, std::size_t R, class S>
+view<T, 1, S> last_axis_view(const view<T, R, S>& v) {
+  if constexpr (R == 0)
+    return view<T, 1, S>(v.data(), shape<1>{1}, shape<1>{1});
+  else
+    return view<T, 1, S>(v.data(), shape<1>{v.extent(R - 1)}, shape<1>{v.stride(R - 1)});
+}
+
+template <class G, class Out>
+void check_gradient_output(const G& g, const Out& out) {
+  if (out.extents() != g.in_shape)
+    throw shape_error("loom: grad: the gradient of an input of shape " + shape_string(g.in_shape) +
+                      " is assigned to a tensor of shape " + shape_string(out.extents()) +
+                      "; give it the input's shape");
+}
+
+// The accumulation type of an adjoint whose values are T.
+template <class T>
+using sum_acc_t = std::conditional_t<std::is_same_v<compute_t<T>, double>, double, float>;
+
+// Kernel 2 of a column sum or whole sum, from the partial column sums of
+// kernel 1 (detail::column_partials): a column sum is the row sums of the
+// transposed partials [C, P] (1 kernel); a whole sum is those row sums into
+// [C] in the accumulation type and then their sum along one row (2 kernels).
+// Both orders are fixed by the shapes and the grid, so results are
+// deterministic. Returns the kernels launched.
+template <class O, std::size_t RI, class S, class A>
+int finish_sum(gradient_kind kind, const view<O, RI, S>& out, const tensor<A, 3, S>& partials, index_t k) {
+  const index_t cols = partials.extent(2);
+  if (kind == gradient_kind::column_sums) {
+    if constexpr (RI > 0) {
+      if (cols == 0) return 0;
+      assign(last_axis_view(out).unsqueeze(1), row_sum(column_sum_of(partials, k)));
+      return 1;
+    }
+  } else if (kind == gradient_kind::whole_sum) {
+    if (cols == 0) {
+      fill(out, convert<O>(0.0f));
+      return 1;
+    }
+    tensor<A, 2, S> per_column(shape<2>{cols, 1});
+    assign(per_column, row_sum(column_sum_of(partials, k)));
+    assign(view<O, 2, S>(out.data(), shape<2>{1, 1}, shape<2>{1, 1}), row_sum(per_column.view().t()));
+    return 2;
+  }
+  throw std::logic_error("loom: grad: a column or whole sum was asked for a gradient of another kind");
+}
+
+// One gradient on its own: the reduction its kind asks for. Only the kinds
+// its rank allows are compiled (input_gradient::kind), and of those the ones
+// the caller may meet: Same, an input of the adjoint's rank (same-shape or
+// per-row sums); Sums, an input of lower rank (column or whole sums, both
+// through the column-sum kernel).
+template <bool Same = true, bool Sums = true, class G, class O, std::size_t RI, class S>
+void assign_one(const G& g, const view<O, RI, S>& out, grad_info& gi) {
+  check_gradient_output(g, out);
+  constexpr std::size_t RO = G::out_rank;
+  const auto o = lift_view<RO>(out);
+  const gradient_kind kind = g.kind();
+  if (kind == gradient_kind::zero) {
+    fill(out, convert<O>(0.0f));
+    gi.kernels += 1;
+    return;
+  }
+  if constexpr (is_scatter<std::remove_cvref_t<decltype(g.adjoint)>>) {
+    // The adjoint at the indexing node, materialized, then its ordered sums
+    // through the indices (nn/embedding.hpp).
+    gi.kernels += emb::scatter_gradient(out, g.adjoint.node, g.adjoint.adjoint);
+  } else if constexpr (has_adjoint<G>) {
+    using T = typename node_t<decltype(g.adjoint)>::value_type;
+    if constexpr (G::in_rank == RO) {
+      if constexpr (Same) {
+        if (kind == gradient_kind::same_shape) {
+          gi.rows = assign(o, g.adjoint);
+          gi.kernels += 1;
+          return;
+        }
+      }
+      if (kind == gradient_kind::row_sums) {
+        gi.rows = assign(o, row_sum(g.adjoint));
+        gi.kernels += 1;
+        return;
+      }
+      throw std::logic_error("loom: grad: an input of the output's rank reached a kernel not compiled for its kind");
+    } else if constexpr (Sums) {
+      // Column and whole sums: the column sums of the adjoint (the row
+      // output is not written: a scalar stands for it), then finish_sum.
+      const view<T, RO, S> rows_shape(nullptr, g.out_shape);
+      auto r = column_partials(false, rows_shape, convert<T>(0.0f), g.adjoint);
+      gi.rows = r.info.rows;
+      gi.kernels += r.info.kernels + finish_sum(kind, out, r.partials, 0);
+      gi.column_sum_groups += 1;
+    } else {
+      throw std::logic_error("loom: grad: an input of lower rank reached a kernel not compiled for it");
+    }
+  }
+}
+}  // namespace detail::autodiff
+
+//! Assigns the gradient of one input (see input_gradient): `dw = g;` runs its
+//! reduction (a row kernel; or a row kernel and the kernel that adds partial
+//! column sums; or those and the sum of the column sums).
+template <tensor_like Out, class Adj, std::size_t RO, std::size_t RI>
+eval_info assign(Out&& out, const input_gradient<Adj, RO, RI>& g) {
+  grad_info gi;
+  detail::autodiff::assign_one(g, detail::as_view(out), gi);
+  detail::last_grad_slot() = gi;
+  return gi.rows;
+}
+
+}  // namespace loom
