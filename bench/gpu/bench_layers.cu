@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
     // The references, tolerances and data of this program, checked against
     // loom's host executor in float: no GPU needed.
     print_header();
-    for (index_t cols : {index_t{1023}, index_t{4099}}) run_f32(st, 9, cols, true);
+    for (index_t cols : {index_t{1023}, index_t{4099}}) run_f32_host(st, 9, cols);
     std::printf("bench_layers --self-test: %s\n", st.failed ? "FAIL" : "all checks passed on the host executor");
     return st.failed ? 1 : 0;
   }
@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
                                                      : std::vector<index_t>{1024, 4096, 16384, 65536};
     for (index_t cols : widths) {
       run_bf16(st, rows, cols);
-      run_f32(st, rows, cols, false);
+      run_f32(st, rows, cols);
     }
     if (st.failed) {
       std::printf("FAIL: a result differs from its double reference\n");

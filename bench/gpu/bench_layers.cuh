@@ -3,7 +3,8 @@
 // the data of one shape, the check and the timing of one layer, and the
 // layers of one shape (run_shape). Each element type's run_shape is
 // compiled in its own translation unit (bench_layers_bf16.cu,
-// bench_layers_f32.cu), so the two compile side by side.
+// bench_layers_f32.cu, and bench_layers_host.cpp for the host executor's),
+// so they compile side by side.
 #pragma once
 
 #include "gpu_bench.cuh"
@@ -288,8 +289,9 @@ void run_shape(bench_state& st, index_t rows, index_t cols) {
              [&](int s) { y[s] = loom::grad<0>(rms_norm_layer)(x[s], w, dy[s]); }, "loom::grad");
 }
 
-// The layers of one shape for bf16 on the device, and for float on the device
-// or (the self-test) on the host executor.
+// The layers of one shape for bf16 and float on the device, and for float on
+// the host executor (the self-test).
 void run_bf16(bench_state& st, index_t rows, index_t cols);
-void run_f32(bench_state& st, index_t rows, index_t cols, bool on_host);
+void run_f32(bench_state& st, index_t rows, index_t cols);
+void run_f32_host(bench_state& st, index_t rows, index_t cols);
 }  // namespace bench_layers

@@ -3,10 +3,5 @@
 #include "bench_layers.cuh"
 
 namespace bench_layers {
-void run_f32(bench_state& st, index_t rows, index_t cols, bool on_host) {
-  if (on_host)
-    run_shape<float, loom::host>(st, rows, cols);
-  else
-    run_shape<float>(st, rows, cols);
-}
+void run_f32(bench_state& st, index_t rows, index_t cols) { run_shape<float>(st, rows, cols); }
 }  // namespace bench_layers

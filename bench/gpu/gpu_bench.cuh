@@ -5,10 +5,17 @@
 // bandwidth measured in the same run (the ceiling), and random never-zero
 // data generated on the device by a hash that the host can recompute for the
 // reference checks. Not part of the library.
+// A host compiler may include it too (a program's host self-test in a .cpp
+// file): then what needs nvcc is left out (LOOM_CUDA_COMPILER 0: the copy
+// ceiling, and hash_fill of device tensors).
 #pragma once
 
+#include <loom/config.hpp>
+
+#if LOOM_CUDA_COMPILER
 #include <thrust/execution_policy.h>
 #include <thrust/tabulate.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -154,7 +161,7 @@ float hashed(std::uint64_t seed, std::uint64_t i) {
 template <class T>
 struct hash_fill_fn {
   std::uint64_t seed;
-  __host__ __device__ T operator()(std::uint64_t i) const { return T(hash_value(seed, i)); }
+  LOOM_HD T operator()(std::uint64_t i) const { return T(hash_value(seed, i)); }
 };
 
 //! Fills a contiguous tensor with hash_value(seed, i): on the current stream
@@ -166,9 +173,13 @@ void hash_fill(Tensor& t, std::uint64_t seed) {
   if constexpr (std::is_same_v<typename X::space, loom::host>) {
     for (loom::index_t i = 0; i < t.size(); ++i) t.data()[i] = hash_fill_fn<T>{seed}(static_cast<std::uint64_t>(i));
   } else {
+#if LOOM_CUDA_COMPILER
     thrust::tabulate(thrust::cuda::par_nosync.on(loom::current_stream().get()), t.data(), t.data() + t.size(),
                      hash_fill_fn<T>{seed});
     LOOM_CUDA_CHECK(cudaGetLastError());
+#else
+    static_assert(sizeof(T) == 0, "hash_fill of a device tensor needs nvcc");
+#endif
   }
 }
 
@@ -190,6 +201,7 @@ struct copy_ceiling {
   double memcpy_gbps = 0, loom_gbps = 0;
 };
 
+#if LOOM_CUDA_COMPILER
 inline copy_ceiling measure_copy(const std::string& bench, const options& opt, const gpu_timing& t, int calls = 1) {
   const loom::index_t n = opt.quick ? (loom::index_t{1} << 22) : (loom::index_t{1} << 28);  // floats
   loom::device_tensor<float, 1> x({n}), y({n});
@@ -221,9 +233,8 @@ inline copy_ceiling measure_copy(const std::string& bench, const options& opt, c
   emit_json(opt.json_path, l);
   return c;
 }
+#endif  // LOOM_CUDA_COMPILER
 
-//! Says why there is nothing to measure and gives the exit code 77 (ctest's
-//! "skipped") when no GPU can be used.
 //! What every GPU benchmark program carries: its options, the timing, the
 //! copy ceiling of this run, and whether a check failed.
 struct bench_common {
@@ -233,6 +244,8 @@ struct bench_common {
   bool failed = false;
 };
 
+//! Says why there is nothing to measure and gives the exit code 77 (ctest's
+//! "skipped") when no GPU can be used.
 inline int no_gpu(const char* program) {
   std::printf("%s: no GPU is present (%s); nothing measured\n", program, loom::gpu::unavailable_reason().c_str());
   return 77;
