@@ -157,10 +157,8 @@ struct gradients {
   template <class Outs, class P, class... S>
   void group(grad_info& gi, const Outs& outs, bool* done, bool lead, P, S...) const {
     constexpr std::size_t p = P::value;
-    // Every output's shape and every kind first: nothing is written before
-    // all are known good.
+    // The outputs' shapes were checked (run).
     const gradient_kind kinds[] = {std::get<S::value>(parts).kind()...};
-    (detail::autodiff::check_gradient_output(std::get<S::value>(parts), std::get<S::value>(outs)), ...);
     const auto& g0 = std::get<std::tuple_element_t<0, std::tuple<S...>>::value>(parts);
     using T0 = typename detail::node_t<decltype(g0.adjoint)>::value_type;
     constexpr std::size_t RO = std::tuple_size_v<std::remove_cvref_t<decltype(g0.out_shape)>>;
@@ -187,18 +185,9 @@ struct gradients {
     constexpr bool pair = sizeof...(S) == 2;
     if (pair && kinds[0] == gradient_kind::column_sums && kinds[sizeof...(S) - 1] == gradient_kind::column_sums) {
       // Both column sums in one kernel, as layer_norm_backward.
-      if constexpr (pair) {
-        const auto sum_out = [&](auto k) {
-          return detail::autodiff::last_axis_view(std::get<decltype(k)::value>(outs)).unsqueeze(1);
-        };
-        if (r.partials.extent(2) > 0) {
-          constexpr std::size_t a = std::tuple_element_t<0, std::tuple<S...>>::value;
-          constexpr std::size_t b = std::tuple_element_t<1, std::tuple<S...>>::value;
-          assign_pair(sum_out(constant<a>{}), row_sum(detail::column_sum_of(r.partials, 0)), sum_out(constant<b>{}),
-                      row_sum(detail::column_sum_of(r.partials, 1)));
-          ++kernels;
-        }
-      }
+      if constexpr (pair)
+        kernels += detail::finish_column_sums(
+            r.partials, detail::autodiff::last_axis_view(std::get<S::value>(outs))...);
     } else {
       index_t k = 0;
       ((kernels += detail::autodiff::finish_sum(kinds[k], std::get<S::value>(outs), r.partials, k), ++k), ...);

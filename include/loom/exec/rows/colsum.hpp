@@ -400,6 +400,21 @@ auto column_sum_of(const tensor<A, 3, S>& partials, index_t k) {
   return partials.view().slice(whole, k, whole).t();
 }
 
+// Kernel 2: writes each column sum (a [C] view; one or two) as the row sum
+// of its partials ([C, P]: column_sum_of), the pair in one kernel. Returns
+// the kernels run: none when C is 0.
+template <class A, class S, class Sum0, class... Sum1>
+int finish_column_sums(const tensor<A, 3, S>& partials, const Sum0& sum0, const Sum1&... sum1) {
+  static_assert(sizeof...(Sum1) <= 1, "loom: a row kernel sums one or two expressions over its rows");
+  if (partials.extent(2) == 0) return 0;
+  if constexpr (sizeof...(Sum1) == 0)
+    assign(sum0.unsqueeze(1), row_sum(column_sum_of(partials, 0)));
+  else
+    assign_pair(sum0.unsqueeze(1), row_sum(column_sum_of(partials, 0)), sum1.unsqueeze(1)...,
+                row_sum(column_sum_of(partials, 1)));
+  return 1;
+}
+
 // Evaluates `e` into `out` and sum_rows(x_k) into sum_k (k < K, K = 1 or 2,
 // each of shape [C] for an output [..., C]) in two kernels; see the top of
 // this file and column_partials.
@@ -417,15 +432,9 @@ column_sums_info assign_with_column_sums(Out&& out, const E& e, SumsAndExtras&&.
   auto r = [&]<std::size_t... I>(std::index_sequence<I...>) {
     return column_partials(true, out, e, std::get<2 * I + 1>(args)...);
   }(std::make_index_sequence<K>{});
-  // Kernel 2: each sum is a row of the transposed partials, [C, P].
-  if (cols > 0) {
-    if constexpr (K == 1)
-      assign(sum(std::integral_constant<std::size_t, 0>{}).unsqueeze(1), row_sum(column_sum_of(r.partials, 0)));
-    else
-      assign_pair(sum(std::integral_constant<std::size_t, 0>{}).unsqueeze(1), row_sum(column_sum_of(r.partials, 0)),
-                  sum(std::integral_constant<std::size_t, 1>{}).unsqueeze(1), row_sum(column_sum_of(r.partials, 1)));
-    ++r.info.kernels;
-  }
+  r.info.kernels += [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return finish_column_sums(r.partials, sum(std::integral_constant<std::size_t, I>{})...);
+  }(std::make_index_sequence<K>{});
   last_eval_slot() = r.info.rows;
   return last_column_sums_slot() = r.info;
 }
