@@ -59,9 +59,9 @@ struct cross_entropy_options {
 //! for float, half and bf16. A target outside [0, C) that is not ignore_index gives
 //! NaN for its row (a kernel cannot raise). A -inf logit masks its class:
 //! the loss stays finite unless that class is the target (inf) or label
-//! smoothing puts weight on it (inf), as in PyTorch. One kernel when assigned: passes
-//! for the row max, the sum of exponentials, the target logit (and the row
-//! mean with label smoothing).
+//! smoothing puts weight on it (inf), as in PyTorch. One kernel when assigned,
+//! two reduction passes per row: the row max and the target logit (and the
+//! row mean with label smoothing), then the sum of exponentials.
 template <expression L, expression T>
 [[nodiscard]] auto cross_entropy_rows(const L& logits, const T& target, const cross_entropy_options& o = {}) {
   const auto z = detail::as_node(logits);

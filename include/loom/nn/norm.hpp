@@ -66,8 +66,8 @@ template <expression E, operand W, operand B>
 
 //! Gradient of layer_norm with respect to x, recomputing the row statistics
 //! from x: rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight.
-//! One kernel, five reduction passes per row (the mean of x, its correction
-//! and the variance, then the two means of g).
+//! One kernel, four reduction passes per row (the mean of x with the mean of
+//! g, the mean's correction, the variance, then the mean of g * xhat).
 template <expression E, operand W, expression D>
 [[nodiscard]] auto layer_norm_backward_input(const E& x, const W& weight, const D& dy, double eps = 1e-5) {
   const auto z = detail::as_node(x);
@@ -105,7 +105,8 @@ template <expression E>
 }
 
 //! Gradient of rms_norm with respect to x: r * (g - x * r^2 * mean(g * x)),
-//! r = rsqrt(mean(x^2) + eps), g = dy * weight. One kernel, two passes.
+//! r = rsqrt(mean(x^2) + eps), g = dy * weight. One kernel, one reduction
+//! pass per row (both means).
 template <expression E, operand W, expression D>
 [[nodiscard]] auto rms_norm_backward_input(const E& x, const W& weight, const D& dy, double eps = 1e-6) {
   const auto z = detail::as_node(x);
@@ -144,7 +145,7 @@ void check_norm_grad_shapes(const X& x, const D& dy, const char* what) {
 //! axes into N first) and a weight of shape [C]. Deterministic (no atomics;
 //! the same input gives the same bits run to run on one device).
 //! Two kernels (one launch each, exec/row_colsum.hpp):
-//!  1. a row kernel that recomputes the row statistics from x (5 reduction
+//!  1. a row kernel that recomputes the row statistics from x (4 reduction
 //!     passes per row, as layer_norm_backward_input), writes dx, and adds
 //!     dy * xhat and dy into per-column accumulators for a fixed block of
 //!     consecutive rows per thread block (shared memory on the device; the
@@ -182,7 +183,7 @@ template <tensor_like X, tensor_like W, tensor_like D>
 
 //! All gradients of rms_norm for x, dy [N, C] and weight [C]. Deterministic.
 //! Two kernels, as layer_norm_backward: a row kernel that recomputes
-//! r = rsqrt(mean(x^2) + eps) (2 reduction passes per row), writes dx and
+//! r = rsqrt(mean(x^2) + eps) (1 reduction pass per row), writes dx and
 //! per-block partial column sums of dy * x * r into partials [P, 1, C], then
 //! one row kernel summing the partials into dweight.
 //! Example: `auto g = loom::rms_norm_backward(x, gamma, dy, 1e-6);  // g.dx, g.dweight`

@@ -39,59 +39,93 @@ __device__ __forceinline__ A group_reduce(const Op& op, A v, int threads_per_row
   return r;
 }
 
-template <int vector_width, bool vectorized, class Reduction, class Ctx, std::size_t R>
-__device__ __forceinline__ void device_reduce_slot(const Reduction& red, const index_t* lead, Ctx& ctx, int lane,
-                                                   int threads_per_row, typename Reduction::acc* smem) {
-  using A = typename Reduction::acc;
-  const typename Reduction::op op{};
-  A acc = op.identity();
-  index_t idx[R];
-  for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
-  index_t c = lane;
-  if constexpr (vectorized) {
-    const index_t full = red.cols / vector_width * vector_width;
-#pragma unroll 1
-    for (index_t c0 = static_cast<index_t>(lane) * vector_width; c0 < full;
-         c0 += static_cast<index_t>(threads_per_row) * vector_width) {
-      typename decltype(red.arg)::template regs<vector_width> r;
-      red.arg.template row_load<vector_width>(lead, c0, r);
+// One reduction of a device pass: this thread's partial result over its
+// columns (vec: vector_width columns at c0, below full(); one: column
+// full() + k), each in ascending order, then the group's deterministic
+// reduction.
+template <int vector_width, bool vectorized, class Red, class Ctx, std::size_t R>
+struct device_slot_sum {
+  using A = typename Red::acc;
+  const Red* red;
+  A acc;
+
+  __device__ __forceinline__ explicit device_slot_sum(const Red* r) : red(r), acc(typename Red::op{}.identity()) {}
+  __device__ __forceinline__ index_t full() const { return vectorized ? red->cols / vector_width * vector_width : 0; }
+  __device__ __forceinline__ void vec(const index_t* lead, index_t c0, const Ctx& ctx) {
+    if (c0 >= full()) return;
+    const typename Red::op op{};
+    typename decltype(red->arg)::template regs<vector_width> r;
+    red->arg.template row_load<vector_width>(lead, c0, r);
 #pragma unroll
-      for (int j = 0; j < vector_width; ++j)
-        acc = op(acc, op.lift(red.arg.template elem<vector_width>(r, j, ctx), c0 + j));
-    }
-    c = full + lane;
+    for (int j = 0; j < vector_width; ++j)
+      acc = op(acc, op.lift(red->arg.template elem<vector_width>(r, j, ctx), c0 + j));
   }
-#pragma unroll 1
-  for (; c < red.cols; c += threads_per_row) {
+  __device__ __forceinline__ bool one(index_t* idx, index_t k, const Ctx& ctx) {
+    const index_t c = full() + k;
+    if (c >= red->cols) return false;
+    const typename Red::op op{};
     idx[R - 1] = c;
-    acc = op(acc, op.lift(red.arg.at(idx, ctx), c));
+    acc = op(acc, op.lift(red->arg.at(idx, ctx), c));
+    return true;
   }
-  ctx.v[Reduction::slot] = static_cast<std::remove_cvref_t<decltype(ctx.v[0])>>(
-      op.finalize(group_reduce(op, acc, threads_per_row, smem), red.cols));
-}
-
-template <int vector_width, bool vectorized, class A, class B, class Ctx, std::size_t R, std::size_t S>
-__device__ __forceinline__ void device_reduce_one(const B& b, const index_t* lead, Ctx& ctx, int lane,
-                                                  int threads_per_row, A* smem, std::uint64_t reuse) {
-  constexpr std::size_t t = first_same_slot<B, S>();
-  if constexpr (t != S) {
-    if ((reuse >> S) & 1) {
-      ctx.v[S] = ctx.v[t];
-      return;
-    }
+  __device__ __forceinline__ void finish(Ctx& ctx, int threads_per_row, void* smem) {
+    const typename Red::op op{};
+    ctx.v[Red::slot] = static_cast<std::remove_cvref_t<decltype(ctx.v[0])>>(
+        op.finalize(group_reduce(op, acc, threads_per_row, static_cast<A*>(smem)), red->cols));
   }
-  with_slot<S>(b, [&](const auto& red) {
-    using Reduction = std::remove_cvref_t<decltype(red)>;
-    device_reduce_slot<vector_width, vectorized, Reduction, Ctx, R>(red, lead, ctx, lane, threads_per_row,
-                                                                    reinterpret_cast<typename Reduction::acc*>(smem));
-  });
-}
+};
 
+// One pass over the row computing the reductions of slots S...
+// (levels.hpp): each thread's columns once for all of them, then each group
+// reduction in slot order.
 template <int vector_width, bool vectorized, class A, class B, class Ctx, std::size_t R, std::size_t... S>
+__device__ __forceinline__ void device_reduce_pass(const B& b, const index_t* lead, Ctx& ctx, int lane,
+                                                   int threads_per_row, A* smem, std::index_sequence<S...>) {
+  auto sums = tuple<device_slot_sum<vector_width, vectorized, slot_type_t<B, S>, Ctx, R>...>(
+      device_slot_sum<vector_width, vectorized, slot_type_t<B, S>, Ctx, R>(slot_node<S>(b))...);
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    if constexpr (vectorized) {
+      index_t full = 0;
+      ((full = get<I>(sums).full() > full ? get<I>(sums).full() : full), ...);
+#pragma unroll 1
+      for (index_t c0 = static_cast<index_t>(lane) * vector_width; c0 < full;
+           c0 += static_cast<index_t>(threads_per_row) * vector_width)
+        (get<I>(sums).vec(lead, c0, ctx), ...);
+    }
+    index_t idx[R];
+    for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
+#pragma unroll 1
+    for (index_t k = lane;; k += threads_per_row) {
+      bool more = false;
+      ((more |= get<I>(sums).one(idx, k, ctx)), ...);
+      if (!more) break;
+    }
+    (get<I>(sums).finish(ctx, threads_per_row, smem), ...);
+  }(std::make_index_sequence<sizeof...(S)>{});
+}
+
+// The reductions of level L: the first of each type in one pass, then each
+// copy candidate: the result of its identical earlier reduction when
+// reused, else a pass of its own.
+template <int vector_width, bool vectorized, class A, class B, class Ctx, std::size_t R, int L>
+__device__ __forceinline__ void device_reduce_level(const B& b, const index_t* lead, Ctx& ctx, int lane,
+                                                    int threads_per_row, A* smem, std::uint64_t reuse) {
+  device_reduce_pass<vector_width, vectorized, A, B, Ctx, R>(b, lead, ctx, lane, threads_per_row, smem,
+                                                             level_firsts_t<B, L>{});
+  [&]<std::size_t... S>(std::index_sequence<S...>) {
+    ((((reuse >> S) & 1) ? void(ctx.v[S] = ctx.v[first_same_slot<B, S>()])
+                         : device_reduce_pass<vector_width, vectorized, A, B, Ctx, R>(
+                               b, lead, ctx, lane, threads_per_row, smem, std::index_sequence<S>{})),
+     ...);
+  }(level_copies_t<B, L>{});
+}
+
+template <int vector_width, bool vectorized, class A, class B, class Ctx, std::size_t R, int... L>
 __device__ __forceinline__ void device_reduce_all(const B& b, const index_t* lead, Ctx& ctx, int lane,
                                                   int threads_per_row, A* smem, std::uint64_t reuse,
-                                                  std::index_sequence<S...>) {
-  (device_reduce_one<vector_width, vectorized, A, B, Ctx, R, S>(b, lead, ctx, lane, threads_per_row, smem, reuse), ...);
+                                                  std::integer_sequence<int, L...>) {
+  (device_reduce_level<vector_width, vectorized, A, B, Ctx, R, L>(b, lead, ctx, lane, threads_per_row, smem, reuse),
+   ...);
 }
 
 // Copies `bytes` bytes with threads_per_row threads in units of U (four in flight per
@@ -147,7 +181,7 @@ __device__ __forceinline__ void group_sync(int threads_per_row) {
 }
 
 // One row, device: the planned rows of `lead` into the group's cache and
-// `bc` rebased onto them, then every reduction slot in order into ctx.
+// `bc` rebased onto them, then the reductions into ctx, level by level.
 template <int vector_width, bool vectorized, class A, std::size_t R, class B, class Ctx, std::size_t Leaves>
 __device__ __forceinline__ void device_row_reductions(B& bc, const row_cache_plan<Leaves, R>& plan, const index_t* lead,
                                                       unsigned char* cache, Ctx& ctx, int lane, int threads_per_row,
@@ -158,7 +192,7 @@ __device__ __forceinline__ void device_row_reductions(B& bc, const row_cache_pla
     group_sync(threads_per_row);
   }
   device_reduce_all<vector_width, vectorized, A, B, Ctx, R>(bc, lead, ctx, lane, threads_per_row, smem, reuse,
-                                                            std::make_index_sequence<slots_of<B>>{});
+                                                            std::make_integer_sequence<int, slot_levels<B>::count>{});
 }
 
 // The output pass of one row of `cols` columns: vec(c0) for vector_width columns at a
@@ -185,11 +219,17 @@ __device__ __forceinline__ void device_row_output(const index_t* lead, index_t c
 }
 
 // The most bytes of loaded values and indices that one vector step of any
-// pass holds: the output tree's, or a reduction argument's.
+// pass holds: the output tree's, or those of the reduction arguments that
+// one level's shared pass computes together (a copy candidate's own pass
+// holds no more than its level's first of the type).
 template <class B, int vector_width, std::size_t... S>
-constexpr std::size_t row_step_regs(std::index_sequence<S...>) {
+constexpr std::size_t level_step_regs(std::index_sequence<S...>) {
+  return (std::size_t{0} + ... + sizeof(typename decltype(slot_type_t<B, S>::arg)::template regs<vector_width>));
+}
+template <class B, int vector_width, int... L>
+constexpr std::size_t row_step_regs(std::integer_sequence<int, L...>) {
   std::size_t most = sizeof(typename B::template regs<vector_width>);
-  ((most = std::max(most, sizeof(typename decltype(slot_type_t<B, S>::arg)::template regs<vector_width>))), ...);
+  ((most = std::max(most, level_step_regs<B, vector_width>(level_firsts_t<B, L>{}))), ...);
   return most;
 }
 
@@ -205,7 +245,8 @@ constexpr std::size_t row_step_regs(std::index_sequence<S...>) {
 inline constexpr std::size_t row_light_regs = 80;
 template <class B, int vector_width>
 inline constexpr int row_min_blocks =
-    row_step_regs<B, vector_width>(std::make_index_sequence<slots_of<B>>{}) <= row_light_regs ? 4 : 2;
+    row_step_regs<B, vector_width>(std::make_integer_sequence<int, slot_levels<B>::count>{}) <= row_light_regs ? 4
+                                                                                                            : 2;
 
 // One group of threads_per_row threads per row (threads_per_row = 32: a warp per row; threads_per_row = blockDim: a
 // block per row): the planned rows into the group's part of the shared

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// The rows executor on the host: one row at a time (rows in parallel), each
-// reduction in the order the device's warps use.
+// The rows executor on the host: one row at a time (rows in parallel), the
+// reductions in the device's passes (levels.hpp), each in the order the
+// device's warps use.
 
 #include <cstddef>
 #include <cstdint>
@@ -37,13 +38,14 @@ bool host_rows_dense(const B& b, index_t cols) {
   return ok;
 }
 
-// Host executor: one row at a time (rows in parallel). Each reduction sums 32
-// interleaved partial results and then combines them pairwise, the order the
-// device's warps use, so long rows keep float accuracy. Dense rows are read
-// 32 columns at a time by pointer, in a loop over the 32 partial results that
-// the compiler can vectorize; the same order either way.
+// One reduction on the host: 32 interleaved partial results (the order the
+// device's warps use), then combined pairwise, so long rows keep float
+// accuracy. Dense rows are read 32 columns at a time by pointer, in a loop
+// over the partial results that the compiler can vectorize; the other
+// columns one at a time. Each partial result takes its columns in ascending
+// order either way.
 template <class B, class Ctx, std::size_t R, class Reduction>
-void host_reduce_slot(const Reduction& red, const index_t* lead, Ctx& ctx, bool dense) {
+LOOM_NOINLINE void host_reduce_slot(const Reduction& red, const index_t* lead, Ctx& ctx, bool dense) {
   using A = typename Reduction::acc;
   const typename Reduction::op op{};
   constexpr int lanes = host_lanes;
@@ -70,23 +72,38 @@ void host_reduce_slot(const Reduction& red, const index_t* lead, Ctx& ctx, bool 
       static_cast<typename std::remove_cvref_t<decltype(ctx.v[0])>>(op.finalize(part[0], red.cols));
 }
 
-template <class B, class Ctx, std::size_t R, std::size_t S>
-void host_reduce_one(B& b, const index_t* lead, Ctx& ctx, std::uint64_t reuse, bool dense) {
-  constexpr std::size_t t = first_same_slot<B, S>();
-  if constexpr (t != S) {
-    if ((reuse >> S) & 1) {
-      ctx.v[S] = ctx.v[t];
-      return;
-    }
-  }
-  fill_row_values<R>(b, static_cast<int>(S), lead, ctx);
-  with_slot<S>(b, [&](const auto& red) { host_reduce_slot<B, Ctx, R>(red, lead, ctx, dense); });
+// Host executor: the reductions of slots S..., one pass of the plan
+// (levels.hpp), with the per-row values of their passes first
+// (per_row.hpp). The host reads dense rows in place, from its own caches:
+// it runs the reductions of a pass one after the other, each in its own
+// loop over the row and its own function (host_reduce_slot, not inlined),
+// which the compiler vectorizes (one loop for several reductions, or the
+// loops inlined into one function, ran the derived layer-norm backward
+// 6-20% slower; docs/performance.md).
+template <class B, class Ctx, std::size_t R, std::size_t... S>
+void host_reduce_pass(B& b, const index_t* lead, Ctx& ctx, bool dense, std::index_sequence<S...>) {
+  (fill_row_values<R>(b, static_cast<int>(S), lead, ctx), ...);
+  (with_slot<S>(b, [&](const auto& red) { host_reduce_slot<B, Ctx, R>(red, lead, ctx, dense); }), ...);
 }
 
-template <class B, class Ctx, std::size_t R, std::size_t... S>
+// Host executor: the reductions of level L: the first of each type in one
+// pass, then each copy candidate: the result of its identical earlier
+// reduction when reused, else a pass of its own.
+template <class B, class Ctx, std::size_t R, int L>
+void host_reduce_level(B& b, const index_t* lead, Ctx& ctx, std::uint64_t reuse, bool dense) {
+  host_reduce_pass<B, Ctx, R>(b, lead, ctx, dense, level_firsts_t<B, L>{});
+  [&]<std::size_t... S>(std::index_sequence<S...>) {
+    ((((reuse >> S) & 1) ? void(ctx.v[S] = ctx.v[first_same_slot<B, S>()])
+                         : host_reduce_pass<B, Ctx, R>(b, lead, ctx, dense, std::index_sequence<S>{})),
+     ...);
+  }(level_copies_t<B, L>{});
+}
+
+template <class B, class Ctx, std::size_t R, int... L>
 void host_reduce_all([[maybe_unused]] B& b, [[maybe_unused]] const index_t* lead, [[maybe_unused]] Ctx& ctx,
-                     [[maybe_unused]] std::uint64_t reuse, [[maybe_unused]] bool dense, std::index_sequence<S...>) {
-  (host_reduce_one<B, Ctx, R, S>(b, lead, ctx, reuse, dense), ...);
+                     [[maybe_unused]] std::uint64_t reuse, [[maybe_unused]] bool dense,
+                     std::integer_sequence<int, L...>) {
+  (host_reduce_level<B, Ctx, R, L>(b, lead, ctx, reuse, dense), ...);
 }
 
 // Host executor: copies the planned rows of `lead` into `cache`.
@@ -101,7 +118,7 @@ void host_fill_cache(const row_cache_plan<Leaves, R>& plan, const index_t* lead,
 
 // Host executor, one row: copies the planned rows of `lead` into this
 // thread's buffer and rebases `bc` onto them (and its kept values), then
-// computes every reduction slot in order into ctx, and the per-row values
+// computes the reductions into ctx, level by level, and the per-row values
 // of each pass before it (per_row.hpp), the output pass's last.
 template <class B, class Ctx, std::size_t Leaves, std::size_t R>
 void host_row_reductions(B& bc, const row_cache_plan<Leaves, R>& plan, const index_t* lead, Ctx& ctx,
@@ -113,7 +130,7 @@ void host_row_reductions(B& bc, const row_cache_plan<Leaves, R>& plan, const ind
     host_fill_cache(plan, lead, bytes);
     rebase_leaves(bc, plan, lead, bytes);
   }
-  host_reduce_all<B, Ctx, R>(bc, lead, ctx, reuse, dense, std::make_index_sequence<slots_of<B>>{});
+  host_reduce_all<B, Ctx, R>(bc, lead, ctx, reuse, dense, std::make_integer_sequence<int, slot_levels<B>::count>{});
   fill_row_values<R>(bc, -1, lead, ctx);
 }
 

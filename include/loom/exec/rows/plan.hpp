@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <bitset>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include "loom/core/shape.hpp"
 #include "loom/core/space.hpp"
 #include "loom/detail/fast_divmod.hpp"
+#include "loom/exec/rows/levels.hpp"
 #include "loom/exec/rows/values.hpp"
 #include "loom/expr/bound.hpp"
 #include "loom/expr/row_nodes.hpp"
@@ -176,24 +178,6 @@ struct row_sink_stats {
   }
 };
 
-// The first slot before S whose reduction has the same type as slot S (S if
-// none): a candidate to reuse instead of recomputing. Identical row
-// reductions (the two row_max(x) of a plainly written softmax) have
-// identical types; a run-time check confirms they also read the same data.
-template <class B, std::size_t S, std::size_t T = 0>
-constexpr std::size_t first_same_slot() {
-  if constexpr (T >= S) {
-    return S;
-  } else {
-    using st = slot_type_t<B, S>;
-    using tt = slot_type_t<B, T>;
-    if constexpr (std::is_same_v<erase_slots_t<st>, erase_slots_t<tt>>)
-      return T;
-    else
-      return first_same_slot<B, S, T + 1>();
-  }
-}
-
 // Bit S set: slot S is computed by copying slot first_same_slot<S>.
 template <class B, std::size_t... S>
 std::uint64_t reuse_mask(const B& b, std::index_sequence<S...>) {
@@ -222,8 +206,8 @@ index_t longest_row(const B& b, index_t at_least, std::index_sequence<S...>) {
 }
 
 // ---------------------------------------------------------------------------
-// Row cache. A row kernel makes one pass over each row per reduction and one
-// for the output. Every distinct input row that two or more of those passes
+// Row cache. A row kernel makes one pass over each row per level of its
+// reductions (levels.hpp) and one for the output. Every distinct input row that two or more of those passes
 // read is copied once into on-chip memory (shared memory on the device, a
 // per-thread buffer on the host) and the passes read it there, so device
 // memory is read once per element. The host copies rows only for trees that
@@ -351,7 +335,7 @@ row_cache_plan<leaf_count<B>, R> plan_row_inputs(const B& b, index_t cols, index
     std::vector<index_t> st;
     index_t len;
     std::size_t elem;
-    std::uint64_t passes;
+    std::bitset<2 * 64> passes;
     bool out;
   };
   std::vector<row_key> keys;
@@ -370,18 +354,18 @@ row_cache_plan<leaf_count<B>, R> plan_row_inputs(const B& b, index_t cols, index
     while (i < keys.size() &&
            !(keys[i].type == &type_key<T>::id && keys[i].p == p && keys[i].st == st && keys[i].len == len))
       ++i;
-    if (i == keys.size()) keys.push_back({&type_key<T>::id, p, st, len, sizeof(T), 0, false});
+    if (i == keys.size()) keys.push_back({&type_key<T>::id, p, st, len, sizeof(T), {}, false});
     if (pass < 0)
       keys[i].out = true;
     else if (!((reuse >> pass) & 1))
-      keys[i].passes |= std::uint64_t{1} << pass;
+      keys[i].passes.set(static_cast<std::size_t>(pass_of_slot<B>(static_cast<std::size_t>(pass))));
     which[kk] = static_cast<int>(i);
   };
   visit_row_leaves(b, cols, f);
   std::vector<int> slot(keys.size(), -1);
   std::size_t total = 0;
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (std::popcount(keys[i].passes) + (keys[i].out ? 1 : 0) < 2) continue;
+    if (keys[i].passes.count() + (keys[i].out ? 1 : 0) < 2) continue;
     const auto j = static_cast<std::size_t>(plan.rows++);
     slot[i] = static_cast<int>(j);
     plan.src[j] = keys[i].p;
@@ -489,7 +473,7 @@ template <class B>
 row_passes_plan plan_row_passes(const B& b, index_t cols) {
   row_passes_plan p;
   p.reuse = reuse_mask(b, std::make_index_sequence<slots_of<B>>{});
-  p.passes = static_cast<int>(slots_of<B>) - std::popcount(p.reuse);
+  p.passes = passes_before_output<B>(p.reuse);
   p.threads_per_row = longest_row(b, cols, std::make_index_sequence<slots_of<B>>{}) <= 2048 ? 32 : 256;
   return p;
 }

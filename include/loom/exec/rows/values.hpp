@@ -2,10 +2,11 @@
 #pragma once
 
 // Computed values in the row cache. A row kernel makes one pass over each
-// row per reduction and one for the output; a subtree that two passes
-// evaluate (e = exp(x - row_max(x)) under row_sum(e) and again in e /
-// row_sum(e)) is computed by the first, stored in the row cache, and read
-// back by the later ones instead of being computed again.
+// row per level of its reductions (levels.hpp) and one for the output; a
+// subtree that two passes evaluate (e = exp(x - row_max(x)) under
+// row_sum(e) and again in e / row_sum(e)) is computed by the first, stored in
+// the row cache, and read back by the later ones instead of being computed
+// again.
 //
 // Which subtrees can be kept is decided from the tree's type: a map of two
 // or more operations that change along the row, whose type (slot numbers
@@ -28,6 +29,7 @@
 
 #include "loom/config.hpp"
 #include "loom/core/error.hpp"
+#include "loom/exec/rows/levels.hpp"
 #include "loom/expr/bound.hpp"
 #include "loom/expr/row_nodes.hpp"
 #include "loom/expr/row_value.hpp"
@@ -351,11 +353,17 @@ void compute_all_values(B& b) {
   });
 }
 
-// Decides, in the order the passes run (slots ascending, skipping reused
-// ones, then the output pass), which occurrences of kept subtrees store their
-// value and which read it, and lays the stored rows out from byte `base` of a
-// group's cache (16-byte aligned each). Occurrences in the same pass as the
-// first one compute.
+// Decides, in the order the reductions run (levels.hpp: level by level, the
+// first of each type in the level's shared pass in slot order, then the
+// copy candidates in their own passes, a reused one's subtree evaluated by
+// none; then the output pass), which occurrences of kept subtrees store
+// their value and which read it, and lays the stored rows out from byte
+// `base` of a group's cache (16-byte aligned each). Occurrences under the
+// same reduction as the first one compute. Two reductions of one shared
+// pass may store and read: the pass takes each column (each vector step)
+// through its reductions in slot order, so the storer has written a column
+// before the reader reads it, in the same thread (the same row length is
+// checked).
 template <class B>
 row_values_plan plan_row_values(B& b, index_t cols, std::uint64_t reuse, std::size_t base) {
   compute_all_values(b);
@@ -394,9 +402,11 @@ row_values_plan plan_row_values(B& b, index_t cols, std::uint64_t reuse, std::si
         return child_place(n, at, reuse);
       });
     };
-    [&]<std::size_t... S>(std::index_sequence<S...>) {
-      ((((reuse >> S) & 1) == 0 ? plan_pass(static_cast<int>(S)) : void()), ...);
-    }(std::make_index_sequence<slots_of<B>>{});
+    for (int level = 0; level < slot_levels<B>::count; ++level)
+      for (bool copies : {false, true})
+        for (std::size_t s = 0; s != slots_of<B>; ++s)
+          if (slot_levels<B>::value[s] == level && slot_levels<B>::copy[s] == copies && ((reuse >> s) & 1) == 0)
+            plan_pass(static_cast<int>(s));
     plan_pass(-1);
     std::size_t at = base;
     for (kept_occurrence& o : occ) {
