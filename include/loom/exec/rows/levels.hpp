@@ -72,7 +72,7 @@ constexpr int highest_read_level(const int* levels) {
   return most;
 }
 template <class... C>
-constexpr int highest_read_level(const int* levels, type_list<C...>) {
+constexpr int highest_read_level([[maybe_unused]] const int* levels, type_list<C...>) {
   int most = -1;
   ((most = std::max(most, highest_read_level<C>(levels))), ...);
   return most;
