@@ -318,9 +318,11 @@ template <expression E>
 //! Row reductions: over the last axis, keeping it with extent 1 (so they
 //! broadcast back along the row). Accumulate in float (double for double
 //! inputs); max/min propagate NaN. Inside an assignment they cost no extra
-//! kernel: the whole assignment is one kernel with one pass per reduction
-//! over each row, then the output pass; a row that several passes read is
-//! copied into shared memory once first (see eval_info::cached_rows).
+//! kernel: the whole assignment is one kernel with one pass over each row
+//! per level of reductions (those that read no result of one another share
+//! a pass; eval_info::row_passes), then the output pass; a row that several
+//! passes read is copied into shared memory once first (see
+//! eval_info::cached_rows).
 //! Example: `y = exp(x - row_max(x)) / row_sum(exp(x - row_max(x)));`
 LOOM_ROW_REDUCTION(row_sum, row_sum_op)
 LOOM_ROW_REDUCTION(row_mean, row_mean_op)
