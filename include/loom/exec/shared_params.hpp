@@ -44,14 +44,6 @@ template <class List, class F, class C, class... Rest>
 struct expr_tags<List, map_node<F, C, Rest...>>
     : expr_tags<typename expr_tags<List, C>::type, map_node<F, Rest...>> {};
 
-template <class T, class... L>
-constexpr std::size_t index_in(type_list<L...>) {
-  constexpr bool same[] = {std::is_same_v<T, L>..., false};
-  std::size_t k = 0;
-  while (k < sizeof...(L) && !same[k]) ++k;
-  return k;
-}
-
 //! A use of layer parameter K (bound leaf L) whose values the kernel loaded
 //! once into the evaluation context: no registers or load of its own; the
 //! tail and the run-time check read the leaf.

@@ -295,26 +295,28 @@ struct children_of<bound_map<F, Cin, B...>> {
   using rebind = bound_map<F, Cin, C...>;
 };
 
-template <std::size_t slot, class B, class F>
-LOOM_HD void with_slot(const B& b, F&& g);
-template <std::size_t slot, class F>
-struct with_slot_step {
-  F& g;
-  // Only the child whose slot range holds `slot` is entered: one lookup
-  // instantiates a path through the tree, not every node that holds slots.
-  template <class C>
-  LOOM_HD void operator()(const C& c) const {
-    if constexpr (slots_of<C> > 0 && first_slot_of<C> <= slot && slot < first_slot_of<C> + slots_of<C>)
-      with_slot<slot>(c, g);
-  }
-};
-//! Calls g(node) on the row-reduction node of slot `slot` inside bound tree b.
+// The index of the child of bound node kind B whose slot range holds `slot`
+// (B itself not that slot's node).
+template <std::size_t slot, class... C>
+constexpr std::size_t slot_child_in(type_list<C...>) {
+  constexpr bool holds[] = {(slots_of<C> > 0 && first_slot_of<C> <= slot && slot < first_slot_of<C> + slots_of<C>)...,
+                            false};
+  std::size_t k = 0;
+  while (!holds[k]) ++k;
+  return k;
+}
+template <class B, std::size_t slot>
+inline constexpr std::size_t slot_child_v = slot_child_in<slot>(child_types_t<B>{});
+
+//! Calls g(node) on the row-reduction node of slot `slot` inside bound tree
+//! b. Only the path to it is entered: a lookup instantiates one function
+//! per node on that path, not one per node that holds slots.
 template <std::size_t slot, class B, class F>
 LOOM_HD void with_slot(const B& b, F&& g) {
   if constexpr (slot_number<B>::value == slot)
     g(b);
   else
-    for_each_child(b, with_slot_step<slot, std::remove_reference_t<F>>{g});
+    with_slot<slot>(child<slot_child_v<B, slot>>(b), g);
 }
 
 //! What binding learned about the operands.

@@ -104,14 +104,16 @@ struct is_bound_row_reduce<bound_row_reduce<Op, A, Slot, B>> : std::true_type {}
 template <class Op, class A, std::size_t Slot, class B>
 struct slot_number<bound_row_reduce<Op, A, Slot, B>> : std::integral_constant<std::size_t, Slot> {};
 
-// The type of the row-reduction node with slot S in a bound tree (void if none).
-template <std::size_t S>
-struct has_slot {
-  template <class N>
-  struct test : std::bool_constant<slot_number<N>::value == S> {};
+// The type of the row-reduction node with slot S in bound tree B (which
+// holds it): found down the path with_slot takes.
+template <class B, std::size_t S, bool here = slot_number<B>::value == S>
+struct slot_type {
+  using type = B;
 };
 template <class B, std::size_t S>
-using slot_type_t = tree_find_t<B, has_slot<S>::template test>;
+struct slot_type<B, S, false> : slot_type<list_at_t<child_types_t<B>, slot_child_v<B, S>>, S> {};
+template <class B, std::size_t S>
+using slot_type_t = typename slot_type<B, S>::type;
 
 // A bound type with every slot number set to 0: two reductions whose erased
 // types agree compute the same function of their inputs.

@@ -35,6 +35,26 @@ struct append_unique<type_list<L...>, T> {
   using type = std::conditional_t<list_has<type_list<L...>, T>::value, type_list<L...>, type_list<L..., T>>;
 };
 
+//! The index of the first T in type_list L... (its size if none).
+template <class T, class... L>
+constexpr std::size_t index_in(type_list<L...>) {
+  constexpr bool same[] = {std::is_same_v<T, L>..., false};
+  std::size_t k = 0;
+  while (k < sizeof...(L) && !same[k]) ++k;
+  return k;
+}
+//! Element I of type_list List.
+template <class List, std::size_t I>
+struct list_at;
+template <class H, class... T>
+struct list_at<type_list<H, T...>, 0> {
+  using type = H;
+};
+template <class H, class... T, std::size_t I>
+struct list_at<type_list<H, T...>, I> : list_at<type_list<T...>, I - 1> {};
+template <class List, std::size_t I>
+using list_at_t = typename list_at<List, I>::type;
+
 //! What a node kind N says about its children. A specialization provides
 //!   using types = type_list<Child...>;                 // in order
 //!   template <std::size_t I, class M> static auto& get(M& n);  // M: N or const N
@@ -147,6 +167,12 @@ struct tree_map {
 // ---------------------------------------------------------------------------
 // Walks of values.
 
+// The walks below are one function per node and walk: each folds over its
+// node's children itself (no per-child step object), which keeps the
+// functions a tree instantiates, and so compile time, down.
+template <class N>
+using child_indices = std::make_index_sequence<child_count_v<N>>;
+
 template <class N, class F, std::size_t... I>
 LOOM_HD void for_each_child_impl(N& n, F& f, std::index_sequence<I...>) {
   (f(child<I>(n)), ...);
@@ -154,52 +180,31 @@ LOOM_HD void for_each_child_impl(N& n, F& f, std::index_sequence<I...>) {
 //! Calls f(c) on each child c of n, in order.
 template <class N, class F>
 LOOM_HD void for_each_child(N& n, F&& f) {
-  for_each_child_impl(n, f, std::make_index_sequence<child_count_v<N>>{});
+  for_each_child_impl(n, f, child_indices<N>{});
 }
 
-template <class N, class F>
-LOOM_HD void visit_impl(N& n, F& f);
-template <class F>
-struct visit_step {
-  F& f;
-  template <class C>
-  LOOM_HD void operator()(C& c) const {
-    visit_impl(c, f);
-  }
-};
-template <class N, class F>
-LOOM_HD void visit_impl(N& n, F& f) {
+template <class N, class F, std::size_t... I>
+LOOM_HD void visit_impl(N& n, F& f, std::index_sequence<I...>) {
   f(n);
-  for_each_child(n, visit_step<F>{f});
+  (visit_impl(child<I>(n), f, child_indices<std::remove_reference_t<decltype(child<I>(n))>>{}), ...);
 }
 //! Calls f(m) on every node m of tree n, pre-order (a node before its children).
 template <class N, class F>
 LOOM_HD void visit(N& n, F&& f) {
-  visit_impl(n, f);
+  visit_impl(n, f, child_indices<N>{});
 }
 
-template <class N, class C, class F>
-LOOM_HD void visit_down_impl(N& n, const C& ctx, F& f);
-template <class C, class F>
-struct visit_down_step {
-  const C& ctx;
-  F& f;
-  template <class M>
-  LOOM_HD void operator()(M& m) const {
-    visit_down_impl(m, ctx, f);
-  }
-};
-template <class N, class C, class F>
-LOOM_HD void visit_down_impl(N& n, const C& ctx, F& f) {
-  const C inner = f(n, ctx);
-  for_each_child(n, visit_down_step<C, F>{inner, f});
+template <class N, class C, class F, std::size_t... I>
+LOOM_HD void visit_down_impl(N& n, const C& ctx, F& f, std::index_sequence<I...>) {
+  [[maybe_unused]] const C inner = f(n, ctx);
+  (visit_down_impl(child<I>(n), inner, f, child_indices<std::remove_reference_t<decltype(child<I>(n))>>{}), ...);
 }
 //! Pre-order visit that hands a context down: `f(m, ctx)` is called on every
 //! node m with its parent's result (`ctx` at the root) and returns the
 //! context of m's children.
 template <class N, class C, class F>
 LOOM_HD void visit_down(N& n, const C& ctx, F&& f) {
-  visit_down_impl(n, ctx, f);
+  visit_down_impl(n, ctx, f, child_indices<N>{});
 }
 
 template <class N, class F, std::size_t... I>

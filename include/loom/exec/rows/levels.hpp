@@ -32,22 +32,24 @@
 #include "loom/expr/traverse.hpp"
 
 namespace loom::detail::rows {
-// The first slot before S whose reduction has the same type as slot S (S if
-// none): a candidate to reuse instead of recomputing. Identical row
-// reductions (the two row_max(x) of a plainly written softmax) have
+// The types of bound tree B's row reductions by slot, with their slot
+// numbers set to 0: two reductions whose erased types agree compute the same
+// function of their inputs.
+template <class B, class Seq = std::make_index_sequence<slots_of<B>>>
+struct erased_slot_types;
+template <class B, std::size_t... S>
+struct erased_slot_types<B, std::index_sequence<S...>> {
+  using type = type_list<erase_slots_t<slot_type_t<B, S>>...>;
+};
+
+// The first slot up to S whose reduction has the same type as slot S (S if
+// none before it): a candidate to reuse instead of recomputing. Identical
+// row reductions (the two row_max(x) of a plainly written softmax) have
 // identical types; a run-time check confirms they also read the same data.
-template <class B, std::size_t S, std::size_t T = 0>
+template <class B, std::size_t S>
 constexpr std::size_t first_same_slot() {
-  if constexpr (T >= S) {
-    return S;
-  } else {
-    using st = slot_type_t<B, S>;
-    using tt = slot_type_t<B, T>;
-    if constexpr (std::is_same_v<erase_slots_t<st>, erase_slots_t<tt>>)
-      return T;
-    else
-      return first_same_slot<B, S, T + 1>();
-  }
+  using erased = typename erased_slot_types<B>::type;
+  return index_in<erase_slots_t<slot_type_t<B, S>>>(erased{});
 }
 
 // The slot whose value node N reads from the row context: a row
