@@ -127,14 +127,17 @@ inline constexpr int host_run_width = 16;
 // b.at_linear<true>(start + k) reads while start + k stays in start's block
 // of g elements (g the gcd of the periods): its leaves moved to output
 // element `start` (a periodic leaf to start mod its period).
+template <class N>
+struct moves_to_element
+    : std::bool_constant<is_bound_leaf<N>::value ||
+                         (!not_rebasable_node<N>::value && requires(N& n) { n.rebase_linear(index_t{}); })> {};
 template <class B>
 B rebased_tree(const B& b, index_t start) {
   B c = b;
-  visit(c, [start](auto& node) {
-    using N = std::remove_cvref_t<decltype(node)>;
-    if constexpr (is_bound_leaf<N>::value)
+  visit_if<moves_to_element>(c, [start](auto& node) {
+    if constexpr (is_bound_leaf<std::remove_cvref_t<decltype(node)>>::value)
       node.p += node.template linear_offset<true>(start);
-    else if constexpr (!not_rebasable_node<N>::value && requires { node.rebase_linear(start); })
+    else
       node.rebase_linear(start);
   });
   return c;
@@ -204,20 +207,17 @@ int repeated_loads(const B& b) {
     read seen[n];
     std::size_t k = 0;
     int repeated = 0;
-    visit(b, [&](const auto& m) {
-      using M = std::remove_cvref_t<decltype(m)>;
-      if constexpr (is_bound_leaf<M>::value) {
-        const read r{m.p, sizeof(*m.p), m.st.size(), m.st.data(), m.periodic, m.period.d};
-        for (std::size_t j = 0; j != k; ++j) {
-          const read& o = seen[j];
-          if (o.p == r.p && o.size == r.size && o.rank == r.rank && std::equal(o.st, o.st + o.rank, r.st) &&
-              o.periodic == r.periodic && (!r.periodic || o.period == r.period)) {
-            ++repeated;
-            return;
-          }
+    visit_if<is_bound_leaf>(b, [&](const auto& m) {
+      const read r{m.p, sizeof(*m.p), m.st.size(), m.st.data(), m.periodic, m.period.d};
+      for (std::size_t j = 0; j != k; ++j) {
+        const read& o = seen[j];
+        if (o.p == r.p && o.size == r.size && o.rank == r.rank && std::equal(o.st, o.st + o.rank, r.st) &&
+            o.periodic == r.periodic && (!r.periodic || o.period == r.period)) {
+          ++repeated;
+          return;
         }
-        seen[k++] = r;
       }
+      seen[k++] = r;
     });
     return repeated;
   }

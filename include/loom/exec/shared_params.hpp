@@ -194,16 +194,14 @@ template <class B, class P>
 bool collect_params(const B& b, P& loads) {
   bool same = true;
   bool seen[P::size] = {};
-  visit(b, [&](const auto& m) {
+  visit_if<is_bound_param>(b, [&](const auto& m) {
     using M = std::remove_cvref_t<decltype(m)>;
-    if constexpr (is_bound_param<M>::value) {
-      auto& first = detail::get<M::number>(loads.leaves);
-      if (!seen[M::number]) {
-        first = m.leaf;
-        seen[M::number] = true;
-      } else {
-        same = same && first.same_as(m.leaf) && first.periodic == m.leaf.periodic;
-      }
+    auto& first = detail::get<M::number>(loads.leaves);
+    if (!seen[M::number]) {
+      first = m.leaf;
+      seen[M::number] = true;
+    } else {
+      same = same && first.same_as(m.leaf) && first.periodic == m.leaf.periodic;
     }
   });
   return same;

@@ -308,15 +308,20 @@ constexpr std::size_t slot_child_in(type_list<C...>) {
 template <class B, std::size_t slot>
 inline constexpr std::size_t slot_child_v = slot_child_in<slot>(child_types_t<B>{});
 
-//! Calls g(node) on the row-reduction node of slot `slot` inside bound tree
-//! b. Only the path to it is entered: a lookup instantiates one function
-//! per node on that path, not one per node that holds slots.
+//! The row-reduction node of slot `slot` inside bound tree b. Only the path
+//! to it is entered: a lookup instantiates one function per node on that
+//! path, not one per node that holds slots.
+template <std::size_t slot, class B>
+LOOM_HD const auto& slot_node(const B& b) {
+  if constexpr (slot_number<B>::value == slot)
+    return b;
+  else
+    return slot_node<slot>(child<slot_child_v<B, slot>>(b));
+}
+//! Calls g(node) on the row-reduction node of slot `slot` inside bound tree b.
 template <std::size_t slot, class B, class F>
 LOOM_HD void with_slot(const B& b, F&& g) {
-  if constexpr (slot_number<B>::value == slot)
-    g(b);
-  else
-    with_slot<slot>(child<slot_child_v<B, slot>>(b), g);
+  g(slot_node<slot>(b));
 }
 
 //! What binding learned about the operands.

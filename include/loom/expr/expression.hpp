@@ -298,11 +298,11 @@ struct children_of<broadcast_node<E, R>> : one_child_e<E> {
 
 //! Calls g(leaf) for every leaf_node (a view of memory) of a tree, under
 //! every node kind, row reductions included.
+template <class N>
+struct leaf_node_kind : std::bool_constant<is_leaf_node<N>> {};
 template <class N, class F>
 void for_each_leaf(const N& n, F&& g) {
-  visit(n, [&](const auto& m) {
-    if constexpr (is_leaf_node<std::remove_cvref_t<decltype(m)>>) g(m);
-  });
+  visit_if<leaf_node_kind>(n, g);
 }
 }  // namespace detail
 

@@ -194,6 +194,22 @@ LOOM_HD void visit(N& n, F&& f) {
   visit_impl(n, f, child_indices<N>{});
 }
 
+template <template <class> class Pred, class N, class F, std::size_t... I>
+LOOM_HD void visit_if_impl(N& n, F& f, std::index_sequence<I...>) {
+  if constexpr (tree_any_v<std::remove_cv_t<N>, Pred>) {
+    if constexpr (Pred<std::remove_cv_t<N>>::value) f(n);
+    (visit_if_impl<Pred>(child<I>(n), f, child_indices<std::remove_reference_t<decltype(child<I>(n))>>{}), ...);
+  }
+}
+//! Calls f(m) on every node m of tree n whose kind has Pred<M>::value,
+//! pre-order. Enters only the subtrees that hold such a node, and f is
+//! instantiated for those kinds only: the walk to use when f acts on some
+//! node kinds and ignores the rest.
+template <template <class> class Pred, class N, class F>
+LOOM_HD void visit_if(N& n, F&& f) {
+  visit_if_impl<Pred>(n, f, child_indices<N>{});
+}
+
 template <class N, class C, class F, std::size_t... I>
 LOOM_HD void visit_down_impl(N& n, const C& ctx, F& f, std::index_sequence<I...>) {
   [[maybe_unused]] const C inner = f(n, ctx);
@@ -205,6 +221,22 @@ LOOM_HD void visit_down_impl(N& n, const C& ctx, F& f, std::index_sequence<I...>
 template <class N, class C, class F>
 LOOM_HD void visit_down(N& n, const C& ctx, F&& f) {
   visit_down_impl(n, ctx, f, child_indices<N>{});
+}
+
+template <template <class> class Pred, class N, class C, class F, std::size_t... I>
+LOOM_HD void visit_down_if_impl(N& n, const C& ctx, F& f, std::index_sequence<I...>) {
+  if constexpr (tree_any_v<std::remove_cv_t<N>, Pred>) {
+    [[maybe_unused]] const C inner = f(n, ctx);
+    (visit_down_if_impl<Pred>(child<I>(n), inner, f, child_indices<std::remove_reference_t<decltype(child<I>(n))>>{}),
+     ...);
+  }
+}
+//! visit_down that enters only the subtrees holding a node whose kind has
+//! Pred<M>::value: f sees those nodes and the nodes above them (whose
+//! contexts they receive), no others.
+template <template <class> class Pred, class N, class C, class F>
+LOOM_HD void visit_down_if(N& n, const C& ctx, F&& f) {
+  visit_down_if_impl<Pred>(n, ctx, f, child_indices<N>{});
 }
 
 template <class N, class F, std::size_t... I>

@@ -82,7 +82,7 @@ template <int vector_width, bool vectorized, class A, class B, class Ctx, std::s
 __device__ __forceinline__ void device_reduce_pass(const B& b, const index_t* lead, Ctx& ctx, int lane,
                                                    int threads_per_row, A* smem, std::index_sequence<S...>) {
   auto sums = tuple<device_slot_sum<vector_width, vectorized, slot_type_t<B, S>, Ctx, R>...>(
-      device_slot_sum<vector_width, vectorized, slot_type_t<B, S>, Ctx, R>(slot_node<S>(b))...);
+      device_slot_sum<vector_width, vectorized, slot_type_t<B, S>, Ctx, R>(&slot_node<S>(b))...);
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     if constexpr (vectorized) {
       index_t full = 0;

@@ -150,11 +150,4 @@ int passes_before_output(std::uint64_t reuse) {
   return slot_levels<B>::count + copies - std::popcount(reuse);
 }
 
-// The node of slot S in bound tree b.
-template <std::size_t S, class B>
-LOOM_HD const slot_type_t<B, S>* slot_node(const B& b) {
-  const slot_type_t<B, S>* p = nullptr;
-  with_slot<S>(b, [&](const auto& red) { p = &red; });
-  return p;
-}
 }  // namespace loom::detail::rows

@@ -143,7 +143,7 @@ void fill_row_values(B& b, int pass, const index_t* lead, const Ctx& ctx) {
     index_t idx[R];
     for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
     idx[R - 1] = 0;
-    visit_down(b, -1, [&](auto& n, int at) -> int {
+    visit_down_if<is_bound_row_value>(b, -1, [&](auto& n, int at) -> int {
       using N = std::remove_cvref_t<decltype(n)>;
       if constexpr (is_bound_row_value<N>::value) {
         if (at == pass) n.value = n.in.at(idx, ctx);

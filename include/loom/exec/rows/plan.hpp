@@ -251,7 +251,7 @@ struct row_leaf_step {
 template <class B, class F>
 LOOM_HD void visit_row_leaves(B& b, index_t cols, F&& f) {
   int k = 0;
-  visit_down(b, row_read{cols, -1, true}, row_leaf_step<std::remove_reference_t<F>>{f, k});
+  visit_down_if<is_bound_leaf>(b, row_read{cols, -1, true}, row_leaf_step<std::remove_reference_t<F>>{f, k});
 }
 
 // Whether the vector form (vector_width columns per step) can serve a bound tree over
@@ -261,16 +261,15 @@ LOOM_HD void visit_row_leaves(B& b, index_t cols, F&& f) {
 // cols / vector_width * vector_width columns): such as the per-row operands of an [N, 1] output's
 // own pass, whose alignment does not matter. Other nodes that read memory
 // along rows themselves (unpack) say so with their own row_vector_ok.
+template <class N>
+struct checks_row_vectors : std::bool_constant<!is_bound_leaf<N>::value && requires(const N& n) { n.row_vector_ok(); }> {};
 template <int vector_width, class B>
 bool rows_vector_ok(const B& b, index_t cols) {
   bool ok = true;
   visit_row_leaves(b, cols, [&](const auto& leaf, int, index_t len, int) {
     if (len >= vector_width && !leaf.row_vector_ok()) ok = false;
   });
-  visit(b, [&](const auto& n) {
-    if constexpr (!is_bound_leaf<std::remove_cvref_t<decltype(n)>>::value && requires { n.row_vector_ok(); })
-      ok = ok && n.row_vector_ok();
-  });
+  visit_if<checks_row_vectors>(b, [&](const auto& n) { ok = ok && n.row_vector_ok(); });
   return ok;
 }
 
@@ -454,9 +453,7 @@ LOOM_HD void rebase_leaves(B& bc, const row_cache_plan<Leaves, R>& plan, const i
   };
   visit_row_leaves(bc, 0, f);
   if constexpr (tree_any_v<B, is_bound_kept>) {
-    visit(bc, [&](auto& n) {
-      if constexpr (is_bound_kept<std::remove_cvref_t<decltype(n)>>::value) n.row = cache + n.off;
-    });
+    visit_if<is_bound_kept>(bc, [&](auto& n) { n.row = cache + n.off; });
   }
 }
 

@@ -348,9 +348,7 @@ struct kept_type_key {
 // Sets every kept subtree of `b` to compute its value.
 template <class B>
 void compute_all_values(B& b) {
-  visit(b, [](auto& n) {
-    if constexpr (is_bound_kept<std::remove_cvref_t<decltype(n)>>::value) n.mode = kept_mode::compute;
-  });
+  visit_if<is_bound_kept>(b, [](auto& n) { n.mode = kept_mode::compute; });
 }
 
 // Decides, in the order the reductions run (levels.hpp: level by level, the
@@ -371,7 +369,7 @@ row_values_plan plan_row_values(B& b, index_t cols, std::uint64_t reuse, std::si
   if constexpr (tree_any_v<B, is_bound_kept>) {
     std::vector<kept_occurrence> occ;
     auto plan_pass = [&](int pass) {
-      visit_down(b, row_place{cols, -1, true}, [&](auto& n, const row_place& at) -> row_place {
+      visit_down_if<is_bound_kept>(b, row_place{cols, -1, true}, [&](auto& n, const row_place& at) -> row_place {
         using N = std::remove_cvref_t<decltype(n)>;
         if constexpr (is_bound_kept<N>::value) {
           if (at.live && at.pass == pass) {
@@ -381,12 +379,10 @@ row_values_plan plan_row_values(B& b, index_t cols, std::uint64_t reuse, std::si
               const kept_occurrence& o = occ[i];
               if (o.type != &kept_type_key<key>::id || o.source >= 0 || o.pass == pass || o.len != at.len) continue;
               // The stored occurrence's node, by its address, to compare the data.
-              visit(b, [&](auto& m) {
+              visit_if<is_bound_kept>(b, [&](auto& m) {
                 using M = std::remove_cvref_t<decltype(m)>;
-                if constexpr (is_bound_kept<M>::value) {
-                  if constexpr (std::is_same_v<erase_slots_t<M>, key>)
-                    if (static_cast<kept_state*>(&m) == o.node && n.same_as(m)) source = static_cast<int>(i);
-                }
+                if constexpr (std::is_same_v<erase_slots_t<M>, key>)
+                  if (static_cast<kept_state*>(&m) == o.node && n.same_as(m)) source = static_cast<int>(i);
               });
             }
             const std::size_t bytes = (static_cast<std::size_t>(at.len) * sizeof(typename N::compute) + 15) / 16 * 16;
