@@ -43,9 +43,13 @@ struct eval_info {
 };
 
 namespace detail {
-inline eval_info& last_eval_slot() {
-  thread_local eval_info info;
+// The calling thread's record of its last operation of kind T (eval_info,
+// column_sums_info, grad_info): what loom::last_eval() and its kin return.
+template <class T>
+T& last_slot() {
+  thread_local T info;
   return info;
 }
+inline eval_info& last_eval_slot() { return last_slot<eval_info>(); }
 }  // namespace detail
 }  // namespace loom

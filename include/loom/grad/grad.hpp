@@ -72,7 +72,7 @@ struct gradients {
                   "loom: grad: into() takes one output (or loom::skip) per input asked for");
     grad_info gi;
     run(gi, std::make_tuple(detail::autodiff::output_of(outs)...), std::index_sequence_for<G...>{});
-    return detail::last_grad_slot() = gi;
+    return detail::last_slot<grad_info>() = gi;
   }
 
  private:

@@ -43,15 +43,8 @@ struct grad_info {
   eval_info rows;              //!< the last row or elementwise kernel
 };
 
-namespace detail {
-inline grad_info& last_grad_slot() {
-  thread_local grad_info info;
-  return info;
-}
-}  // namespace detail
-
 //! The calling thread's last gradient assignment (kernels, column-sum groups).
-inline grad_info last_grad() { return detail::last_grad_slot(); }
+inline grad_info last_grad() { return detail::last_slot<grad_info>(); }
 
 //! The gradient of one input of a layer, lazily: its adjoint (an expression
 //! at the layer output's shape, or none) and the reduction to the input's
@@ -239,7 +232,7 @@ template <tensor_like Out, class Adj, std::size_t RO, std::size_t RI>
 eval_info assign(Out&& out, const input_gradient<Adj, RO, RI>& g) {
   grad_info gi;
   detail::autodiff::assign_one(g, detail::as_view(out), gi);
-  detail::last_grad_slot() = gi;
+  detail::last_slot<grad_info>() = gi;
   return gi.rows;
 }
 

@@ -17,6 +17,7 @@
 #include "loom/core/space.hpp"
 #include "loom/core/stream.hpp"
 #include "loom/exec/assign.hpp"
+#include "loom/exec/eval_info.hpp"
 #include "loom/exec/rows/cuda.hpp"
 #include "loom/exec/rows/host.hpp"
 #include "loom/exec/rows/plan.hpp"
@@ -61,17 +62,10 @@ struct column_sums_info {
   column_partials partials = column_partials::none;  //!< where the block's accumulators lived
 };
 
-namespace detail {
-inline column_sums_info& last_column_sums_slot() {
-  thread_local column_sums_info info;
-  return info;
-}
-}  // namespace detail
-
 //! The calling thread's last rows-with-column-sums evaluation: kernels, the
 //! number of row blocks (partial rows) and where the accumulators lived. O(1).
 //! Example: `auto g = loom::rms_norm_backward(x, w, dy); assert(loom::last_column_sums().kernels == 2);`
-inline column_sums_info last_column_sums() { return detail::last_column_sums_slot(); }
+inline column_sums_info last_column_sums() { return detail::last_slot<column_sums_info>(); }
 
 namespace detail {
 namespace rows {
@@ -436,7 +430,7 @@ column_sums_info assign_with_column_sums(Out&& out, const E& e, SumsAndExtras&&.
     return finish_column_sums(r.partials, sum(std::integral_constant<std::size_t, I>{})...);
   }(std::make_index_sequence<K>{});
   last_eval_slot() = r.info.rows;
-  return last_column_sums_slot() = r.info;
+  return last_slot<column_sums_info>() = r.info;
 }
 }  // namespace detail
 }  // namespace loom
