@@ -296,11 +296,11 @@ struct children_of<bound_map<F, Cin, B...>> {
 };
 
 // The index of the child of bound node kind B whose slot range holds `slot`
-// (B itself not that slot's node).
+// (B itself not that slot's node), its number of children if none.
 template <std::size_t slot, class... C>
 constexpr std::size_t slot_child_in(type_list<C...>) {
   constexpr bool holds[] = {(slots_of<C> > 0 && first_slot_of<C> <= slot && slot < first_slot_of<C> + slots_of<C>)...,
-                            false};
+                            true};
   std::size_t k = 0;
   while (!holds[k]) ++k;
   return k;
@@ -313,15 +313,12 @@ inline constexpr std::size_t slot_child_v = slot_child_in<slot>(child_types_t<B>
 //! path, not one per node that holds slots.
 template <std::size_t slot, class B>
 LOOM_HD const auto& slot_node(const B& b) {
-  if constexpr (slot_number<B>::value == slot)
+  if constexpr (slot_number<B>::value == slot) {
     return b;
-  else
+  } else {
+    static_assert(slot_child_v<B, slot> < child_count_v<B>, "loom: internal error: no row reduction of this slot");
     return slot_node<slot>(child<slot_child_v<B, slot>>(b));
-}
-//! Calls g(node) on the row-reduction node of slot `slot` inside bound tree b.
-template <std::size_t slot, class B, class F>
-LOOM_HD void with_slot(const B& b, F&& g) {
-  g(slot_node<slot>(b));
+  }
 }
 
 //! What binding learned about the operands.

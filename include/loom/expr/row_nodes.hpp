@@ -105,7 +105,7 @@ template <class Op, class A, std::size_t Slot, class B>
 struct slot_number<bound_row_reduce<Op, A, Slot, B>> : std::integral_constant<std::size_t, Slot> {};
 
 // The type of the row-reduction node with slot S in bound tree B (which
-// holds it): found down the path with_slot takes.
+// holds it): found down the path slot_node takes.
 template <class B, std::size_t S, bool here = slot_number<B>::value == S>
 struct slot_type {
   using type = B;

@@ -83,7 +83,7 @@ LOOM_NOINLINE void host_reduce_slot(const Reduction& red, const index_t* lead, C
 template <class B, class Ctx, std::size_t R, std::size_t... S>
 void host_reduce_pass(B& b, const index_t* lead, Ctx& ctx, bool dense, std::index_sequence<S...>) {
   (fill_row_values<R>(b, static_cast<int>(S), lead, ctx), ...);
-  (with_slot<S>(b, [&](const auto& red) { host_reduce_slot<B, Ctx, R>(red, lead, ctx, dense); }), ...);
+  (host_reduce_slot<B, Ctx, R>(slot_node<S>(b), lead, ctx, dense), ...);
 }
 
 // Host executor: the reductions of level L: the first of each type in one

@@ -187,11 +187,7 @@ std::uint64_t reuse_mask(const B& b, std::index_sequence<S...>) {
     constexpr std::size_t s = decltype(s_const)::value;
     constexpr std::size_t t = first_same_slot<B, s>();
     if constexpr (t != s) {
-      with_slot<s>(b, [&](const auto& rs) {
-        with_slot<t>(b, [&](const auto& rt) {
-          if (rs.same_as(rt)) mask |= std::uint64_t{1} << s;
-        });
-      });
+      if (slot_node<s>(b).same_as(slot_node<t>(b))) mask |= std::uint64_t{1} << s;
     }
   };
   (one(std::integral_constant<std::size_t, S>{}), ...);
@@ -201,7 +197,7 @@ std::uint64_t reuse_mask(const B& b, std::index_sequence<S...>) {
 // The longest reduced row among the slots of a bound tree.
 template <class B, std::size_t... S>
 index_t longest_row(const B& b, index_t at_least, std::index_sequence<S...>) {
-  (with_slot<S>(b, [&](const auto& red) { at_least = red.cols > at_least ? red.cols : at_least; }), ...);
+  ((at_least = slot_node<S>(b).cols > at_least ? slot_node<S>(b).cols : at_least), ...);
   return at_least;
 }
 
