@@ -105,15 +105,9 @@ template <class Op, class A, std::size_t Slot, class B>
 struct slot_number<bound_row_reduce<Op, A, Slot, B>> : std::integral_constant<std::size_t, Slot> {};
 
 // The type of the row-reduction node with slot S in bound tree B (which
-// holds it): found down the path slot_node takes.
-template <class B, std::size_t S, bool here = slot_number<B>::value == S>
-struct slot_type {
-  using type = B;
-};
+// holds it): the node slot_node finds.
 template <class B, std::size_t S>
-struct slot_type<B, S, false> : slot_type<list_at_t<child_types_t<B>, slot_child_v<B, S>>, S> {};
-template <class B, std::size_t S>
-using slot_type_t = typename slot_type<B, S>::type;
+using slot_type_t = std::remove_cvref_t<decltype(slot_node<S>(std::declval<const B&>()))>;
 
 // A bound type with every slot number set to 0: two reductions whose erased
 // types agree compute the same function of their inputs.

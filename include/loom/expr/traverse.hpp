@@ -43,17 +43,6 @@ constexpr std::size_t index_in(type_list<L...>) {
   while (k < sizeof...(L) && !same[k]) ++k;
   return k;
 }
-//! Element I of type_list List.
-template <class List, std::size_t I>
-struct list_at;
-template <class H, class... T>
-struct list_at<type_list<H, T...>, 0> {
-  using type = H;
-};
-template <class H, class... T, std::size_t I>
-struct list_at<type_list<H, T...>, I> : list_at<type_list<T...>, I - 1> {};
-template <class List, std::size_t I>
-using list_at_t = typename list_at<List, I>::type;
 
 //! What a node kind N says about its children. A specialization provides
 //!   using types = type_list<Child...>;                 // in order

@@ -197,7 +197,7 @@ std::uint64_t reuse_mask(const B& b, std::index_sequence<S...>) {
 // The longest reduced row among the slots of a bound tree.
 template <class B, std::size_t... S>
 index_t longest_row(const B& b, index_t at_least, std::index_sequence<S...>) {
-  ((at_least = slot_node<S>(b).cols > at_least ? slot_node<S>(b).cols : at_least), ...);
+  ((at_least = std::max(at_least, slot_node<S>(b).cols)), ...);
   return at_least;
 }
 
