@@ -295,6 +295,72 @@ TEMPLATE_TEST_CASE("embedding looks up table rows for ids of any rank, fused wit
   CHECK(e.size() == 0);
 }
 
+// Rows of 64 elements or more are read as whole runs by the host's
+// contiguous loop (one copy per row when nothing follows); pieces of the
+// loop end in the middle of rows (16384 elements each).
+TEST_CASE("embedding and index_select read long rows whole, across pieces, fused or alone, in any element type",
+          "[indexing]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("long rows"));
+  const index_t rows = 53, dim = 1001, tokens = 37;  // 37037 elements: three pieces, cut inside rows
+  const auto th = random_host<float, 2>({rows, dim}, g);
+  const auto table = in_space(th);
+  const auto th16 = random_host<loom::bf16, 2>({rows, dim}, g);
+  const auto table16 = in_space(th16);
+  const auto bias_h = random_host<float, 1>({dim}, g);
+  const auto bias = in_space(bias_h);
+  const auto rh = random_host<float, 2>({tokens, dim}, g);
+  const auto r = in_space(rh);
+  const auto ids_h = random_ids<std::int64_t, 1>({tokens}, rows, g);
+  const auto ids = in_space(ids_h);
+  // A copy, in float and in bf16 (the bits of the table).
+  auto y = poisoned<float, 2>({tokens, dim});
+  y = loom::embedding(ids, table);
+  check_all(y, [&](index_t i) { return double(th(ids_h(i / dim), i % dim)); });
+  auto y16 = poisoned<loom::bf16, 2>({tokens, dim});
+  y16 = loom::embedding(ids, table16);
+  check_all(y16, [&](index_t i) { return loom_test::as_double(th16(ids_h(i / dim), i % dim)); });
+  // Converted, and fused with a bias along the row and a dense operand.
+  auto yc = poisoned<float, 2>({tokens, dim});
+  yc = loom::embedding(ids, table16);
+  check_all(yc, [&](index_t i) { return loom_test::as_double(th16(ids_h(i / dim), i % dim)); });
+  auto f = poisoned<float, 2>({tokens, dim});
+  const auto before = loom::launches();
+  f = loom::embedding(ids, table) * 0.5f + bias + loom::embedding(ids, table16) - r;
+  const auto after = loom::launches();
+  CHECK((on_device ? after.device - before.device : after.host - before.host) == 1);
+  check_all(f, [&](index_t i) {
+    const index_t t = i / dim, c = i % dim;
+    return double(th(ids_h(t), c) * 0.5f + bias_h(c) + float(th16(ids_h(t), c)) - rh(t, c));
+  });
+  // Rows of exactly 64 and of 63 (the run-by-run form), a table one column in.
+  for (const index_t width : {index_t{64}, index_t{63}}) {
+    auto w = poisoned<float, 2>({tokens, width});
+    w = loom::embedding(ids, table.slice(whole, range(1, 1 + width))) + 1.0f;
+    check_all(w, [&](index_t i) { return double(th(ids_h(i / width), 1 + i % width) + 1.0f); });
+  }
+  // Unchecked: an out-of-range id reads the clamped row.
+  auto ids_bad_h = ids_h;
+  ids_bad_h(3) = rows + 7;
+  ids_bad_h(20) = -2;
+  auto u = poisoned<float, 2>({tokens, dim});
+  u = loom::embedding(in_space(ids_bad_h), table, loom::index_mode::unchecked);
+  loom::check_index_errors();
+  check_all(u, [&](index_t i) {
+    const index_t id = ids_bad_h(i / dim) < 0 ? 0 : ids_bad_h(i / dim) >= rows ? rows - 1 : ids_bad_h(i / dim);
+    return double(th(id, i % dim));
+  });
+  // index_select along the middle axis of a rank-3 source: runs along its last axis.
+  const auto sh = random_host<float, 3>({3, 11, 90}, g);
+  const auto src = in_space(sh);
+  const auto pick_h = random_ids<std::int32_t, 1>({130}, 11, g);
+  auto sel = poisoned<float, 3>({3, 130, 90});
+  sel = loom::index_select(src, 1, in_space(pick_h)) - 2.0f;
+  check_all(sel, [&](index_t i) {
+    const auto c = coords(i, loom::shape<3>{3, 130, 90});
+    return double(sh(c[0], pick_h(c[1]), c[2]) - 2.0f);
+  });
+}
+
 TEST_CASE("out-of-range indices throw index_error naming the index and the bound, or are clamped unchecked",
           "[indexing]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("out of range"));

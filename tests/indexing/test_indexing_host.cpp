@@ -37,6 +37,38 @@ TEST_CASE("indexing and creation nodes give the same values through their vector
   loom_test::check_vector_forms<4>(j, s[0] * s[1], s[1]);
 }
 
+TEST_CASE("the host's contiguous loop reads an embedding's rows of 64 elements or more as runs", "[indexing][detail]") {
+  std::mt19937_64 g(loom_test::seed_for("host runs"));
+  const auto table = random_host<float, 2>({37, 70}, g);
+  const auto ids = random_ids<std::int64_t, 1>({9}, 37, g);
+  const loom::shape<2> s{9, 70};
+  loom::detail::bind_info info;
+  const auto e = loom::detail::bind_for_read(loom::embedding(ids, table), s, info);
+  STATIC_REQUIRE(loom::detail::segments_tree<std::remove_const_t<decltype(e)>>);
+  CHECK(e.host_runs(loom::detail::host_min_period));
+  // From row 2, column 5: the rest of id 2's row, 65 elements.
+  auto moved = e;
+  moved.rebase_linear(2 * 70 + 5);
+  index_t len = 0;
+  const auto run = moved.host_run(len);
+  CHECK(len == 65);
+  CHECK(run.p == table.data() + ids(2) * 70 + 5);
+  // Rows of 63: run by run. An index per element: never a run.
+  const loom::shape<2> s63{9, 63};
+  CHECK_FALSE(loom::detail::bind_for_read(loom::embedding(ids, table.slice(whole, range(0, 63))), s63, info)
+                  .host_runs(loom::detail::host_min_period));
+  const auto gi = random_ids<std::int32_t, 2>({9, 70}, 37, g);
+  CHECK_FALSE(loom::detail::bind_for_read(loom::gather(table, 0, gi), s, info).host_runs(loom::detail::host_min_period));
+  // Fused with maps: runs; with an expression as the table, or with a
+  // random leaf (values four to a Philox block): run by run.
+  const auto fused = loom::detail::bind_for_read(loom::embedding(ids, table) * 2.0f + 1.0f, s, info);
+  STATIC_REQUIRE(loom::detail::segments_tree<std::remove_const_t<decltype(fused)>>);
+  const auto of_expr = loom::detail::bind_for_read(loom::embedding(ids, table * 2.0f), s, info);
+  STATIC_REQUIRE_FALSE(loom::detail::segments_tree<std::remove_const_t<decltype(of_expr)>>);
+  const auto dropped = loom::detail::bind_for_read(loom::dropout(loom::embedding(ids, table), 0.25f, 7), s, info);
+  STATIC_REQUIRE_FALSE(loom::detail::segments_tree<std::remove_const_t<decltype(dropped)>>);
+}
+
 TEST_CASE("loom::grad differentiates through an embedding of a table it does not differentiate", "[indexing]") {
   std::mt19937_64 g(loom_test::seed_for("grad through embedding"));
   const auto table = random_host<float, 2>({11, 6}, g);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "loom/config.hpp"
@@ -143,14 +144,70 @@ B rebased_tree(const B& b, index_t start) {
   return c;
 }
 
+// A node the host's contiguous loop reads, row by row, as a dense operand
+// over a run of memory (an indexing node of a tensor: host_run).
+template <class N>
+struct reads_host_runs : std::bool_constant<requires(const N& n, index_t& len) { n.host_run(len); }> {};
+// A node the run-by-run path (host_segments) cannot rebuild: one that
+// computes blocks (a random leaf) or holds children, other than maps and
+// the run readers.
+template <class N>
+struct not_segment_node
+    : std::bool_constant<!reads_host_runs<N>::value && (computes_blocks<N>::value || child_count_v<N> > 0)> {};
+template <class F, class Cin, class... B>
+struct not_segment_node<bound_map<F, Cin, B...>> : std::false_type {};
+template <class B>
+inline constexpr bool segments_tree = tree_any_v<B, reads_host_runs> && !tree_any_v<B, not_segment_node>;
+
+// Segments of a piece of tree c that end where a run reader's row ends:
+// in each, the tree with every run reader replaced by a dense leaf over its
+// run, evaluated in SIMD lanes as a tree of dense operands (an embedding's
+// rows copied as whole runs).
+template <class O, class B>
+void host_segments(O* q, const B& c, index_t len) {
+  for (index_t k = 0; k < len;) {
+    index_t seg = len - k;
+    const auto t = transform(rebased_tree(c, k), [&seg](const auto& n) {
+      if constexpr (reads_host_runs<std::remove_cvref_t<decltype(n)>>::value) {
+        index_t run = 0;
+        auto leaf = n.host_run(run);
+        seg = std::min(seg, run);
+        return leaf;
+      } else {
+        return n;
+      }
+    });
+    O* const out = q + k;
+    if constexpr (std::is_same_v<std::remove_const_t<decltype(t)>, bound_leaf<O, 1>>) {
+      // The whole tree is one run of the output's type: a copy.
+      std::memcpy(static_cast<void*>(out), static_cast<const void*>(t.p), static_cast<std::size_t>(seg) * sizeof(O));
+    } else {
+#if LOOM_HAS_OPENMP && !defined(__clang__)
+#pragma omp simd
+#endif
+      for (index_t i = 0; i < seg; ++i) out[i] = convert<O>(t.template at_linear<false>(i));
+    }
+    k += seg;
+  }
+}
+
 // One piece of the host's contiguous loop, the tree rebased to its first
 // element: in SIMD lanes one element at a time, or, for trees with nodes
 // that compute several elements at once, host_run_width elements per load.
 // `omp simd` asks g++ for lanes; a tree it cannot vectorize (a libm call,
 // say) runs one element at a time. Under clang the loop carries no pragma
-// (see host_for_each_simd).
+// (see host_for_each_simd). A tree whose indexing nodes read whole runs
+// takes host_segments instead.
 template <class O, class B>
 void host_piece(O* q, const B& c, index_t len) {
+  if constexpr (segments_tree<B>) {
+    bool runs = true;
+    visit_if<reads_host_runs>(c, [&runs](const auto& n) { runs = runs && n.host_runs(host_min_period); });
+    if (runs) {
+      host_segments(q, c, len);
+      return;
+    }
+  }
   if constexpr (tree_any_v<B, computes_blocks>) {
     index_t k = 0;
     for (; k + host_run_width <= len; k += host_run_width) {

@@ -293,6 +293,10 @@ struct children_of<bound_map<F, Cin, B...>> {
   }
   template <class... C>
   using rebind = bound_map<F, Cin, C...>;
+  template <class... C>
+  static bound_map<F, Cin, C...> rebuild(const bound_map<F, Cin, B...>& n, const C&... c) {
+    return {n.f, tuple<C...>(c...)};
+  }
 };
 
 // The index of the child of bound node kind B whose slot range holds `slot`

@@ -156,6 +156,28 @@ struct bound_gather : coord_reader<bound_gather<Src, I, R, RS, RO>, typename Src
     else
       base::template row_load<vector_width>(lead, c0, r);
   }
+  //! Host: whether consecutive output elements read consecutive source
+  //! elements along each output row (a tensor source, the index fixed along
+  //! the row, rows of at least `min_row` elements): the host's contiguous
+  //! loop then reads the node as a dense operand over each row's run
+  //! (host_run) instead of run by run through load.
+  bool host_runs(index_t min_row) const
+    requires is_bound_leaf<Src>::value
+  {
+    return rows_ok && this->map.last_moves() && this->map.last_extent() >= min_row;
+  }
+  //! Host, when host_runs: the node from linear element 0 on (rebase_linear
+  //! moves it) as a dense leaf over its source run, and the run's length
+  //! (to the end of the output row).
+  auto host_run(index_t& len) const
+    requires is_bound_leaf<Src>::value
+  {
+    index_t c[R];
+    this->map.of_linear(0, c);
+    len = this->map.last_extent() - c[R - 1];
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(src.p)>>;
+    return bound_leaf<T, 1>{src.p + source_offset(c, index_at(c)), shape<1>{1}};
+  }
   //! The same source read through the same index under the same map.
   bool same_as(const bound_gather& o) const {
     return idx == o.idx && ist == o.ist && this->map.same_as(o.map) &&
