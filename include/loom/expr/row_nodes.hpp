@@ -334,12 +334,17 @@ namespace loom::detail {
 // broadcasts along the row.
 template <class Op>
 struct row_grad;
+//! The sum along each row of adjoint `a`: row_sum(a), with the terms and
+//! factors of `a` that are the same along the row taken out of the sum
+//! (grad/derive.hpp).
+template <class A>
+auto adjoint_row_sum(const A& a);
 //! row_sum: every element of the row gets the row's summed adjoint.
 template <>
 struct row_grad<fn::row_sum_op> {
   template <class Y, class E, class A>
   static auto of(const Y&, const E&, const A& a) {
-    return row_sum(a);
+    return adjoint_row_sum(a);
   }
 };
 //! row_mean: the summed adjoint over the row length.
@@ -349,7 +354,7 @@ struct row_grad<fn::row_mean_op> {
   static auto of(const Y&, const E& e, const A& a) {
     index_t n = 1;
     if constexpr (E::rank > 0) n = e.extents()[E::rank - 1];
-    return row_sum(a) * (1.0 / static_cast<double>(n));
+    return adjoint_row_sum(a) * (1.0 / static_cast<double>(n));
   }
 };
 //! row_max / row_min: the summed adjoint goes to the elements equal to the
@@ -360,7 +365,7 @@ struct row_extreme_grad {
   template <class Y, class E, class A>
   static auto of(const Y& y, const E& e, const A& a) {
     const auto hit = cast<row_acc_t<typename Y::value_type>>(e == y);
-    return row_sum(a) * hit / row_sum(hit);
+    return adjoint_row_sum(a) * hit / row_sum(hit);
   }
 };
 template <>

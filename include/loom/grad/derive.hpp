@@ -84,6 +84,77 @@ inline constexpr bool is_broadcast = false;
 template <class E, std::size_t R>
 inline constexpr bool is_broadcast<broadcast_node<E, R>> = true;
 
+// Whether expression N has one value per row: row reductions, scalars, and
+// maps and broadcasts of those only (a leaf may vary along the row).
+template <class N>
+struct row_constant : std::false_type {};
+template <class Op, class E>
+struct row_constant<row_reduce_node<Op, E>> : std::true_type {};
+template <class Id, class N>
+struct row_constant<shared_row_node<Id, N>> : std::true_type {};
+template <class C>
+struct row_constant<scalar_node<C>> : std::true_type {};
+template <class E, std::size_t R>
+struct row_constant<broadcast_node<E, R>> : row_constant<E> {};
+template <class F, class... C>
+struct row_constant<map_node<F, C...>> : std::bool_constant<(row_constant<C>::value && ...)> {};
+// A factor worth taking out of a row sum: one value per row that a row
+// reduction gives (a sum that holds it waits for that reduction's pass).
+template <class N>
+inline constexpr bool row_factor = row_constant<N>::value && tree_any_v<N, is_row_reduction>;
+
+template <class X, class F>
+inline constexpr bool is_map_of = false;
+template <class F, class... C>
+inline constexpr bool is_map_of<map_node<F, C...>, F> = true;
+template <class X, std::size_t I>
+using child_t = std::remove_cvref_t<decltype(child<I>(std::declval<const X&>()))>;
+
+// Whether row_sum(x) splits into sums that wait for fewer reductions: x is
+// one value per row (no sum at all), or a sum or difference with such a
+// term, or a product or quotient with a row_factor.
+template <class X>
+constexpr bool row_sum_splits() {
+  if constexpr (row_constant<X>::value)
+    return true;
+  else if constexpr (is_map_of<X, fn::add> || is_map_of<X, fn::sub>)
+    return row_sum_splits<child_t<X, 0>>() || row_sum_splits<child_t<X, 1>>();
+  else if constexpr (is_map_of<X, fn::neg>)
+    return row_sum_splits<child_t<X, 0>>();
+  else if constexpr (is_map_of<X, fn::mul>)
+    return row_factor<child_t<X, 0>> || row_factor<child_t<X, 1>>;
+  else if constexpr (is_map_of<X, fn::div>)
+    return row_factor<child_t<X, 1>>;
+  else
+    return false;
+}
+
+// The sum along each row of x broadcast to s (the adjoint's shape), split
+// by linearity where row_sum_splits: a term with one value per row is that
+// value times the row length; a row_factor multiplies or divides the sum
+// of the rest. The parts are sums of their own, each at the adjoint's shape.
+template <class X, std::size_t R>
+auto split_row_sum(const X& x, const shape<R>& s) {
+  if constexpr (row_constant<X>::value) {
+    return x * static_cast<double>(s[R - 1]);
+  } else if constexpr (!row_sum_splits<X>()) {
+    return row_sum(broadcast_node<X, R>(x, s));
+  } else if constexpr (is_map_of<X, fn::add>) {
+    return split_row_sum(child<0>(x), s) + split_row_sum(child<1>(x), s);
+  } else if constexpr (is_map_of<X, fn::sub>) {
+    return split_row_sum(child<0>(x), s) - split_row_sum(child<1>(x), s);
+  } else if constexpr (is_map_of<X, fn::neg>) {
+    return -split_row_sum(child<0>(x), s);
+  } else if constexpr (is_map_of<X, fn::mul> && row_factor<child_t<X, 1>>) {
+    return split_row_sum(child<0>(x), s) * child<1>(x);
+  } else if constexpr (is_map_of<X, fn::mul> && row_factor<child_t<X, 0>>) {
+    return child<0>(x) * split_row_sum(child<1>(x), s);
+  } else {
+    static_assert(is_map_of<X, fn::div>, "loom: internal error: a row sum split without a rule");
+    return split_row_sum(child<0>(x), s) / child<1>(x);
+  }
+}
+
 // Names of the shared row reductions of one derivation: row_tag<K, 0> is the
 // forward tree's K-th row reduction (post-order); row_tag<K, J> (J >= 1) the
 // J-th that the derivative rule of that reduction makes.
@@ -328,5 +399,14 @@ auto unmark(const scatter_adjoint<Node, A>& s) {
   return scatter_adjoint<std::remove_cvref_t<decltype(node)>, std::remove_cvref_t<decltype(a)>>{node, a};
 }
 }  // namespace autodiff
+
+// Declared in expr/row_nodes.hpp for the row reductions' rules.
+template <class A>
+auto adjoint_row_sum(const A& a) {
+  if constexpr (A::rank > 0 && autodiff::row_sum_splits<A>())
+    return autodiff::split_row_sum(a, a.extents());
+  else
+    return row_sum(a);
+}
 }  // namespace detail
 }  // namespace loom

@@ -79,11 +79,13 @@ template <class B>
 struct is_bound_row_value<bound_row_value<B>> : std::true_type {};
 
 // Whether map N has one value per row and computes on a row reduction (or
-// on a saved one, a bound_row_value_leaf).
+// on a saved one, a bound_row_value_leaf, or on a copy of a shared one, a
+// bound_slot_ref).
 template <class N>
 constexpr bool per_row_candidate() {
   return is_bound_map_node<N>::value && !varies_along_row<N>::value &&
-         (tree_any_v<N, is_bound_row_reduce> || tree_any_v<N, is_bound_row_value_leaf>);
+         (tree_any_v<N, is_bound_row_reduce> || tree_any_v<N, is_bound_row_value_leaf> ||
+          tree_any_v<N, is_bound_slot_ref>);
 }
 
 // Rebuilds a bound row tree with its per-row maps wrapped in

@@ -33,6 +33,7 @@
 #include "loom/expr/bound.hpp"
 #include "loom/expr/row_nodes.hpp"
 #include "loom/expr/row_value.hpp"
+#include "loom/expr/shared_rows.hpp"
 #include "loom/expr/traverse.hpp"
 
 namespace loom::detail::rows {
@@ -126,6 +127,13 @@ template <class C>
 struct reads_row<bound_scalar<C>> : std::false_type {};
 template <class T, std::size_t R>
 struct reads_row<bound_row_value_leaf<T, R>> : std::false_type {};
+// A later copy of a shared row reduction reads the reduction's result.
+template <class A, std::size_t Slot>
+struct reads_row<bound_slot_ref<A, Slot>> : std::false_type {};
+template <class N>
+struct is_bound_slot_ref : std::false_type {};
+template <class A, std::size_t Slot>
+struct is_bound_slot_ref<bound_slot_ref<A, Slot>> : std::true_type {};
 
 template <class E>
 struct erased_as {
