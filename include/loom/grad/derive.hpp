@@ -400,10 +400,13 @@ auto unmark(const scatter_adjoint<Node, A>& s) {
 }
 }  // namespace autodiff
 
-// Declared in expr/row_nodes.hpp for the row reductions' rules.
+// Declared in expr/row_nodes.hpp for the row reductions' rules. Split on
+// the host only: on the device the extra sums of one pass cost registers
+// (the derived layer_norm's shared kernel would spill), where a pass over a
+// cached row is cheap.
 template <class A>
 auto adjoint_row_sum(const A& a) {
-  if constexpr (A::rank > 0 && autodiff::row_sum_splits<A>())
+  if constexpr (A::rank > 0 && std::is_same_v<typename A::space, host> && autodiff::row_sum_splits<A>())
     return autodiff::split_row_sum(a, a.extents());
   else
     return row_sum(a);
