@@ -9,8 +9,9 @@
 // root, division or logarithm, so the compiler can run them in SIMD lanes.
 //
 // Which subtrees: maps that hold a row reduction (or a saved one, read from
-// a tensor of one value per row: expr/row_value.hpp) and read nothing along
-// the row outside their reductions (only reductions and scalars), the outermost
+// a tensor of one value per row: expr/row_value.hpp, or a later copy of a
+// shared one: expr/shared_rows.hpp) and read nothing along the row outside
+// their reductions (only reductions and scalars), the outermost
 // such map of each pass; every occurrence of a type is wrapped alike, so
 // equal subtrees keep equal types and identical reductions are still found.
 // The value is the one the subtree computes in every column (the same
