@@ -19,7 +19,6 @@ imported or the backend's devices are missing.
 import argparse
 import os
 import pathlib
-import socket
 import sys
 import tempfile
 import time
@@ -80,14 +79,15 @@ def device_for(backend, rank):
     return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
 
 
-def worker(rank, args, port, result_path):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def worker(rank, args, rendezvous, result_path):
     if args.backend == "gloo":
         os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo's traffic on the loopback interface
     else:
         torch.cuda.set_device(rank)
     loom_torch.load()
-    dist.init_process_group(args.backend, rank=rank, world_size=args.world)
+    # The processes meet through a file (a FileStore): no TCP port to pick
+    # and hold between choosing it and the store binding it.
+    dist.init_process_group(args.backend, init_method="file://" + rendezvous, rank=rank, world_size=args.world)
     try:
         dtype, device = getattr(torch, args.dtype), device_for(args.backend, rank)
         model = DistributedDataParallel(make_model(dtype, device), device_ids=[rank] if args.backend == "nccl" else None)
@@ -139,12 +139,6 @@ def rounding_bound(model, inputs, targets, steps, lr):
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}, {k: v.cpu() for k, v in bound.items()}
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
@@ -165,7 +159,8 @@ def main():
     dtype, device = getattr(torch, args.dtype), device_for(args.backend, 0)
     with tempfile.TemporaryDirectory() as tmp:
         result_path = os.path.join(tmp, "ddp_weights.pt")
-        mp.spawn(worker, args=(args, free_port(), result_path), nprocs=args.world, join=True)
+        rendezvous = os.path.join(tmp, "rendezvous")  # must not exist yet
+        mp.spawn(worker, args=(args, rendezvous, result_path), nprocs=args.world, join=True)
         ddp = torch.load(result_path)
     ddp_seconds = time.perf_counter() - start
 
