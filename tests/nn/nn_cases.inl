@@ -959,7 +959,7 @@ void check_elements(const loom::host_tensor<float, 2>& y, F&& f) {
 // contiguous_shared_kernel runs it: the shared tree, the one load per
 // parameter, the vector steps and the tail. `same` receives the run-time
 // check's answer (the kernel is chosen only when it is true).
-template <class E>
+template <std::size_t params = 3, int repeated = 3, class E>
 loom::host_tensor<float, 2> run_shared_steps(const E& expr, const loom::shape<2>& s, bool& same) {
   namespace d = loom::detail;
   loom::host_tensor<float, 2> y(s);
@@ -968,10 +968,10 @@ loom::host_tensor<float, 2> run_shared_steps(const E& expr, const loom::shape<2>
   d::bind_info bi;
   const auto b = d::binder::bind<0>(e, y.view(), bi);
   using shared = d::shared_params_of<std::remove_const_t<decltype(e)>, std::remove_const_t<decltype(b)>>;
-  static_assert(shared::params == 3 && shared::repeated_count == 3);
-  const auto sb = d::param_sharer<typename shared::tags>::share(e, b);
+  static_assert(shared::params == params && shared::repeated_count == repeated);
+  auto sb = d::param_sharer<typename shared::tags>::share(e, b);
   d::param_loads_t<typename shared::tree, shared::params> loads{};
-  same = d::collect_params(sb, loads);
+  same = d::collect_params(sb, loads) >= 0;
   constexpr int w = d::vector_width_of<std::remove_const_t<decltype(e)>, sizeof(float)>;
   static_assert(w == 4);
   const index_t n = y.size(), nv = n / w;
@@ -1069,6 +1069,128 @@ TEST_CASE("a layer's arguments are loaded once per vector step when every use re
     CHECK_FALSE(same);
     run_shared_steps(reuse_args(ah, bh, ch) + reuse_args(ah, bh, ch), s, same);
     CHECK(same);
+  }
+}
+
+TEST_CASE("a plain expression loads each repeated tensor or subexpression once per vector step when they agree",
+          "[expr][shared]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("plain repeats loaded once"));
+  const loom::shape<2> s{7, 36};  // rows of 36 floats: the rank-1 operands are periodic, a multiple of 4
+  const auto xh = random_host<float, 2>(s, g), yh = random_host<float, 2>(s, g);
+  const auto wh = random_host<float, 1>({36}, g), bh = random_host<float, 1>({36}, g);
+  const auto x = in_space(xh), y = in_space(yh);
+  const auto w = in_space(wh), b = in_space(bh);
+  // The tanh form of gelu written out: its argument five times.
+  const auto gelu_tanh = [](const auto& t) {
+    return 0.5f * t * (1.f + loom::tanh(0.7978845608f * (t + 0.044715f * t * t * t)));
+  };
+  const auto gelu_ref = [](double t) { return 0.5 * t * (1 + std::tanh(0.7978845608 * (t + 0.044715 * t * t * t))); };
+  const auto affine_ref = [&](const loom::host_tensor<float, 2>& a, index_t i) {
+    return static_cast<double>(a.data()[i]) * wh.data()[i % 36] + bh.data()[i % 36];
+  };
+  auto out = poisoned<float, 2>(s);
+
+  SECTION("a named subexpression used five times is computed once") {
+    expect_one_launch([&] { out = gelu_tanh(x * w + b); });
+    CHECK(loom::last_eval().path == loom::eval_path::contiguous);
+    // The device loads x, w and b once and computes x * w + b once per
+    // vector step; the host's loops load all 15 uses.
+    CHECK(loom::last_eval().shared_params == (on_device ? 1 : 0));
+    CHECK(loom::last_eval().repeated_loads == (on_device ? 0 : 12));
+    check_elements(loom::to_host(out), [&](index_t i) { return gelu_ref(affine_ref(xh, i)); });
+  }
+  SECTION("one tensor used eight times is loaded once") {
+    expect_one_launch([&] {
+      out = x * loom::sigmoid(x) * (1.f + loom::tanh(x)) + x * x * x - loom::exp(-loom::abs(x)) * x;
+    });
+    CHECK(loom::last_eval().shared_params == (on_device ? 1 : 0));
+    CHECK(loom::last_eval().repeated_loads == (on_device ? 0 : 7));
+    check_elements(loom::to_host(out), [&](index_t i) {
+      const double v = xh.data()[i];
+      return v / (1 + std::exp(-v)) * (1 + std::tanh(v)) + v * v * v - std::exp(-std::abs(v)) * v;
+    });
+  }
+  SECTION("two tensors of one type used nine times: each loaded once") {
+    expect_one_launch([&] {
+      out = loom::tanh(x) * loom::sigmoid(y) + loom::relu(x - y) * 0.5f - loom::exp(-loom::abs(x)) + loom::where(x > y, x, y);
+    });
+    CHECK(loom::last_eval().shared_params == (on_device ? 2 : 0));
+    CHECK(loom::last_eval().repeated_loads == (on_device ? 0 : 7));
+    check_elements(loom::to_host(out), [&](index_t i) {
+      const double u = xh.data()[i], v = yh.data()[i];
+      return std::tanh(u) / (1 + std::exp(-v)) + std::max(u - v, 0.0) * 0.5 - std::exp(-std::abs(u)) + (u > v ? u : v);
+    });
+  }
+  SECTION("four tensors of one type: more than the slots of a leaf type, every use loads its own") {
+    const auto zh = random_host<float, 2>(s, g), uh = random_host<float, 2>(s, g);
+    const auto z = in_space(zh), u = in_space(uh);
+    expect_one_launch([&] { out = x * y + z * u + x * y * z * u; });
+    CHECK(loom::last_eval().shared_params == 0);
+    CHECK(loom::last_eval().repeated_loads == 4);
+    check_elements(loom::to_host(out), [&](index_t i) {
+      const double a = xh.data()[i], b = yh.data()[i], c = zh.data()[i], d = uh.data()[i];
+      return a * b + c * d + a * b * c * d;
+    });
+  }
+  SECTION("two subexpressions of one type on different tensors: every use loads its own") {
+    expect_one_launch([&] { out = gelu_tanh(x * w + b) - gelu_tanh(y * w + b); });
+    CHECK(loom::last_eval().path == loom::eval_path::contiguous);
+    CHECK(loom::last_eval().shared_params == 0);
+    CHECK(loom::last_eval().repeated_loads == 26);  // 30 uses of 4 tensors
+    check_elements(loom::to_host(out), [&](index_t i) { return gelu_ref(affine_ref(xh, i)) - gelu_ref(affine_ref(yh, i)); });
+  }
+  SECTION("under eight loads a plain expression has no shared kernel") {
+    expect_one_launch([&] { out = x * loom::sigmoid(x) + x; });
+    CHECK(loom::last_eval().shared_params == 0);
+    CHECK(loom::last_eval().repeated_loads == 2);
+    check_elements(loom::to_host(out), [&](index_t i) {
+      const double v = xh.data()[i];
+      return v / (1 + std::exp(-v)) + v;
+    });
+  }
+  SECTION("in place: the output is the repeated tensor") {
+    loom::host_tensor<float, 2> zh(s);
+    std::copy(xh.data(), xh.data() + xh.size(), zh.data());
+    auto z = in_space(zh);
+    expect_one_launch([&] { z = gelu_tanh(z * w + b); });
+    CHECK(loom::last_eval().shared_params == (on_device ? 1 : 0));
+    check_elements(loom::to_host(z), [&](index_t i) { return gelu_ref(affine_ref(xh, i)); });
+  }
+  SECTION("the shared kernel's steps, run on the host") {
+    bool same = false;
+    const auto hy = run_shared_steps<1, 1>(gelu_tanh(xh * wh + bh), s, same);
+    CHECK(same);
+    check_elements(hy, [&](index_t i) { return gelu_ref(affine_ref(xh, i)); });
+    // One tensor: the leaf is the parameter.
+    const auto hv = run_shared_steps<1, 1>(xh * loom::sigmoid(xh) * (1.f + loom::tanh(xh)) + xh * xh * xh -
+                                               loom::exp(-loom::abs(xh)) * xh,
+                                           s, same);
+    CHECK(same);
+    check_elements(hv, [&](index_t i) {
+      const double v = xh.data()[i];
+      return v / (1 + std::exp(-v)) * (1 + std::tanh(v)) + v * v * v - std::exp(-std::abs(v)) * v;
+    });
+    run_shared_steps<1, 1>(gelu_tanh(xh * wh + bh) - gelu_tanh(yh * wh + bh), s, same);
+    CHECK_FALSE(same);
+    // Two tensors of one leaf type: two of its three slots, each use
+    // reading its tensor's.
+    const auto h2 = run_shared_steps<1, 1>(
+        loom::tanh(xh) * loom::sigmoid(yh) + loom::relu(xh - yh) * 0.5f - loom::exp(-loom::abs(xh)) +
+            loom::where(xh > yh, xh, yh),
+        s, same);
+    CHECK(same);
+    check_elements(h2, [&](index_t i) {
+      const double u = xh.data()[i], v = yh.data()[i];
+      return std::tanh(u) / (1 + std::exp(-v)) + std::max(u - v, 0.0) * 0.5 - std::exp(-std::abs(u)) + (u > v ? u : v);
+    });
+    // Subtrees with scalars inside (x * 2 + b, x * 3 + b: one type, other
+    // values) are not parameters; the tensors under them are.
+    const auto hs = run_shared_steps<2, 2>((xh * 2.f + bh) * (xh * 3.f + bh) + xh * xh * bh + xh, s, same);
+    CHECK(same);
+    check_elements(hs, [&](index_t i) {
+      const double v = xh.data()[i], c = bh.data()[i % 36];
+      return (v * 2 + c) * (v * 3 + c) + v * v * c + v;
+    });
   }
 }
 

@@ -82,13 +82,23 @@ CASES = {
     # a layer's body uses a 5 times, b 5 times, c 3 times: the plain kernel
     # loads per use; the shared one (SHARED_CASES) once per argument.
     21: ("f32    layer: 30 nodes, 3 args used 13x", 13, 1),
+    # a plain expression over a named subexpression t = x * w + b used 5
+    # times: the plain kernel loads x, w and b per use of t.
+    22: ("f32    y = gelu written out over t = x*w+b", 15, 1),
+    # case 21's body written as a plain expression.
+    23: ("f32    plain: 3 tensors of one type used 13x", 13, 1),
 }
 # case: 16-byte loads of contiguous_shared_kernel, the form of the contiguous
-# path that loads each argument of a loom::layer call once per vector step
-# and is chosen at launch when every use reads the same data (the plain
-# contiguous_kernel stays for a layer called twice on different data). It
-# must also use no more registers than the plain form.
-SHARED_CASES = {21: 3}
+# path that loads each argument of a loom::layer call once per vector step,
+# and in a plain expression of 8 loads or more each repeated tensor (up to
+# 3 per leaf type, each a slot) and each repeated subexpression of maps over
+# tensors; it is chosen at launch when the uses fit (the plain
+# contiguous_kernel stays for a layer called twice on different data, or a
+# fourth tensor of one type). It must also use no more registers than the
+# plain form. Case 4: a and b, one type, fill 2 of 3 slots (the third
+# slot's load is in the code, skipped at run time); case 22: x, w and b once
+# (t computed once); case 23: a, b and c in three slots.
+SHARED_CASES = {4: 3, 21: 3, 22: 3, 23: 3}
 ROW_CASES = {5, 6, 7, 15, 16}
 # softmax row cases: the vector width of their vector form. The kept value
 # e = exp(x - row_max(x)) (docs/04_layers.md) is chosen at launch: each

@@ -180,6 +180,17 @@ void run(device_tensor<float, 2>& y, const device_tensor<float, 2>& a, const dev
          const device_tensor<float, 2>& c) {
   y = mixed(a, b, c);
 }
+#elif LOOM_PTX_CASE == 22  // the tanh gelu written out over a named subexpression t = x * w + b: t computed once
+void run(device_tensor<float, 2>& y, const device_tensor<float, 2>& x, const device_tensor<float, 1>& w,
+         const device_tensor<float, 1>& b) {
+  const auto t = x * w + b;
+  y = 0.5f * t * (1.f + tanh(0.7978845608f * (t + 0.044715f * t * t * t)));
+}
+#elif LOOM_PTX_CASE == 23  // case 21's body as a plain expression: three float tensors used 13 times
+void run(device_tensor<float, 2>& y, const device_tensor<float, 2>& a, const device_tensor<float, 2>& b,
+         const device_tensor<float, 2>& c) {
+  y = tanh(a) * sigmoid(b) + relu(a - b) * c - exp(-abs(a)) * c + where(a > b, a, b) * c + b;
+}
 #else
 #error "unknown LOOM_PTX_CASE"
 #endif

@@ -331,18 +331,19 @@ void run_elementwise(const view<O, RO, S>& out, const N& e, index_t n, eval_info
       info.path = eval_path::contiguous;
       info.vector_width = vector_width;
       const index_t nv = n / vector_width;
-      // A layer parameter used several times is loaded once per vector
-      // step when every use reads the same data (one layer call).
-      // (A tree without tagged leaves, the common case, builds nothing.)
-      if constexpr (expr_tags<type_list<>, N>::type::size > 0) {
+      // A layer's argument, or in a plain expression of 8 loads or more a
+      // tensor or subexpression, used several times is loaded once per
+      // vector step when the launch finds that the uses fit the shared
+      // kernel's slots (shared_params.hpp). Other trees build nothing more.
+      if constexpr (sharing_tags<N, std::remove_const_t<decltype(b)>>::type::size > 0) {
         using shared = shared_params_of<N, std::remove_const_t<decltype(b)>>;
         if constexpr (shared::repeated_count > 0) {
           using shared_t = typename shared::tree;
           using loads_t = param_loads_t<shared_t, shared::params>;
-          const shared_t sb = param_sharer<typename shared::tags>::share(e, b);
+          shared_t sb = param_sharer<typename shared::tags>::share(e, b);
           loads_t loads{};
-          if (collect_params(sb, loads)) {
-            info.shared_params = shared::repeated_count;
+          if (const int shared_values = collect_params(sb, loads); shared_values > 0) {
+            info.shared_params = shared_values;
             info.repeated_loads = repeated_loads(sb);
             launch_kernel(contiguous_shared_kernel<vector_width, O, shared_t, loads_t>, grid_for(nv, s.device()), 256,
                           0, s.get(), out.data(), sb, loads, n);

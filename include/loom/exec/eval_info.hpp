@@ -31,13 +31,13 @@ struct eval_info {
                           //!< read instead of computing again
   int recomputed_values = 0;  //!< on the rows path: such values that every pass computes again: they do not fit the
                               //!< cache next to the input rows, or LOOM_ROW_CACHE_VALUES=0
-  int shared_params = 0;  //!< on the device's elementwise contiguous path: arguments of a loom::layer call that its
-                          //!< body uses several times, loaded once per vector step and read by every use (0: each
-                          //!< use loads its own 16 bytes)
+  int shared_params = 0;  //!< on the device's elementwise contiguous path: inputs used several times and loaded
+                          //!< once per vector step, read by every use: a loom::layer call's arguments, or in a
+                          //!< plain expression of 8 loads or more its repeated tensors and subexpressions (0:
+                          //!< each use loads its own 16 bytes; always 0 on the host)
   int repeated_loads = 0;  //!< on the elementwise paths: operand occurrences that read the same memory as an earlier
-                          //!< one (a tensor named twice in a plain expression, `x * sigmoid(x)`) and load it again;
-                          //!< written as a loom::layer, its uses share one load per vector step on the device's
-                          //!< contiguous path (shared_params), so these count only other repeats there
+                           //!< one (a tensor named twice, `x * sigmoid(x)`) and load it again; on the device's
+                           //!< shared kernel these count only repeats outside its parameters
   int per_row_values = 0;  //!< on the host's rows path: subtrees with one value per row (such as rsqrt(row_mean(x * x)
                            //!< + eps)) computed once per row instead of in every column; 0 on the device
 };

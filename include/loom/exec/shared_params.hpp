@@ -1,16 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// One load per distinct layer argument on the device's elementwise
-// contiguous path. A layer call tags the leaves of its tensor arguments by
-// parameter (leaf_node's Tag, loom::layer), so every use of a parameter in
-// the layer's body has the same type. From an assignment's bound tree this
-// file builds a second tree in which the tagged leaves under maps read
-// registers that the kernel loads once per vector step and parameter,
-// instead of loading 16 bytes per use. Types only tell that two leaves may
-// be the same argument (one layer called twice in one assignment tags two
-// arguments alike); a run-time check of pointers and strides confirms it
-// before that kernel is chosen.
+// One load per distinct input on the device's elementwise contiguous path.
+// A layer call tags the leaves of its tensor arguments by parameter
+// (leaf_node's Tag, loom::layer), so every use of a parameter in the layer's
+// body has the same type. In a plain expression (no layer call) of 8 loads
+// or more, each leaf type and each subtree of maps over leaves that occurs
+// twice or more is a parameter. From an assignment's bound tree this file
+// builds a second tree in which those uses read values that the kernel
+// loads (or computes) once per vector step, instead of loading 16 bytes per
+// use. Types only tell that two uses may be the same data (one layer
+// called twice in one assignment tags two arguments alike; `a * b` reads
+// two float tensors of one type): a parameter holds a few distinct values
+// in slots, and at launch a comparison of pointers and strides gives each
+// use its value's slot, or turns the shared kernel down when they do not
+// fit.
 
 #include <cstddef>
 #include <type_traits>
@@ -44,18 +48,168 @@ template <class List, class F, class C, class... Rest>
 struct expr_tags<List, map_node<F, C, Rest...>>
     : expr_tags<typename expr_tags<List, C>::type, map_node<F, Rest...>> {};
 
-//! A use of layer parameter K (bound leaf L) whose values the kernel loaded
-//! once into the evaluation context: no registers or load of its own; the
-//! tail and the run-time check read the leaf.
-template <std::size_t K, class L>
+//! The parameter that stands for every use of expression node N bound as B
+//! in an expression without layer calls: an untagged leaf, or a subtree of
+//! maps over leaves (a named subexpression `t = x * w + b` used in
+//! `t * t * t`). A tensor of rank 1 broadcast over the rows and a matrix
+//! differ in N even where they bind alike.
+template <class N, class B>
+struct plain_param {};
+
+//! Whether bound tree B is maps over leaves only: a subtree whose values
+//! one run-time comparison (same_as) and one computation per vector step
+//! can share. Scalars are left out: `0.5f * t` and `2.0f * t` have one type,
+//! and counting them as one subtree would fail the run-time check; the walk
+//! enters such subtrees and shares what repeats inside.
+template <class B>
+struct pure_map : std::false_type {};
+template <class T, std::size_t R>
+struct pure_map<bound_leaf<T, R>> : std::true_type {};
+template <class F, class Cin, class... B>
+struct pure_map<bound_map<F, Cin, B...>> : std::bool_constant<(pure_map<B>::value && ...)> {};
+
+// The plain_params of the untagged leaves and the pure map subtrees of
+// expression tree N (bound as B) that the sharing reaches, with repeats,
+// appended to List in pre-order (a map before its children).
+template <class List, class N, class B>
+struct plain_nodes {
+  using type = List;
+};
+template <class... L, class T, std::size_t R, class S, class BT, std::size_t BR>
+struct plain_nodes<type_list<L...>, leaf_node<T, R, S, void>, bound_leaf<BT, BR>> {
+  using type = type_list<L..., plain_param<leaf_node<T, R, S, void>, bound_leaf<BT, BR>>>;
+};
+template <class List, class E, std::size_t R, class B>
+struct plain_nodes<List, broadcast_node<E, R>, B> : plain_nodes<List, E, B> {};
+template <class List, class NL, class BL>
+struct plain_children {
+  using type = List;
+};
+template <class List, class C, class... Rest, class BC, class... BRest>
+struct plain_children<List, type_list<C, Rest...>, type_list<BC, BRest...>>
+    : plain_children<typename plain_nodes<List, C, BC>::type, type_list<Rest...>, type_list<BRest...>> {};
+template <class... L, class F, class... Ch, class Cin, class... B>
+struct plain_nodes<type_list<L...>, map_node<F, Ch...>, bound_map<F, Cin, B...>>
+    : plain_children<std::conditional_t<pure_map<bound_map<F, Cin, B...>>::value,
+                                        type_list<L..., plain_param<map_node<F, Ch...>, bound_map<F, Cin, B...>>>,
+                                        type_list<L...>>,
+                     type_list<Ch...>, type_list<B...>> {};
+
+template <class T, class... L>
+constexpr int count_in(type_list<L...>) {
+  return (0 + ... + int{std::is_same_v<T, L>});
+}
+
+//! A parameter: Key (a layer's tag or a plain_param) and the number of
+//! distinct values its uses may have at run time, each held in a slot of
+//! the kernel's context and loaded (or computed) once per vector step.
+template <class Key, std::size_t Slots>
+struct param_group {
+  using key = Key;
+  static constexpr std::size_t slots = Slots;
+};
+//! The index of the param_group of Key in type_list Groups (its size if none).
+template <class Key, class... G>
+constexpr std::size_t group_index(type_list<G...>) {
+  return index_in<Key>(type_list<typename G::key...>{});
+}
+//! The slots of the param_group of Key in Groups (0 if none).
+template <class Key, class... G>
+constexpr std::size_t group_slots(type_list<G...>) {
+  constexpr std::size_t slots[] = {G::slots..., 0};
+  return slots[group_index<Key>(type_list<G...>{})];
+}
+
+//! The most distinct tensors one leaf type of a plain expression may name:
+//! trees whose leaves of one type name up to 3 tensors (`a`, `b` and `c`
+//! used 13 times) load each once. With more, the run-time check turns the
+//! shared kernel down. Every slot holds registers whether the launch fills
+//! it or not, so a repeated subtree (a named subexpression, `t` in
+//! `t * t * t`) has one: its copies are one value, or the plain kernel runs.
+inline constexpr int plain_param_slots = 3;
+
+// The parameters of a plain expression N (bound as B) in pre-order, given
+// All (plain_nodes of the whole tree): each outermost leaf or pure subtree
+// that occurs twice or more in the tree, once (a leaf with as many slots as
+// it occurs, at most plain_param_slots; a subtree with one); the walk does
+// not enter it.
+template <class Key, class All>
+using plain_group =
+    param_group<Key, static_cast<std::size_t>(count_in<Key>(All{}) < plain_param_slots ? count_in<Key>(All{})
+                                                                                         : plain_param_slots)>;
+template <class Out, class All, class N, class B>
+struct plain_params {
+  using type = Out;
+};
+template <class Out, class All, class T, std::size_t R, class S, class BT, std::size_t BR>
+struct plain_params<Out, All, leaf_node<T, R, S, void>, bound_leaf<BT, BR>> {
+  using key = plain_param<leaf_node<T, R, S, void>, bound_leaf<BT, BR>>;
+  using type = std::conditional_t<(count_in<key>(All{}) >= 2),
+                                  typename append_unique<Out, plain_group<key, All>>::type, Out>;
+};
+template <class Out, class All, class E, std::size_t R, class B>
+struct plain_params<Out, All, broadcast_node<E, R>, B> : plain_params<Out, All, E, B> {};
+template <class Out, class All, class NL, class BL>
+struct plain_params_each {
+  using type = Out;
+};
+template <class Out, class All, class C, class... Rest, class BC, class... BRest>
+struct plain_params_each<Out, All, type_list<C, Rest...>, type_list<BC, BRest...>>
+    : plain_params_each<typename plain_params<Out, All, C, BC>::type, All, type_list<Rest...>, type_list<BRest...>> {
+};
+template <class Out, class All, class F, class... Ch, class Cin, class... B>
+struct plain_params<Out, All, map_node<F, Ch...>, bound_map<F, Cin, B...>> {
+  using key = plain_param<map_node<F, Ch...>, bound_map<F, Cin, B...>>;
+  using type = typename std::conditional_t<
+      (count_in<key>(All{}) >= 2), std::type_identity<typename append_unique<Out, param_group<key, 1>>::type>,
+      plain_params_each<Out, All, type_list<Ch...>, type_list<B...>>>::type;
+};
+
+//! Below this many 16-byte loads per vector step (leaf uses under maps) a
+//! plain expression gets no shared kernel: its loads hold fewer than 32
+//! registers, so loading a repeat once changes little, and the kernel would
+//! be compiled for every small tree that names two tensors of one type.
+inline constexpr int plain_sharing_min_loads = 8;
+
+template <class N, class B>
+struct plain_sharing {
+  using type = typename plain_params<type_list<>, typename plain_nodes<type_list<>, N, B>::type, N, B>::type;
+};
+template <class List>
+struct layer_groups;
+template <class... Tag>
+struct layer_groups<type_list<Tag...>> {
+  using type = type_list<param_group<Tag, 1>...>;
+};
+//! The parameters whose uses expression N (bound as B) may load or compute
+//! once per vector step, as param_groups: a layer call's tags when it has
+//! any (then only those; one slot each: every use of a parameter is one
+//! argument), else (at plain_sharing_min_loads loads or more) each
+//! outermost leaf or subtree of maps over leaves that occurs twice or more.
+template <class N, class B>
+struct sharing_tags {
+  using layer_tags = typename expr_tags<type_list<>, N>::type;
+  using type = typename std::conditional_t<
+      (layer_tags::size > 0), layer_groups<layer_tags>,
+      std::conditional_t<(tree_sum_v<B, is_bound_leaf> >= plain_sharing_min_loads), plain_sharing<N, B>,
+                         std::type_identity<type_list<>>>>::type;
+};
+
+//! A use of parameter K (bound leaf or pure subtree L, with D slots) whose
+//! values the kernel loaded (or computed) once into the evaluation context:
+//! no registers or load of its own; it reads slot `slot`, which the launch
+//! sets (collect_params). The tail and the run-time check read L.
+template <std::size_t K, class L, std::size_t D>
 struct bound_param {
   using compute = typename L::compute;
   using leaf_type = L;
   static constexpr std::size_t number = K;
+  static constexpr std::size_t param_slots = D;
   template <int vector_width>
   struct regs {};
   static constexpr std::size_t slots = 0;
   L leaf;
+  unsigned char slot = 0;
 
   template <bool allow_periodic = false>
   LOOM_HD compute at_linear(index_t i) const {
@@ -65,43 +219,66 @@ struct bound_param {
   LOOM_HD void load(index_t, regs<vector_width>&) const {}
   template <int vector_width, class Ctx>
   LOOM_HD compute elem(const regs<vector_width>&, int j, const Ctx& ctx) const {
-    return convert<compute>(detail::get<K>(ctx.r).v[j]);
+    const auto& g = detail::get<K>(ctx.r);
+    if constexpr (D == 1) {
+      return convert<compute>(g.s[0].v[j]);
+    } else {
+      // The launch's slot picked among values already converted: a
+      // selection of registers. (Picking among the stored elements first
+      // let the compiler pick an address instead and keep the slots of
+      // 16-bit types in local memory.)
+      compute v = convert<compute>(g.s[0].v[j]);
+      LOOM_UNROLL
+      for (std::size_t d = 1; d < D; ++d) {
+        const compute w = convert<compute>(g.s[d].v[j]);
+        if (slot == d) v = w;
+      }
+      return v;
+    }
   }
 };
-template <std::size_t K, class L>
-struct children_of<bound_param<K, L>> {
+template <std::size_t K, class L, std::size_t D>
+struct children_of<bound_param<K, L, D>> {
   using types = type_list<>;
   template <class...>
-  using rebind = bound_param<K, L>;
+  using rebind = bound_param<K, L, D>;
 };
 template <class N>
 struct is_bound_param : std::false_type {};
-template <std::size_t K, class L>
-struct is_bound_param<bound_param<K, L>> : std::true_type {};
+template <std::size_t K, class L, std::size_t D>
+struct is_bound_param<bound_param<K, L, D>> : std::true_type {};
 template <std::size_t K>
 struct param_is {
   template <class N>
   struct pred : std::false_type {};
-  template <class L>
-  struct pred<bound_param<K, L>> : std::true_type {};
+  template <class L, std::size_t D>
+  struct pred<bound_param<K, L, D>> : std::true_type {};
 };
 
-// The tree of bound tree b (bound from expression n) with every tagged leaf
-// reached through maps (and broadcasts) made a bound_param numbered by its
-// tag's place in Tags. Other node kinds keep their tagged leaves as leaves:
-// they load them themselves.
-template <class Tags>
+// The tree of bound tree b (bound from expression n) with every leaf or
+// subtree reached through maps (and broadcasts) whose tag, or plain_param
+// of its types, has a param_group in Groups made a bound_param numbered by
+// its place there. Other node kinds keep their leaves as leaves: they load
+// them themselves.
+template <class Groups>
 struct param_sharer {
+  template <class Key, class L>
+  static auto param_or(const L& b, auto otherwise) {
+    constexpr std::size_t k = group_index<Key>(Groups{});
+    if constexpr (k < Groups::size) {
+      return bound_param<k, L, group_slots<Key>(Groups{})>{b};
+    } else {
+      return otherwise();
+    }
+  }
   template <class N, class B>
   static B share(const N&, const B& b) {
     return b;
   }
   template <class T, std::size_t R, class S, class Tag, class BT, std::size_t BR>
   static auto share(const leaf_node<T, R, S, Tag>&, const bound_leaf<BT, BR>& b) {
-    if constexpr (std::is_void_v<Tag>)
-      return b;
-    else
-      return bound_param<index_in<Tag>(Tags{}), bound_leaf<BT, BR>>{b};
+    using key = std::conditional_t<std::is_void_v<Tag>, plain_param<leaf_node<T, R, S, Tag>, bound_leaf<BT, BR>>, Tag>;
+    return param_or<key>(b, [&] { return b; });
   }
   template <class E, std::size_t R, class B>
   static auto share(const broadcast_node<E, R>& n, const B& b) {
@@ -109,7 +286,8 @@ struct param_sharer {
   }
   template <class F, class... Ch, class Cin, class... B>
   static auto share(const map_node<F, Ch...>& n, const bound_map<F, Cin, B...>& b) {
-    return share_map(n, b, std::index_sequence_for<B...>{});
+    using key = plain_param<map_node<F, Ch...>, bound_map<F, Cin, B...>>;
+    return param_or<key>(b, [&] { return share_map(n, b, std::index_sequence_for<B...>{}); });
   }
   template <class F, class... Ch, class Cin, class... B, std::size_t... I>
   static auto share_map(const map_node<F, Ch...>& n, const bound_map<F, Cin, B...>& b, std::index_sequence<I...>) {
@@ -119,13 +297,13 @@ struct param_sharer {
   }
 };
 
-//! What the device's contiguous path needs to load expression N's layer
+//! What the device's contiguous path needs to load expression N's
 //! parameters once: the shared tree of N bound as B, the number of
 //! parameters it reads, and how many of them it uses twice or more (when 1
-//! or more, its kernel loads fewer vectors than the plain one).
+//! or more, its kernel may load fewer vectors than the plain one).
 template <class N, class B>
 struct shared_params_of {
-  using tags = typename expr_tags<type_list<>, N>::type;
+  using tags = typename sharing_tags<N, B>::type;
   using tree = decltype(param_sharer<tags>::share(std::declval<const N&>(), std::declval<const B&>()));
   static constexpr std::size_t params = tags::size;
   template <std::size_t... K>
@@ -135,37 +313,90 @@ struct shared_params_of {
   static constexpr int repeated_count = repeated(std::make_index_sequence<params>{});
 };
 
-//! The evaluation context of the shared kernel: each parameter's vector
-//! registers, loaded once per vector step (bound_param<K> reads r's K-th).
-template <int vector_width, class... L>
-struct param_regs {
-  tuple<typename L::template regs<vector_width>...> r;
+//! The values of a pure subtree parameter at one vector step's elements.
+template <class C, int vector_width>
+struct param_values {
+  C v[vector_width];
+};
+//! What the context holds for one value of parameter L: a leaf's vector
+//! registers, a subtree's computed values.
+template <class L, int vector_width>
+struct param_slot {
+  using type = param_values<typename L::compute, vector_width>;
+};
+template <class T, std::size_t R, int vector_width>
+struct param_slot<bound_leaf<T, R>, vector_width> {
+  using type = typename bound_leaf<T, R>::template regs<vector_width>;
+};
+//! The D values of one parameter in the context.
+template <class L, std::size_t D, int vector_width>
+struct param_slots {
+  typename param_slot<L, vector_width>::type s[D];
 };
 
-//! One leaf per parameter of a shared tree: what the kernel loads.
-template <class... L>
+//! The evaluation context of the shared kernel: each parameter's values,
+//! loaded or computed once per vector step (bound_param<K> reads r's K-th).
+template <int vector_width, class... G>
+struct param_regs {
+  tuple<param_slots<typename G::leaf_type, G::param_slots, vector_width>...> r;
+};
+
+//! The distinct values of one parameter: `used` of its D leaves (or
+//! subtrees), which collect_params fills.
+template <class L, std::size_t D>
+struct param_values_of {
+  using leaf_type = L;
+  static constexpr std::size_t param_slots = D;
+  L s[D];
+  unsigned char used = 0;
+};
+
+//! The values of each parameter of a shared tree: what the kernel loads
+//! (and computes) once per vector step.
+template <class... G>
 struct param_loads {
-  static constexpr std::size_t size = sizeof...(L);
-  tuple<L...> leaves;
+  static constexpr std::size_t size = sizeof...(G);
+  tuple<G...> leaves;
   template <int vector_width>
-  using ctx = param_regs<vector_width, L...>;
+  using ctx = param_regs<vector_width, G...>;
 
   template <int vector_width, bool allow_periodic>
   LOOM_HD void load(index_t i0, ctx<vector_width>& c) const {
-    load_impl<vector_width, allow_periodic>(i0, c, std::index_sequence_for<L...>{});
+    load_impl<vector_width, allow_periodic>(i0, c, std::index_sequence_for<G...>{});
   }
 
  private:
   template <int vector_width, bool allow_periodic, std::size_t... I>
   LOOM_HD void load_impl(index_t i0, ctx<vector_width>& c, std::index_sequence<I...>) const {
-    (detail::get<I>(leaves).template load<vector_width, allow_periodic>(i0, detail::get<I>(c.r)), ...);
+    (load_group<vector_width, allow_periodic>(detail::get<I>(leaves), i0, detail::get<I>(c.r)), ...);
+  }
+  template <int vector_width, bool allow_periodic, class L, std::size_t D>
+  LOOM_HD static void load_group(const param_values_of<L, D>& g, index_t i0, param_slots<L, D, vector_width>& out) {
+    load_one<vector_width, allow_periodic>(g.s[0], i0, out.s[0]);
+    LOOM_UNROLL
+    for (std::size_t d = 1; d < D; ++d)
+      if (d < g.used) load_one<vector_width, allow_periodic>(g.s[d], i0, out.s[d]);
+  }
+  template <int vector_width, bool allow_periodic, class T, std::size_t R>
+  LOOM_HD static void load_one(const bound_leaf<T, R>& l, index_t i0,
+                               typename bound_leaf<T, R>::template regs<vector_width>& r) {
+    l.template load<vector_width, allow_periodic>(i0, r);
+  }
+  template <int vector_width, bool allow_periodic, class M>
+  LOOM_HD static void load_one(const M& m, index_t i0, param_values<typename M::compute, vector_width>& out) {
+    typename M::template regs<vector_width> r;
+    m.template load<vector_width, allow_periodic>(i0, r);
+    LOOM_UNROLL
+    for (int j = 0; j < vector_width; ++j) out.v[j] = m.template elem<vector_width>(r, j);
   }
 };
 template <class B, class Seq>
 struct param_loads_for;
 template <class B, std::size_t... K>
 struct param_loads_for<B, std::index_sequence<K...>> {
-  using type = param_loads<typename tree_find_t<B, param_is<K>::template pred>::leaf_type...>;
+  template <class P>
+  using values = param_values_of<typename P::leaf_type, P::param_slots>;
+  using type = param_loads<values<tree_find_t<B, param_is<K>::template pred>>...>;
 };
 //! The loads of shared tree B with `params` parameters.
 template <class B, std::size_t params>
@@ -187,23 +418,45 @@ LOOM_HD void shared_vector_step(O* out, const B& e, const P& params, index_t v) 
   vec_store<O, vector_width>(out + v * vector_width, o);
 }
 
-//! Fills `loads` with the first use of each parameter of shared tree b and
-//! returns whether every other use of it reads the same data the same way
-//! (same pointer and strides): only then may the kernel load it once.
+// Whether two uses of a parameter read the same values: the same pointers
+// and strides (and, for a leaf, the same periodic form).
+template <class L>
+bool same_param_values(const L& a, const L& b) {
+  if constexpr (is_bound_leaf<L>::value)
+    return a.same_as(b) && a.periodic == b.periodic;
+  else
+    return a.same_as(b);
+}
+
+//! Fills `loads` with the distinct values of each parameter of shared tree
+//! b, sets each use's slot to its value's, and returns how many values are
+//! used twice or more (each then loaded once per vector step), or -1 when a
+//! parameter has more distinct values than slots. The plain kernel runs
+//! unless this is 1 or more.
 template <class B, class P>
-bool collect_params(const B& b, P& loads) {
-  bool same = true;
-  bool seen[P::size] = {};
-  visit_if<is_bound_param>(b, [&](const auto& m) {
+int collect_params(B& b, P& loads) {
+  bool fits = true;
+  int uses[P::size][plain_param_slots > 1 ? plain_param_slots : 1] = {};
+  visit_if<is_bound_param>(b, [&](auto& m) {
     using M = std::remove_cvref_t<decltype(m)>;
-    auto& first = detail::get<M::number>(loads.leaves);
-    if (!seen[M::number]) {
-      first = m.leaf;
-      seen[M::number] = true;
-    } else {
-      same = same && first.same_as(m.leaf) && first.periodic == m.leaf.periodic;
+    auto& g = detail::get<M::number>(loads.leaves);
+    std::size_t d = 0;
+    while (d < g.used && !same_param_values(g.s[d], m.leaf)) ++d;
+    if (d == g.used) {
+      if (d == M::param_slots) {
+        fits = false;
+        return;
+      }
+      g.s[d] = m.leaf;
+      ++g.used;
     }
+    m.slot = static_cast<unsigned char>(d);
+    ++uses[M::number][d];
   });
-  return same;
+  if (!fits) return -1;
+  int repeated = 0;
+  for (const auto& u : uses)
+    for (int n : u) repeated += n >= 2;
+  return repeated;
 }
 }  // namespace loom::detail
