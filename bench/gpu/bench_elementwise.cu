@@ -154,6 +154,38 @@ void six_op(bench_state& st, index_t rows, index_t cols) {
                 ref);
 }
 
+// The tanh gelu written out over a named subexpression t = x * w + b (t used
+// 5 times): the plain expression's shared kernel loads x, w and b once and
+// computes t once per vector step (docs/02_expressions.md); the built-in
+// gelu(approximate::tanh) is one map over t, the form to match.
+template <class T>
+void written_out_gelu(bench_state& st, index_t rows, index_t cols) {
+  const std::string op = "gelu_tanh(t), t=x*w+b, written out", shape = std::to_string(rows) + "x" + std::to_string(cols);
+  const double set_bytes = 2.0 * rows * cols * sizeof(T);
+  const int sets = rotation_sets(set_bytes);
+  std::vector<loom::device_tensor<T, 2>> xs, ys;
+  for (int s = 0; s < sets; ++s) {
+    xs.emplace_back(loom::shape<2>{rows, cols}), ys.emplace_back(loom::shape<2>{rows, cols});
+    hash_fill(xs.back(), seed_x + 100 * s);
+  }
+  loom::device_tensor<T, 1> w({cols}), b({cols});
+  hash_fill(w, seed_w), hash_fill(b, seed_b);
+  const double bytes = set_bytes + 2.0 * cols * sizeof(T);
+  auto ref = [&](index_t i) {
+    const auto u = static_cast<std::uint64_t>(i), c = static_cast<std::uint64_t>(i % cols);
+    const double t = static_cast<double>(hashed<T>(seed_x, u)) * hashed<T>(seed_w, c) + hashed<T>(seed_b, c);
+    return 0.5 * t * (1 + std::tanh(0.7978845608028654 * (t + 0.044715 * t * t * t)));
+  };
+  st.measure<T>(op, shape, "loom written out", bytes, sets, ys,
+                [&](int s) {
+                  const auto t = xs[s] * w + b;
+                  ys[s] = 0.5f * t * (1.f + loom::tanh(0.7978845608f * (t + 0.044715f * t * t * t)));
+                },
+                ref);
+  st.measure<T>(op, shape, "loom gelu(tanh)", bytes, sets, ys,
+                [&](int s) { ys[s] = loom::gelu(xs[s] * w + b, loom::approximate::tanh); }, ref);
+}
+
 // Whether element i is dropped by dropout(e, p, seed, step): the counters of docs/09_random.md.
 bool dropped(std::uint64_t seed, std::uint64_t step, float p, std::uint64_t i) {
   const std::uint64_t blk = i / 4;
@@ -215,6 +247,8 @@ int main(int argc, char** argv) {
     six_op<loom::bf16>(st, rows, cols);
     bias_dropout_residual<float>(st, rows, cols);
     bias_dropout_residual<loom::bf16>(st, rows, cols);
+    written_out_gelu<float>(st, rows, cols);
+    written_out_gelu<loom::bf16>(st, rows, cols);
     if (st.failed) {
       std::printf("FAIL: a result differs from its double reference\n");
       return 1;
