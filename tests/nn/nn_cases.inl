@@ -1132,12 +1132,22 @@ TEST_CASE("a plain expression loads each repeated tensor or subexpression once p
       return a * b + c * d + a * b * c * d;
     });
   }
-  SECTION("two subexpressions of one type on different tensors: every use loads its own") {
+  SECTION("two subexpressions of one form on different tensors: one slot each") {
     expect_one_launch([&] { out = gelu_tanh(x * w + b) - gelu_tanh(y * w + b); });
     CHECK(loom::last_eval().path == loom::eval_path::contiguous);
-    CHECK(loom::last_eval().shared_params == 0);
-    CHECK(loom::last_eval().repeated_loads == 26);  // 30 uses of 4 tensors
+    CHECK(loom::last_eval().shared_params == (on_device ? 2 : 0));
+    CHECK(loom::last_eval().repeated_loads == (on_device ? 0 : 26));  // 30 uses of 4 tensors
     check_elements(loom::to_host(out), [&](index_t i) { return gelu_ref(affine_ref(xh, i)) - gelu_ref(affine_ref(yh, i)); });
+  }
+  SECTION("three subexpressions of one form: more than the slots, every use loads its own") {
+    const auto zh = random_host<float, 2>(s, g);
+    const auto z = in_space(zh);
+    expect_one_launch([&] { out = gelu_tanh(x * w + b) - gelu_tanh(y * w + b) + gelu_tanh(z * w + b); });
+    CHECK(loom::last_eval().shared_params == 0);
+    CHECK(loom::last_eval().repeated_loads == 40);  // 45 uses of 5 tensors
+    check_elements(loom::to_host(out), [&](index_t i) {
+      return gelu_ref(affine_ref(xh, i)) - gelu_ref(affine_ref(yh, i)) + gelu_ref(affine_ref(zh, i));
+    });
   }
   SECTION("under eight loads a plain expression has no shared kernel") {
     expect_one_launch([&] { out = x * loom::sigmoid(x) + x; });
@@ -1170,8 +1180,13 @@ TEST_CASE("a plain expression loads each repeated tensor or subexpression once p
       const double v = xh.data()[i];
       return v / (1 + std::exp(-v)) * (1 + std::tanh(v)) + v * v * v - std::exp(-std::abs(v)) * v;
     });
-    run_shared_steps<1, 1>(gelu_tanh(xh * wh + bh) - gelu_tanh(yh * wh + bh), s, same);
-    CHECK_FALSE(same);
+    const auto h2t = run_shared_steps<1, 1>(gelu_tanh(xh * wh + bh) - gelu_tanh(yh * wh + bh), s, same);
+    CHECK(same);
+    check_elements(h2t, [&](index_t i) { return gelu_ref(affine_ref(xh, i)) - gelu_ref(affine_ref(yh, i)); });
+    run_shared_steps<2, 2>(gelu_tanh(xh * wh + bh) - gelu_tanh(yh * wh + bh) + gelu_tanh(wh * xh + bh), s, same);
+    CHECK(same);  // w * x + b is another form (another type): a parameter of its own
+    run_shared_steps<1, 1>(gelu_tanh(xh * wh + bh) - gelu_tanh(yh * wh + bh) + gelu_tanh(xh * wh + wh), s, same);
+    CHECK_FALSE(same);  // three values of one form
     // Two tensors of one leaf type: two of its three slots, each use
     // reading its tensor's.
     const auto h2 = run_shared_steps<1, 1>(
@@ -1191,6 +1206,95 @@ TEST_CASE("a plain expression loads each repeated tensor or subexpression once p
       const double v = xh.data()[i], c = bh.data()[i % 36];
       return (v * 2 + c) * (v * 3 + c) + v * v * c + v;
     });
+  }
+}
+
+namespace {
+// Runs expression expr (host operands) through the device's shared
+// contiguous form on the host, with the plain expression's parameters
+// taken whatever the tree's size (plain_sharing, without the 8-load
+// threshold), and compares each element with loom's host executor.
+// Returns collect_params's answer: -1 when the operands do not fit the
+// slots (nothing compared), else the values used twice or more.
+template <class E>
+int shared_steps_match_host(const E& expr, const loom::shape<2>& s) {
+  namespace d = loom::detail;
+  loom::host_tensor<float, 2> want(s), got(s);
+  for (index_t i = 0; i < got.size(); ++i) got.data()[i] = loom_test::poison_value<float>();
+  want = expr;
+  const auto e = d::as_node(expr);
+  d::bind_info bi;
+  const auto b = d::binder::bind<0>(e, got.view(), bi);
+  using groups = typename d::plain_sharing<std::remove_const_t<decltype(e)>, std::remove_const_t<decltype(b)>>::type;
+  static_assert(groups::size > 0, "the tree repeats a leaf type or a subtree");
+  auto sb = d::param_sharer<groups>::share(e, b);
+  d::param_loads_t<decltype(sb), groups::size> loads{};
+  const int shared = d::collect_params(sb, loads);
+  if (shared < 0) return shared;
+  constexpr int w = d::vector_width_of<std::remove_const_t<decltype(e)>, sizeof(float)>;
+  const index_t n = got.size(), nv = n / w;
+  for (index_t v = 0; v < nv; ++v) d::shared_vector_step<w>(got.data(), sb, loads, v);
+  for (index_t t = nv * w; t < n; ++t) got.data()[t] = sb.template at_linear<true>(t);
+  for (index_t i = 0; i < n; ++i) CHECK(got.data()[i] == Approx(want.data()[i]).epsilon(1e-6).margin(1e-6));
+  return shared;
+}
+
+// Three tree shapes over four operands, as a user writes them: repeated
+// tensors, and a named subexpression used four times.
+struct deep_tree {
+  template <class A, class B, class C, class D>
+  auto operator()(const A& a, const B& b, const C& c, const D& d) const {
+    return ((a + b) * (c - d) + a * d) / (1.f + loom::abs(b * c));
+  }
+};
+struct activation_tree {
+  template <class A, class B, class C, class D>
+  auto operator()(const A& a, const B& b, const C& c, const D& d) const {
+    return loom::tanh(a) * loom::sigmoid(b) + loom::relu(a - b) * c - loom::exp(-loom::abs(a)) * c +
+           loom::where(a > b, a, b) * d;
+  }
+};
+struct subexpression_tree {
+  template <class A, class B, class C, class D>
+  auto operator()(const A& a, const B& b, const C& c, const D& d) const {
+    const auto t = a * b + c;
+    return t * t - t / (1.f + loom::abs(t)) + d;
+  }
+};
+}  // namespace
+
+TEMPLATE_TEST_CASE("the shared kernel's steps agree with the host executor for every pattern of repeated operands",
+                   "[expr][shared]" LOOM_TEST_TAG, float, loom::bf16) {
+  using T = TestType;
+  std::mt19937_64 g(loom_test::seed_for("shared steps, operand patterns"));
+  const loom::shape<2> s{5, 41};  // 205 elements: vector steps and a tail, for 4 and for 8 elements per step
+  const auto x = random_host<T, 2>(s, g), y = random_host<T, 2>(s, g), z = random_host<T, 2>(s, g),
+             u = random_host<T, 2>(s, g);
+  // Each tree with its four operands drawn from 1, 2, 3 or 4 distinct
+  // tensors of one type. The leaves of one type fill up to 3 slots. A
+  // repeated subtree of maps over leaves is one parameter with 2 slots:
+  // deep_tree's a * d and b * c have one type and fill one or two;
+  // subexpression_tree's copies of t are one value.
+  SECTION("one tensor") {
+    CHECK(shared_steps_match_host(deep_tree{}(x, x, x, x), s) == 2);  // x, and x * x
+    CHECK(shared_steps_match_host(activation_tree{}(x, x, x, x), s) == 1);
+    CHECK(shared_steps_match_host(subexpression_tree{}(x, x, x, x), s) == 1);  // t (d is used once)
+  }
+  SECTION("two tensors") {
+    CHECK(shared_steps_match_host(deep_tree{}(x, x, y, y), s) == 3);  // x, y, and x * y
+    CHECK(shared_steps_match_host(deep_tree{}(x, y, x, y), s) == 2);  // x and y; x * y and y * x once each
+    CHECK(shared_steps_match_host(activation_tree{}(y, x, x, y), s) == 2);
+    CHECK(shared_steps_match_host(subexpression_tree{}(x, y, x, y), s) == 1);
+  }
+  SECTION("three tensors") {
+    CHECK(shared_steps_match_host(deep_tree{}(x, y, z, x), s) == 1);  // x twice; x * x, y * z, y, z once
+    CHECK(shared_steps_match_host(activation_tree{}(z, y, x, x), s) == 3);
+    CHECK(shared_steps_match_host(subexpression_tree{}(x, y, z, x), s) == 1);
+  }
+  SECTION("four tensors: more than a leaf type's slots") {
+    CHECK(shared_steps_match_host(deep_tree{}(x, y, z, u), s) == -1);
+    CHECK(shared_steps_match_host(activation_tree{}(x, y, z, u), s) == -1);
+    CHECK(shared_steps_match_host(subexpression_tree{}(x, y, z, u), s) == 1);
   }
 }
 

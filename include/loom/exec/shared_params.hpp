@@ -125,18 +125,19 @@ constexpr std::size_t group_slots(type_list<G...>) {
 //! used 13 times) load each once. With more, the run-time check turns the
 //! shared kernel down. Every slot holds registers whether the launch fills
 //! it or not, so a repeated subtree (a named subexpression, `t` in
-//! `t * t * t`) has one: its copies are one value, or the plain kernel runs.
+//! `t * t * t`) has 2: its copies are one value, or two of one form (`a * d`
+//! and `b * c` have one type), else the plain kernel runs.
 inline constexpr int plain_param_slots = 3;
+inline constexpr int plain_subtree_slots = 2;
 
 // The parameters of a plain expression N (bound as B) in pre-order, given
 // All (plain_nodes of the whole tree): each outermost leaf or pure subtree
-// that occurs twice or more in the tree, once (a leaf with as many slots as
-// it occurs, at most plain_param_slots; a subtree with one); the walk does
-// not enter it.
-template <class Key, class All>
+// that occurs twice or more in the tree, once, with as many slots as it
+// occurs, at most plain_param_slots for a leaf and plain_subtree_slots for
+// a subtree; the walk does not enter it.
+template <class Key, class All, int most>
 using plain_group =
-    param_group<Key, static_cast<std::size_t>(count_in<Key>(All{}) < plain_param_slots ? count_in<Key>(All{})
-                                                                                         : plain_param_slots)>;
+    param_group<Key, static_cast<std::size_t>(count_in<Key>(All{}) < most ? count_in<Key>(All{}) : most)>;
 template <class Out, class All, class N, class B>
 struct plain_params {
   using type = Out;
@@ -145,7 +146,7 @@ template <class Out, class All, class T, std::size_t R, class S, class BT, std::
 struct plain_params<Out, All, leaf_node<T, R, S, void>, bound_leaf<BT, BR>> {
   using key = plain_param<leaf_node<T, R, S, void>, bound_leaf<BT, BR>>;
   using type = std::conditional_t<(count_in<key>(All{}) >= 2),
-                                  typename append_unique<Out, plain_group<key, All>>::type, Out>;
+                                  typename append_unique<Out, plain_group<key, All, plain_param_slots>>::type, Out>;
 };
 template <class Out, class All, class E, std::size_t R, class B>
 struct plain_params<Out, All, broadcast_node<E, R>, B> : plain_params<Out, All, E, B> {};
@@ -161,11 +162,12 @@ template <class Out, class All, class F, class... Ch, class Cin, class... B>
 struct plain_params<Out, All, map_node<F, Ch...>, bound_map<F, Cin, B...>> {
   using key = plain_param<map_node<F, Ch...>, bound_map<F, Cin, B...>>;
   using type = typename std::conditional_t<
-      (count_in<key>(All{}) >= 2), std::type_identity<typename append_unique<Out, param_group<key, 1>>::type>,
+      (count_in<key>(All{}) >= 2),
+      std::type_identity<typename append_unique<Out, plain_group<key, All, plain_subtree_slots>>::type>,
       plain_params_each<Out, All, type_list<Ch...>, type_list<B...>>>::type;
 };
 
-//! Below this many 16-byte loads per vector step (leaf uses under maps) a
+//! Below this many 16-byte loads per vector step (leaves of the bound tree) a
 //! plain expression gets no shared kernel: its loads hold fewer than 32
 //! registers, so loading a repeat once changes little, and the kernel would
 //! be compiled for every small tree that names two tensors of one type.
@@ -436,7 +438,7 @@ bool same_param_values(const L& a, const L& b) {
 template <class B, class P>
 int collect_params(B& b, P& loads) {
   bool fits = true;
-  int uses[P::size][plain_param_slots > 1 ? plain_param_slots : 1] = {};
+  int uses[P::size][plain_param_slots > plain_subtree_slots ? plain_param_slots : plain_subtree_slots] = {};
   visit_if<is_bound_param>(b, [&](auto& m) {
     using M = std::remove_cvref_t<decltype(m)>;
     auto& g = detail::get<M::number>(loads.leaves);
