@@ -123,6 +123,20 @@ loom::assign_with_row_stat(y, rms(x, w), ms, loom::saved_value<0>(rms)(x, w));
 loom::grad(rms).with_saved(ms)(x, w, dy).into(dx, dw);  // the backward reads ms
 }
 
+// Saving a softmax's exponentials and their sum (docs/08_gradients.md): the
+// backward reads e, the sum and dy, and computes no exponential.
+void saving_exponentials(const loom::host_tensor<float, 2>& x, const loom::host_tensor<float, 2>& dy,
+                         loom::host_tensor<float, 2>& dx, loom::host_tensor<float, 2>& e_saved,
+                         loom::host_tensor<float, 2>& s_saved) {
+constexpr auto sm = loom::layer([](auto z) {
+  auto e = loom::saved<0>(exp(z - stop_gradient(row_max(z))));  // full-size, as y would be
+  return e / loom::saved<1>(row_sum(e));
+});
+e_saved = loom::saved_value<0>(sm)(x);  // [..., C]
+s_saved = loom::saved_value<1>(sm)(x);  // [..., 1]
+dx = loom::grad<0>(sm).with_saved(e_saved, s_saved)(x, dy);
+}
+
 int main() {
   try {
     loom::host_tensor<float, 2> x({3, 5}), dy({3, 5}), dx({3, 5});
@@ -131,6 +145,8 @@ int main() {
     spellings(x, w, dy, dx, dw);
     loom::host_tensor<float, 2> y({3, 5});
     saving(x, w, dy, dx, dw, y);
+    loom::host_tensor<float, 2> e_saved({3, 5}), s_saved({3, 1});
+    saving_exponentials(x, dy, dx, e_saved, s_saved);
     if (loom::gpu::is_available()) return run<loom::device>();
     std::printf("no GPU (%s): running on the host executor\n", loom::gpu::unavailable_reason().c_str());
     return run<loom::host>();

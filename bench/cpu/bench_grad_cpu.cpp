@@ -9,7 +9,8 @@
 // result is checked against a double reference of the gradient first. The
 // built-in softmax backward reads the saved forward output y; the derived
 // one recomputes it from x, with nothing saved, or (a second row of each
-// pair) reads the row statistics that the layer names loom::saved. Wall
+// pair) reads the row statistics that the layer names loom::saved, or (the
+// softmax's third row) the saved exponentials and sum, full-size like y. Wall
 // time, median of several runs after a warm-up run; GB/s = bytes that must
 // move / time.
 // Usage: bench_grad_cpu [--quick] [--json FILE]
@@ -174,6 +175,20 @@ int main(int argc, char** argv) {
                           [&] { dx = loom::grad<0>(softmax_saving).with_saved(row_a, row_b)(x, dy); },
                           [&] { return check_dx(); });
   verdict("softmax, saved max and sum", ss, sb);
+  // Saving the exponentials (full-size, the memory softmax_backward's
+  // saved output y takes) and the sum: the backward reads e, s and dy and
+  // computes no exponential, as softmax_backward reads y and dy.
+  constexpr auto softmax_saving_exp = loom::layer([](auto v) {
+    auto e = loom::saved<0>(exp(v - stop_gradient(row_max(v))));
+    return e / loom::saved<1>(row_sum(e));
+  });
+  loom::host_tensor<float, 2> saved_exp({rows, cols});
+  saved_exp = loom::saved_value<0>(softmax_saving_exp)(x);
+  row_b = loom::saved_value<1>(softmax_saving_exp)(x);
+  const auto se = measure("softmax backward", "loom::grad (saved exp and sum)", 3 * row_bytes,
+                          [&] { dx = loom::grad<0>(softmax_saving_exp).with_saved(saved_exp, row_b)(x, dy); },
+                          [&] { return check_dx(); });
+  verdict("softmax, saved exp and sum", se, sb);
 
   constexpr auto layer_norm = loom::layer([](auto v, auto wt, auto bs) { return loom::layer_norm(v, wt, bs, ln_eps); });
   ref.layer_norm(x.data(), w.data(), dy.data());

@@ -128,6 +128,14 @@ constexpr auto softmax_saving_layer = loom::layer([](auto z) {
   auto e = exp(z - stop_gradient(loom::saved<0>(row_max(z))));
   return e / loom::saved<1>(row_sum(e));
 });
+// The softmax naming its exponentials (full-size, as the built-in
+// backward's saved output) and their sum: its derived backward reads e, the
+// sum and dy and computes no exponential (impl "loom::grad, saved exp and
+// sum").
+constexpr auto softmax_saving_exp_layer = loom::layer([](auto z) {
+  auto e = loom::saved<0>(exp(z - stop_gradient(row_max(z))));
+  return e / loom::saved<1>(row_sum(e));
+});
 
 // One layer's tensors for one shape and dtype: `sets` rotating (x, dy, y);
 // host tensors (one set) for the self-test.
@@ -282,6 +290,18 @@ void run_shape(bench_state& st, index_t rows, index_t cols) {
     st.measure(d, "softmax_backward", 2, ref_softmax_backward_of_x,
                [&](int s) { y[s] = loom::grad<0>(softmax_saving_layer).with_saved(row_max[s], row_sum[s])(x[s], dy[s]); },
                "loom::grad, saved max and sum");
+    // The exponentials in T, as y would be, saved untimed with the sum.
+    std::vector<loom::tensor<T, 2, Space>> saved_exp;
+    for (int s = 0; s < d.sets; ++s) {
+      saved_exp.emplace_back(loom::shape<2>{rows, cols});
+      saved_exp.back() = loom::saved_value<0>(softmax_saving_exp_layer)(x[s]);
+      row_sum[s] = loom::saved_value<1>(softmax_saving_exp_layer)(x[s]);
+    }
+    st.measure(d, "softmax_backward", 2, ref_softmax_backward_of_x,
+               [&](int s) {
+                 y[s] = loom::grad<0>(softmax_saving_exp_layer).with_saved(saved_exp[s], row_sum[s])(x[s], dy[s]);
+               },
+               "loom::grad, saved exp and sum");
   }
   st.measure(d, "layer_norm_backward_input", 2, ref_layer_norm_backward_input,
              [&](int s) { y[s] = loom::grad<0>(layer_norm_layer)(x[s], w, b, dy[s]); }, "loom::grad");

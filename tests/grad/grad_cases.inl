@@ -402,6 +402,29 @@ TEST_CASE("grad: values saved by the forward stand for its row passes in the bac
   REQUIRE_THROWS_WITH(loom::grad<0>(sm).with_saved(wrong, s)(x, dy),
                       Contains("saved tensor has shape [3, 5, 2]") && Contains("[3, 5, 1]"));
 
+  // The exponentials saved too, full-size as the forward computed them (the
+  // memory softmax_backward's saved output takes): the backward reads e, s
+  // and dy, one row pass, and neither x nor an exponential.
+  constexpr auto sm_e = loom::layer([](auto z) {
+    auto e = loom::saved<0>(exp(z - stop_gradient(row_max(z))));
+    return e / loom::saved<1>(row_sum(e));
+  });
+  auto e_full = poisoned<float, 3>(x.extents());
+  e_full = loom::saved_value<0>(sm_e)(x);
+  s = loom::saved_value<1>(sm_e)(x);
+  dx = poisoned<float, 3>(x.extents());
+  dx = loom::grad<0>(sm_e).with_saved(e_full, s)(x, dy);
+  CHECK(loom::last_grad().kernels == 1);
+  CHECK(loom::last_grad().rows.row_passes == 1);
+  check_close(on_host(dx), want, 2e-5);
+  const auto nan_x = poisoned<float, 3>(x.extents());  // NaN everywhere: x is not read
+  dx = poisoned<float, 3>(x.extents());
+  dx = loom::grad<0>(sm_e).with_saved(e_full, s)(nan_x, dy);
+  check_close(on_host(dx), want, 2e-5);
+  // Without the saved exponentials, the same layer reads x (NaN in, NaN out).
+  dx = loom::grad<0>(sm_e).with_saved(loom::skip, s)(nan_x, dy);
+  CHECK(std::isnan(on_host(dx).data()[0]));
+
   // bf16 rows with the statistics saved in float (the row reductions' type).
   const index_t n = 7, w = 45;
   const auto xb = random_host<loom::bf16, 2>(loom::shape<2>{n, w}, g, -4, 4);
