@@ -5,6 +5,7 @@
 // including file defines LOOM_TEST_SPACE and LOOM_TEST_TAG.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <tuple>
 #include <vector>
 
@@ -50,6 +51,14 @@ loom::tensor<T, R, space_t> poisoned(const loom::shape<R>& s) {
   loom::host_tensor<T, R> h(s);
   for (index_t i = 0; i < h.size(); ++i) h.data()[i] = loom_test::poison_value<T>();
   return in_space(h);
+}
+// The bytes of a contiguous tensor, for bitwise comparisons.
+template <class T, std::size_t R>
+std::vector<unsigned char> bytes_of(const loom::tensor<T, R, space_t>& t) {
+  const auto h = on_host(t);
+  std::vector<unsigned char> b(static_cast<std::size_t>(h.size()) * sizeof(T));
+  std::memcpy(b.data(), h.data(), b.size());
+  return b;
 }
 template <class T, std::size_t R>
 loom::host_tensor<double, R> to_double(const loom::host_tensor<T, R>& t) {
@@ -177,11 +186,11 @@ TEST_CASE("grad: binary ops, broadcast weights and scalar parameters match finit
   auto dr = poisoned<double, 2>(r.extents());
   auto ds = poisoned<double, 0>(s.extents());
   const auto info = loom::grad(lay)(in_space(x), in_space(w), in_space(r), in_space(s), in_space(dy)).into(dx, dw, dr, ds);
-  // dx and dw share a row kernel and the kernel adding the column sums; the
-  // row sums of dr take one kernel, the whole sum of ds three (its column
-  // sums, their row sums and their sum).
+  // dx, dr (its row sums) and dw's column sums share a row kernel, then the
+  // kernel adding the column sums; the whole sum of ds takes three (its
+  // column sums, their row sums and their sum).
   CHECK(info.column_sum_groups == 2);
-  CHECK(info.kernels == 2 + 1 + 3);
+  CHECK(info.kernels == 2 + 3);
   check_close(on_host(dx), finite_differences<0>(lay, dy, x, w, r, s), 1e-5);
   check_close(on_host(dw), finite_differences<1>(lay, dy, x, w, r, s), 1e-5);
   check_close(on_host(dr), finite_differences<2>(lay, dy, x, w, r, s), 1e-5);
@@ -196,9 +205,9 @@ TEST_CASE("grad: the shared kernel takes column and whole sums, with or without 
   const auto x = random_host<double, 2>(loom::shape<2>{n, c}, g, -2, 2);
   const auto dy = random_host<double, 2>(x.extents(), g, -1, 1);
   const auto w = random_host<double, 1>(loom::shape<1>{c}, g, 0.5, 2);
-  // r: the first input of the output's rank (the row output of the shared
-  // kernel when its gradient has the output's shape); b: a column sum, or a
-  // whole sum when it is one value [1].
+  // r and x: the inputs of the output's rank (row outputs of the shared
+  // kernel: r's written element by element, or as row sums when it is one
+  // value per row); b: a column sum, or a whole sum when it is one value [1].
   const auto run = [&](const loom::host_tensor<double, 2>& r, const loom::host_tensor<double, 1>& b, int kernels) {
     CAPTURE(r.extent(1), b.extent(0));
     auto dr = poisoned<double, 2>(r.extents());
@@ -218,13 +227,13 @@ TEST_CASE("grad: the shared kernel takes column and whole sums, with or without 
   const auto per_row = random_host<double, 2>(loom::shape<2>{n, 1}, g, -2, 2);
   const auto bias = random_host<double, 1>(loom::shape<1>{c}, g, -1, 1);
   const auto one = random_host<double, 1>(loom::shape<1>{1}, g, -1, 1);
-  // dr with dw and db (2: the pair of column sums in one kernel), dx (1).
-  run(full, bias, 3);
-  // dr with dw's column sums (1) and db's whole sum (2), dx (1).
-  run(full, one, 5);
-  // dr per row (1); the sums without a row output (1 + 1 + 2), dx (1).
-  run(per_row, one, 6);
-  run(per_row, bias, 4);
+  // dr and dx with dw and db (2: the pair of column sums in one kernel).
+  run(full, bias, 2);
+  // dr and dx with dw's column sums (1 + 1) and db's whole sum (2).
+  run(full, one, 4);
+  // dr's row sums in the same kernel.
+  run(per_row, one, 4);
+  run(per_row, bias, 2);
 
   // A wrong output shape throws before any kernel runs, also one of a
   // gradient that runs after the shared kernel (dx).
@@ -616,7 +625,7 @@ TEST_CASE("grad: RMSNorm + SwiGLU and a causal softmax with temperature, bf16 an
   auto dw = poisoned<double, 1>(wh.extents());
   auto dgate_t = dgate.view().t();
   const auto info = loom::grad(block)(in_space(xh), gate.view().t(), in_space(wh), in_space(dyh)).into(dx, dgate_t, dw);
-  CHECK(info.kernels == 3);  // dx with dw (2), then dgate (1)
+  CHECK(info.kernels == 2);  // dx and dgate with dw's column sums, then their sum
   check_close(on_host(dx), want_x, 1e-6);
   check_close(on_host(loom::materialize(dgate.view().t())), want_g, 1e-6);
   check_close(on_host(dw), want_w, 1e-6);
@@ -650,6 +659,93 @@ TEST_CASE("grad: RMSNorm + SwiGLU and a causal softmax with temperature, bf16 an
   loom::grad<0, 1>(causal)(in_space(xh), in_space(th), in_space(rows), in_space(dyh)).into(ds, dt);
   check_close(on_host(ds), finite_differences<0>(causal, dyh, xh, th, rows), 1e-6);
   check_close(on_host(dt), finite_differences<1>(causal, dyh, xh, th, rows), 1e-6);
+}
+
+TEST_CASE("grad: the shared kernel's row outputs: row sums, values once per row, overlaps " LOOM_TEST_TAG,
+          "[grad]") {
+  std::mt19937_64 g(loom_test::seed_for("grad row outputs"));
+  const index_t n = 9, c = 37;
+  // x and gate of the output's shape, r one value per row (its row sums),
+  // w a column sum: one row kernel writes dx, dgate and dr, then one adds
+  // dw's partial sums.
+  constexpr auto lay =
+      loom::layer([](auto x, auto gate, auto r, auto w) { return silu(gate) * (x * rsqrt(row_mean(x * x) + 0.5) * w + r); });
+  const auto x = random_host<double, 2>(loom::shape<2>{n, c}, g, -2, 2);
+  const auto gate = random_host<double, 2>(x.extents(), g, -2, 2);
+  const auto r = random_host<double, 2>(loom::shape<2>{n, 1}, g, -2, 2);
+  const auto w = random_host<double, 1>(loom::shape<1>{c}, g, 0.5, 2);
+  const auto dy = random_host<double, 2>(x.extents(), g, -1, 1);
+  auto dx = poisoned<double, 2>(x.extents());
+  auto dgate = poisoned<double, 2>(x.extents());
+  auto dr = poisoned<double, 2>(r.extents());
+  auto dw = poisoned<double, 1>(w.extents());
+  const auto info =
+      loom::grad(lay)(in_space(x), in_space(gate), in_space(r), in_space(w), in_space(dy)).into(dx, dgate, dr, dw);
+  CHECK(info.kernels == 2);
+  CHECK(info.column_sum_groups == 1);
+  check_close(on_host(dx), finite_differences<0>(lay, dy, x, gate, r, w), 1e-5);
+  check_close(on_host(dgate), finite_differences<1>(lay, dy, x, gate, r, w), 1e-5);
+  check_close(on_host(dr), finite_differences<2>(lay, dy, x, gate, r, w), 1e-5);
+  check_close(on_host(dw), finite_differences<3>(lay, dy, x, gate, r, w), 1e-5);
+
+  // In place: dx into dy's memory and dr into r's (the same index maps):
+  // every value of a column is computed before any is stored, and a row's
+  // sum after the row's reads. The results are those of the run above.
+  {
+    auto dy2 = in_space(dy);
+    auto r2 = in_space(r);
+    auto dgate2 = poisoned<double, 2>(x.extents());
+    auto dw2 = poisoned<double, 1>(w.extents());
+    loom::grad(lay)(in_space(x), in_space(gate), r2, in_space(w), dy2).into(dy2, dgate2, r2, dw2);
+    CHECK(bytes_of(dy2) == bytes_of(dx));
+    CHECK(bytes_of(r2) == bytes_of(dr));
+    CHECK(bytes_of(dgate2) == bytes_of(dgate));
+    CHECK(bytes_of(dw2) == bytes_of(dw));
+  }
+
+  // Two outputs of the kernel in one tensor: an aliasing_error before any
+  // kernel runs.
+  auto both = poisoned<double, 2>(x.extents());
+  auto dr3 = poisoned<double, 2>(r.extents());
+  auto dw3 = poisoned<double, 1>(w.extents());
+  REQUIRE_THROWS_WITH(
+      loom::grad(lay)(in_space(x), in_space(gate), in_space(r), in_space(w), in_space(dy)).into(both, both, dr3, dw3),
+      Contains("two outputs overlap"));
+  // An output over an input under another index map (dr over x's first
+  // column) is refused as well.
+  auto x2 = in_space(x);
+  REQUIRE_THROWS_AS(loom::grad(lay)(x2, in_space(gate), in_space(r), in_space(w), in_space(dy))
+                        .into(dx, dgate, x2.slice(loom::whole, loom::range(0, 1)), dw3),
+                    loom::aliasing_error);
+  for (const auto& t : {on_host(dr3)})
+    for (index_t i = 0; i < t.size(); ++i) REQUIRE(std::isnan(t.data()[i]));
+  for (index_t i = 0; i < dw3.size(); ++i) REQUIRE(std::isnan(on_host(dw3).data()[i]));
+
+  // A layer that ends in a row reduction with a per-row weight: x's adjoint
+  // has x's rows, s's is one value per row, stored once per row by the same
+  // kernel.
+  constexpr auto per_row = loom::layer([](auto v, auto s) { return row_sum(v * v) * s; });
+  const auto s = random_host<double, 2>(loom::shape<2>{n, 1}, g, -2, 2);
+  const auto dys = random_host<double, 2>(s.extents(), g, -1, 1);
+  auto dv = poisoned<double, 2>(x.extents());
+  auto ds = poisoned<double, 2>(s.extents());
+  const auto pinfo = loom::grad(per_row)(in_space(x), in_space(s), in_space(dys)).into(dv, ds);
+  CHECK(pinfo.kernels == 1);
+  check_close(on_host(dv), finite_differences<0>(per_row, dys, x, s), 1e-5);
+  check_close(on_host(ds), finite_differences<1>(per_row, dys, x, s), 1e-5);
+
+  // Rows without columns: a per-row input's gradient is 0.
+  const auto x0 = random_host<double, 2>(loom::shape<2>{n, 0}, g, -2, 2);
+  const auto gate0 = random_host<double, 2>(x0.extents(), g, -2, 2);
+  const auto w0 = random_host<double, 1>(loom::shape<1>{0}, g, -2, 2);
+  const auto dy0 = random_host<double, 2>(x0.extents(), g, -1, 1);
+  auto dx0 = poisoned<double, 2>(x0.extents());
+  auto dg0 = poisoned<double, 2>(x0.extents());
+  auto dr0 = poisoned<double, 2>(r.extents());
+  auto dw0 = poisoned<double, 1>(w0.extents());
+  loom::grad(lay)(in_space(x0), in_space(gate0), in_space(r), in_space(w0), in_space(dy0)).into(dx0, dg0, dr0, dw0);
+  const auto dr0h = on_host(dr0);
+  for (index_t i = 0; i < n; ++i) CHECK(dr0h(i, 0) == 0.0);
 }
 
 TEST_CASE("grad: errors name the shapes " LOOM_TEST_TAG, "[grad]") {

@@ -289,12 +289,11 @@ std::array<fd_result, 4> finite_differences(const Layer& lay, inputs& in, bool* 
 }
 
 // The kernels docs/08_gradients.md states for into(dx, dw, dr, ds), which
-// follow from the inputs' ranks whatever the extents: x (the output's rank
-// and shape) and w (rank 1 under a rank-2 output: column sums, [1] too)
-// share one row kernel plus the kernel adding the partial sums (2); r (the
-// output's rank: row sums, or same shape when C == 1) takes its own (1); s
-// (rank 0: a whole sum) three.
-constexpr int expected_kernels = 2 + 1 + 3;
+// follow from the inputs' ranks whatever the extents: x and r (the output's
+// rank: x same-shape, r row sums, or same-shape when C == 1) and w (rank 1
+// under a rank-2 output: column sums, [1] too) share one row kernel plus
+// the kernel adding the partial sums (2); s (rank 0: a whole sum) three.
+constexpr int expected_kernels = 2 + 3;
 
 // Writes `vals` (row-major over the logical extents) as an operand's values:
 // into its base buffer on the host and in its space.

@@ -87,7 +87,7 @@ inline void check_devices_of(const void* const* outs, std::size_t n_outs, const 
 template <class N, class... Views>
 void check_devices(const N& e, const Views&... outs) {
   if (gpu::device_count() < 2) return;
-  const void* const out_ptrs[] = {static_cast<const void*>(outs.data())...};
+  const void* const out_ptrs[sizeof...(Views) + 1] = {static_cast<const void*>(outs.data())..., nullptr};
   std::vector<const void*> leaves;
   for_each_leaf(e, [&](const auto& leaf) { leaves.push_back(leaf.v.data()); });
   check_devices_of(out_ptrs, sizeof...(Views), leaves.data(), leaves.size());

@@ -33,6 +33,12 @@ namespace loom {
 namespace detail::autodiff {
 //! loom::skip's type.
 struct skip_t {};
+template <std::size_t RO>
+[[noreturn]] LOOM_NOINLINE void throw_adjoint_shapes(const shape<RO>& a, const shape<RO>& b) {
+  throw shape_error("loom: grad: the adjoints of two inputs asked for together have shapes " + shape_string(a) +
+                    " and " + shape_string(b) +
+                    ", which one row kernel does not take; ask for their gradients in separate calls");
+}
 template <class X>
 auto output_of(X&& x) {
   if constexpr (std::is_same_v<std::remove_cvref_t<X>, skip_t>)
@@ -58,14 +64,15 @@ struct gradients {
   }
 
   //! Assigns every gradient to its output (a tensor or view of the input's
-  //! shape, or loom::skip). The first two gradients of inputs of lower rank
-  //! but not rank 0 (weights [C] or [1]) share a row kernel that sums them
-  //! per block of rows, then the kernel that adds the partial sums (2 in
-  //! all, as layer_norm_backward; a whole sum adds two); the first gradient
-  //! of an input of the output's rank is that row kernel's output when it
-  //! has the output's shape. The others take their own (gradient_kind).
-  //! Every output's shape and every gradient's kind are checked first.
-  //! Returns what ran (also loom::last_grad()).
+  //! shape, or loom::skip) in one row kernel: the gradients of inputs of the
+  //! output's rank as its row outputs (each written element by element, or
+  //! as row sums for an input [..., 1], told at launch), and the first two
+  //! gradients of inputs of lower rank but not rank 0 (weights [C] or [1])
+  //! as its per-block column sums, then the kernel that adds the partial
+  //! sums (2 kernels in all, as layer_norm_backward; a whole sum adds one).
+  //! The others (a scalar's whole sum, a third weight, a scatter) take
+  //! their own (gradient_kind). Every output's shape and every gradient's
+  //! kind are checked first. Returns what ran (also loom::last_grad()).
   template <class... Out>
   grad_info into(Out&&... outs) const {
     static_assert(sizeof...(Out) == sizeof...(G),
@@ -76,7 +83,6 @@ struct gradients {
   }
 
  private:
-  static constexpr std::size_t none = ~std::size_t{0};
   // A gradient the shared kernel may take (not a scatter, which takes its own).
   template <class Outs, std::size_t K>
   static constexpr bool wanted =
@@ -85,51 +91,51 @@ struct gradients {
       !detail::autodiff::is_scatter<decltype(std::tuple_element_t<K, std::tuple<G...>>::adjoint)>;
 
   // The shared kernel's plan, fixed at compile time so that one row kernel
-  // is compiled for it: the row output is the first wanted gradient of an
-  // input of the adjoint's rank, the column sums the first two of inputs of
-  // lower rank (weights [C], broadcast over the rows).
+  // is compiled for it: its row outputs are the wanted gradients of inputs
+  // of the adjoint's rank, its column sums the first two of inputs of lower
+  // rank (weights [C], broadcast over the rows).
   template <std::size_t K>
   using part_t = std::tuple_element_t<K, std::tuple<G...>>;
-  template <class Outs, std::size_t K>
-  static constexpr bool may_lead = wanted<Outs, K> && part_t<K>::in_rank == part_t<K>::out_rank;
-  template <class Outs, std::size_t K>
-  static constexpr bool may_sum = wanted<Outs, K> && part_t<K>::in_rank > 0 && part_t<K>::in_rank < part_t<K>::out_rank;
+  struct plan_t {
+    std::size_t rows[sizeof...(G)] = {};
+    std::size_t sums[sizeof...(G)] = {};
+    std::size_t n_rows = 0, n_sums = 0;
+    constexpr bool has(std::size_t k) const {
+      for (std::size_t i = 0; i != n_rows; ++i)
+        if (rows[i] == k) return true;
+      for (std::size_t i = 0; i != n_sums; ++i)
+        if (sums[i] == k) return true;
+      return false;
+    }
+  };
   template <class Outs, std::size_t... K>
-  static constexpr auto plan(std::index_sequence<K...>) {
-    std::array<std::size_t, 3> p{none, none, none};  // row output, first sum, second sum
-    const bool lead[] = {may_lead<Outs, K>...};
-    const bool summed[] = {may_sum<Outs, K>...};
-    int n = 0;
+  static constexpr plan_t make_plan(std::index_sequence<K...>) {
+    const bool row[] = {(wanted<Outs, K> && part_t<K>::in_rank == part_t<K>::out_rank)...};
+    const bool sum[] = {(wanted<Outs, K> && part_t<K>::in_rank > 0 && part_t<K>::in_rank < part_t<K>::out_rank)...};
+    plan_t p;
     for (std::size_t k = 0; k != sizeof...(K); ++k) {
-      if (lead[k] && p[0] == none) p[0] = k;
-      if (summed[k] && n < 2) p[1 + n++] = k;
+      if (row[k]) p.rows[p.n_rows++] = k;
+      if (sum[k] && p.n_sums < 2) p.sums[p.n_sums++] = k;
     }
     return p;
   }
+  template <class Outs>
+  static constexpr plan_t plan = make_plan<Outs>(std::index_sequence_for<G...>{});
 
   template <class Outs, std::size_t... K>
-  void run(grad_info& gi, const Outs& outs, std::index_sequence<K...> ks) const {
-    constexpr auto p = plan<Outs>(ks);
+  void run(grad_info& gi, const Outs& outs, std::index_sequence<K...>) const {
+    constexpr plan_t p = plan<Outs>;
     // Every output's shape and every gradient's kind first: a bad one throws
     // before anything is written.
     (check<K>(std::get<K>(outs)), ...);
-    bool done[sizeof...(K)] = {};
-    if constexpr (p[1] != none) {
-      // The sums (column or whole sums: the only kinds of a wanted input of
-      // lower rank) always run in the shared kernel; the row output is
-      // written when it is a same-shape gradient (a per-row sum takes its
-      // own kernel, and the shared one computes no row values).
-      bool lead = false;
-      if constexpr (p[0] != none) lead = kind_of<Outs, p[0]>() == gradient_kind::same_shape;
-      if constexpr (p[2] != none)
-        group(gi, outs, done, lead, constant<p[0]>{}, constant<p[1]>{}, constant<p[2]>{});
-      else
-        group(gi, outs, done, lead, constant<p[0]>{}, constant<p[1]>{});
-    }
-    (rest<K, p[0], p[1], p[2]>(gi, std::get<K>(outs), done[K]), ...);
+    if constexpr (p.n_rows + p.n_sums > 0)
+      [&]<std::size_t... R>(std::index_sequence<R...>) {
+        [&]<std::size_t... Q>(std::index_sequence<Q...>) {
+          shared(gi, outs, std::index_sequence<plan<Outs>.rows[R]...>{}, std::index_sequence<plan<Outs>.sums[Q]...>{});
+        }(std::make_index_sequence<p.n_sums>{});
+      }(std::make_index_sequence<p.n_rows>{});
+    (rest<K, p.has(K)>(gi, std::get<K>(outs)), ...);
   }
-  template <std::size_t K>
-  using constant = std::integral_constant<std::size_t, K>;
   template <std::size_t K, class V>
   void check(const V& v) const {
     if constexpr (!std::is_same_v<V, detail::autodiff::skip_t>) {
@@ -137,64 +143,62 @@ struct gradients {
       (void)std::get<K>(parts).kind();
     }
   }
-  template <class Outs, std::size_t K>
-  gradient_kind kind_of() const {
-    if constexpr (std::is_same_v<std::tuple_element_t<K, Outs>, detail::autodiff::skip_t>)
-      return gradient_kind::zero;  // not assigned, and zero is never grouped
-    else
-      return std::get<K>(parts).kind();
+  // A gradient the shared kernel does not take: its own kernels.
+  template <std::size_t K, bool Shared, class V>
+  void rest(grad_info& gi, const V& v) const {
+    if constexpr (!std::is_same_v<V, detail::autodiff::skip_t> && !Shared)
+      detail::autodiff::assign_one(std::get<K>(parts), v, gi);
   }
-  // A gradient the shared kernel did not take. With sums in the plan, its
-  // row output reaches here only as a per-row sum and its sums never do, so
-  // those kernels are not compiled again.
-  template <std::size_t K, std::size_t P0, std::size_t P1, std::size_t P2, class V>
-  void rest(grad_info& gi, const V& v, bool done) const {
-    constexpr bool planned = P1 != none;
-    constexpr bool lead = planned && K == P0, summed = planned && (K == P1 || K == P2);
-    if constexpr (!std::is_same_v<V, detail::autodiff::skip_t> && !summed)
-      if (!done) detail::autodiff::assign_one<!lead>(std::get<K>(parts), v, gi);
-  }
-  template <class Outs, class P, class... S>
-  void group(grad_info& gi, const Outs& outs, bool* done, bool lead, P, S...) const {
-    constexpr std::size_t p = P::value;
-    // The outputs' shapes were checked (run).
-    const gradient_kind kinds[] = {std::get<S::value>(parts).kind()...};
-    const auto& g0 = std::get<std::tuple_element_t<0, std::tuple<S...>>::value>(parts);
-    using T0 = typename detail::node_t<decltype(g0.adjoint)>::value_type;
-    constexpr std::size_t RO = std::tuple_size_v<std::remove_cvref_t<decltype(g0.out_shape)>>;
-    const auto partial = [&](bool store, const auto& rows_out, const auto& e) {
-      return detail::column_partials(store, rows_out, e, std::get<S::value>(parts).adjoint...);
+  // The shared kernel: row outputs R..., column sums Q...; then the sums'
+  // second kernel. Its rows have the adjoints' shape; an adjoint of shape
+  // [..., 1] under longer rows (a layer ending in a row reduction, such as
+  // cross-entropy rows with a per-row weight) is constant along them and
+  // its gradient (same-shape) is stored once per row.
+  template <class Outs, std::size_t... R, std::size_t... Q>
+  void shared(grad_info& gi, const Outs& outs, std::index_sequence<R...>, std::index_sequence<Q...>) const {
+    constexpr std::size_t ids[] = {R..., Q...};
+    constexpr std::size_t RO = part_t<ids[0]>::out_rank;
+    shape<RO> rows = std::get<ids[0]>(parts).out_shape;
+    [[maybe_unused]] const auto per_row = [&](const shape<RO>& a, const shape<RO>& b) {
+      for (std::size_t d = 0; d + 1 < RO; ++d)
+        if (a[d] != b[d]) return false;
+      return a[RO - 1] == 1;
     };
-    auto r = [&] {
-      if constexpr (p == none) {
-        using Sp = typename std::remove_cvref_t<
-            decltype(std::get<std::tuple_element_t<0, std::tuple<S...>>::value>(outs))>::space;
-        return partial(false, view<T0, RO, Sp>(nullptr, g0.out_shape), detail::convert<T0>(0.0f));
-      } else {
-        // One kernel whether or not the row output is written: without it,
-        // a view of the row output's type and the adjoint's shape, unread.
-        const auto& g = std::get<p>(parts);
-        const auto o = detail::autodiff::lift_view<RO>(std::get<p>(outs));
-        using V = std::remove_const_t<decltype(o)>;
-        return partial(lead, lead ? o : V(nullptr, g.out_shape), g.adjoint);
-      }
-    }();
-    if constexpr (p != none) done[p] = lead;
-    ((done[S::value] = true), ...);
+    [[maybe_unused]] const auto widen = [&](const auto& g) {
+      if (per_row(rows, g.out_shape)) rows = g.out_shape;
+    };
+    (widen(std::get<R>(parts)), ...);
+    [[maybe_unused]] const auto fits = [&](const auto& g, bool row_output) {
+      if (g.out_shape != rows && !(row_output && per_row(g.out_shape, rows)))
+        detail::autodiff::throw_adjoint_shapes(rows, g.out_shape);
+    };
+    (fits(std::get<R>(parts), true), ...);
+    (fits(std::get<Q>(parts), false), ...);
+    [[maybe_unused]] const auto row_out = [&](const auto& g, const auto& v) {
+      using W = detail::rows::row_write;
+      const auto o = detail::autodiff::lift_view<RO>(v);
+      const W w = g.out_shape != rows ? W::first : g.kind() == gradient_kind::same_shape ? W::each : W::sum;
+      return detail::row_output<std::remove_const_t<decltype(o)>>{o, w};
+    };
+    auto r = detail::assign_rows<true>("grad", rows, std::make_tuple(row_out(std::get<R>(parts), std::get<R>(outs))...),
+                                       std::make_tuple(std::get<R>(parts).adjoint...), std::get<Q>(parts).adjoint...);
     int kernels = r.info.kernels;
-    constexpr bool pair = sizeof...(S) == 2;
-    if (pair && kinds[0] == gradient_kind::column_sums && kinds[sizeof...(S) - 1] == gradient_kind::column_sums) {
-      // Both column sums in one kernel, as layer_norm_backward.
-      if constexpr (pair)
-        kernels += detail::finish_column_sums(
-            r.partials, detail::autodiff::last_axis_view(std::get<S::value>(outs))...);
-    } else {
-      index_t k = 0;
-      ((kernels += detail::autodiff::finish_sum(kinds[k], std::get<S::value>(outs), r.partials, k), ++k), ...);
+    if constexpr (sizeof...(Q) > 0) {
+      const gradient_kind kinds[] = {std::get<Q>(parts).kind()...};
+      constexpr bool pair = sizeof...(Q) == 2;
+      if (pair && kinds[0] == gradient_kind::column_sums && kinds[sizeof...(Q) - 1] == gradient_kind::column_sums) {
+        // Both column sums in one kernel, as layer_norm_backward.
+        if constexpr (pair)
+          kernels += detail::finish_column_sums(r.partials,
+                                                detail::autodiff::last_axis_view(std::get<Q>(outs))...);
+      } else {
+        index_t k = 0;
+        ((kernels += detail::autodiff::finish_sum(kinds[k], std::get<Q>(outs), r.partials, k), ++k), ...);
+      }
+      gi.column_sum_groups += 1;
     }
     gi.rows = r.info.rows;
     gi.kernels += kernels;
-    gi.column_sum_groups += 1;
   }
 };
 

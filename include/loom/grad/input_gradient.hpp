@@ -36,6 +36,29 @@ enum class gradient_kind : std::uint8_t {
   scatter,      //!< the input is the source of an embedding, index_select or gather: summed through its indices
 };
 
+namespace detail::autodiff {
+// input_gradient's errors, out of line: compiled once per pair of ranks.
+template <std::size_t RI, std::size_t RO>
+[[noreturn]] LOOM_NOINLINE void throw_rows_broadcast(const shape<RI>& in, const shape<RO>& out) {
+  throw shape_error("loom: grad: an input of shape " + shape_string(in) + " has the rank of the layer's output " +
+                    shape_string(out) + " and is broadcast over its rows; pass it without the leading 1s (a view of "
+                    "shape [" + std::to_string(RI > 0 ? in[RI - 1] : 1) +
+                    "], or rank 0 for one value): its gradient is then a column or whole sum");
+}
+template <std::size_t RI, std::size_t RO>
+[[noreturn]] LOOM_NOINLINE void throw_unsummed_broadcast(const shape<RI>& in, const shape<RO>& out) {
+  throw shape_error("loom: grad: an input of shape " + shape_string(in) + " is broadcast to the layer's output shape " +
+                    shape_string(out) +
+                    " along axes that one pass cannot sum; loom::grad reduces to the output's shape, [..., 1] "
+                    "(per row), [C] (per column) or a scalar");
+}
+template <std::size_t RI, std::size_t RO>
+[[noreturn]] LOOM_NOINLINE void throw_gradient_output(const shape<RI>& in, const shape<RO>& got) {
+  throw shape_error("loom: grad: the gradient of an input of shape " + shape_string(in) +
+                    " is assigned to a tensor of shape " + shape_string(got) + "; give it the input's shape");
+}
+}  // namespace detail::autodiff
+
 //! What the calling thread's last gradient assignment did.
 struct grad_info {
   int kernels = 0;             //!< launches in all (a whole sum counts its column sums and their sum)
@@ -79,21 +102,13 @@ struct input_gradient {
     if constexpr (RI == RO) {
       if (in == out_shape) return gradient_kind::same_shape;
       if (lead_same && last == 1) return gradient_kind::row_sums;
-      if (lead_ones)
-        throw shape_error("loom: grad: an input of shape " + shape_string(in_shape) +
-                          " has the rank of the layer's output " + shape_string(out_shape) +
-                          " and is broadcast over its rows; pass it without the leading 1s (a view of shape [" +
-                          std::to_string(last) + "], or rank 0 for one value): its gradient is then a column or "
-                          "whole sum");
+      if (lead_ones) detail::autodiff::throw_rows_broadcast(in_shape, out_shape);
     } else {
       if constexpr (RI > 0)
         if (lead_ones && last == out_last) return gradient_kind::column_sums;
       if (lead_ones && last == 1) return gradient_kind::whole_sum;
     }
-    throw shape_error("loom: grad: an input of shape " + shape_string(in_shape) +
-                      " is broadcast to the layer's output shape " + shape_string(out_shape) +
-                      " along axes that one pass cannot sum; loom::grad reduces to the output's shape, [..., 1] "
-                      "(per row), [C] (per column) or a scalar");
+    detail::autodiff::throw_unsummed_broadcast(in_shape, out_shape);
   }
   //! The input's shape with leading 1s up to the output's rank.
   shape<RO> lifted() const {
@@ -136,10 +151,7 @@ view<T, 1, S> last_axis_view(const view<T, R, S>& v) {
 
 template <class G, class Out>
 void check_gradient_output(const G& g, const Out& out) {
-  if (out.extents() != g.in_shape)
-    throw shape_error("loom: grad: the gradient of an input of shape " + shape_string(g.in_shape) +
-                      " is assigned to a tensor of shape " + shape_string(out.extents()) +
-                      "; give it the input's shape");
+  if (out.extents() != g.in_shape) throw_gradient_output(g.in_shape, out.extents());
 }
 
 // The accumulation type of an adjoint whose values are T.
@@ -147,43 +159,35 @@ template <class T>
 using sum_acc_t = std::conditional_t<std::is_same_v<compute_t<T>, double>, double, float>;
 
 // Kernel 2 of a column sum or whole sum, from the partial column sums of
-// kernel 1 (detail::column_partials): a column sum is the row sums of the
-// transposed partials [C, P] (1 kernel); a whole sum is those row sums into
-// [C] in the accumulation type and then their sum along one row (2 kernels).
-// Both orders are fixed by the shapes and the grid, so results are
-// deterministic. Returns the kernels launched.
+// kernel 1 (detail::assign_rows): a column sum is the sums of the partials
+// over the blocks (1 kernel); a whole sum is those sums into [C] in the
+// accumulation type and then their sum (2 kernels). Both orders are fixed by
+// the shapes and the grid, so results are deterministic. Returns the
+// kernels launched.
 template <class O, std::size_t RI, class S, class A>
 int finish_sum(gradient_kind kind, const view<O, RI, S>& out, const tensor<A, 3, S>& partials, index_t k) {
-  const index_t cols = partials.extent(2);
   if (kind == gradient_kind::column_sums) {
     if constexpr (RI > 0) {
-      if (cols == 0) return 0;
-      assign(last_axis_view(out).unsqueeze(1), row_sum(column_sum_of(partials, k)));
+      if (partials.extent(2) == 0) return 0;
+      rows::run_partial_sums<S>(rows::column_sums_job(partials, k, last_axis_view(out)), 1);
       return 1;
     }
   } else if (kind == gradient_kind::whole_sum) {
-    if (cols == 0) {
-      fill(out, convert<O>(0.0f));
-      return 1;
-    }
-    tensor<A, 2, S> per_column(shape<2>{cols, 1});
-    assign(per_column, row_sum(column_sum_of(partials, k)));
-    assign(view<O, 2, S>(out.data(), shape<2>{1, 1}, shape<2>{1, 1}), row_sum(per_column.view().t()));
-    return 2;
+    return finish_whole_sum(partials, k, out);
   }
   throw std::logic_error("loom: grad: a column or whole sum was asked for a gradient of another kind");
 }
 
-// One gradient on its own: the reduction its kind asks for. Only the kinds
-// its rank allows are compiled (input_gradient::kind), and of those the ones
-// the caller may meet: Same, an input of the adjoint's rank (same-shape or
-// per-row sums); Sums, an input of lower rank (column or whole sums, both
-// through the column-sum kernel).
-template <bool Same = true, bool Sums = true, class G, class O, std::size_t RI, class S>
+// One gradient on its own: the reduction its kind asks for, in one row
+// kernel: for an input of the adjoint's rank its row output, written element
+// by element (same-shape; an adjoint without row reductions takes the
+// elementwise kernel instead) or as row sums (per-row), told at launch; for
+// one of lower rank (column or whole sums) its column sums, then
+// finish_sum.
+template <class G, class O, std::size_t RI, class S>
 void assign_one(const G& g, const view<O, RI, S>& out, grad_info& gi) {
   check_gradient_output(g, out);
   constexpr std::size_t RO = G::out_rank;
-  const auto o = lift_view<RO>(out);
   const gradient_kind kind = g.kind();
   if (kind == gradient_kind::zero) {
     fill(out, convert<O>(0.0f));
@@ -195,31 +199,29 @@ void assign_one(const G& g, const view<O, RI, S>& out, grad_info& gi) {
     // through the indices (nn/embedding.hpp).
     gi.kernels += emb::scatter_gradient(out, g.adjoint.node, g.adjoint.adjoint);
   } else if constexpr (has_adjoint<G>) {
-    using T = typename node_t<decltype(g.adjoint)>::value_type;
     if constexpr (G::in_rank == RO) {
-      if constexpr (Same) {
+      using W = rows::row_write;
+      const auto o = lift_view<RO>(out);
+      if constexpr (node_slots<node_t<decltype(g.adjoint)>>::value == 0) {
+        // An adjoint without row reductions: a same-shape gradient takes the
+        // elementwise kernel.
         if (kind == gradient_kind::same_shape) {
           gi.rows = assign(o, g.adjoint);
           gi.kernels += 1;
           return;
         }
       }
-      if (kind == gradient_kind::row_sums) {
-        gi.rows = assign(o, row_sum(g.adjoint));
-        gi.kernels += 1;
-        return;
-      }
-      throw std::logic_error("loom: grad: an input of the output's rank reached a kernel not compiled for its kind");
-    } else if constexpr (Sums) {
-      // Column and whole sums: the column sums of the adjoint (the row
-      // output is not written: a scalar stands for it), then finish_sum.
-      const view<T, RO, S> rows_shape(nullptr, g.out_shape);
-      auto r = column_partials(false, rows_shape, convert<T>(0.0f), g.adjoint);
+      auto r = assign_rows<true>(
+          "grad", g.out_shape,
+          std::make_tuple(row_output<view<O, RO, S>>{o, kind == gradient_kind::same_shape ? W::each : W::sum}),
+          std::make_tuple(g.adjoint));
+      gi.rows = r.info.rows;
+      gi.kernels += r.info.kernels;
+    } else {
+      auto r = assign_rows<false>("grad", g.out_shape, std::tuple<>{}, std::tuple<>{}, g.adjoint);
       gi.rows = r.info.rows;
       gi.kernels += r.info.kernels + finish_sum(kind, out, r.partials, 0);
       gi.column_sum_groups += 1;
-    } else {
-      throw std::logic_error("loom: grad: an input of lower rank reached a kernel not compiled for it");
     }
   }
 }

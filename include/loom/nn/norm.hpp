@@ -151,8 +151,8 @@ void check_norm_grad_shapes(const X& x, const D& dy, const char* what) {
 //!     consecutive rows per thread block (shared memory on the device; the
 //!     partials tensor itself for rows too long for shared memory), then
 //!     writes its partial sums to a pool temporary partials [P, 2, C];
-//!  2. one row kernel over the transposed partials ([C, P]) that sums the P
-//!     partial rows in a fixed order into dweight and dbias (assign_pair).
+//!  2. one small kernel that sums each column's P partials in a fixed order
+//!     into dweight and dbias (detail::finish_column_sums).
 //! The partials hold float (double for double data); loom::last_column_sums()
 //! reports P and where the accumulators lived.
 //! Example: `auto g = loom::layer_norm_backward(x, gamma, dy, 1e-5);  // g.dx, g.dweight, g.dbias`

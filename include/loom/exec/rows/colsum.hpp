@@ -20,6 +20,7 @@
 #include "loom/exec/eval_info.hpp"
 #include "loom/exec/rows/cuda.hpp"
 #include "loom/exec/rows/host.hpp"
+#include "loom/exec/rows/outputs.hpp"
 #include "loom/exec/rows/plan.hpp"
 #include "loom/exec/rows/run.hpp"
 #include "loom/expr/expression.hpp"
@@ -28,15 +29,16 @@
 #include "loom/tensor/tensor.hpp"
 #include "loom/tensor/view.hpp"
 
-// A rows assignment that also sums extra expressions over the rows (column
-// sums), deterministically and without atomics, in two kernels:
+// A rows assignment with several row outputs (assign_rows) that also sums
+// extra expressions over the rows (column sums), deterministically and
+// without atomics, in two kernels:
 //
-//  1. one row kernel that writes the output and, for a fixed set of
+//  1. one row kernel that writes the outputs and, for a fixed set of
 //     consecutive rows per thread block, accumulates per-column partial sums
 //     of K extra expressions (evaluated at the same elements, sharing the
-//     output's row reductions) into a pool temporary `partials` [P, K, C];
-//  2. one row reduction over the transposed partials ([C, P] per extra)
-//     that writes the K sums (assign_pair when K == 2).
+//     outputs' row reductions) into a pool temporary `partials` [P, K, C];
+//  2. one small kernel that adds each column's P partial sums in a fixed
+//     order and writes the K sums (rows::partial_sums_job).
 //
 // Block p of P always takes rows [p * rows_per_block, (p + 1) * rows_per_block)
 // and sums them in a fixed order, so a result depends only on the data, the
@@ -98,54 +100,6 @@ inline colsum_plan plan_colsum(index_t rows, index_t per_block, index_t cap) {
   return {(rows + per - 1) / per, per};
 }
 
-// Evaluates output and extras at one element (`one`) or vector_width elements (`vec`),
-// adds extra k into acc[k * cols + column], then stores the output (unless
-// `store` is false: only the column sums are wanted, and the output's own
-// values are not computed).
-template <class O, std::size_t R, std::size_t K>
-struct colsum_sink {
-  row_out<O, R> o;
-  bool store = true;
-
-  template <class A, class B, class Ctx>
-  LOOM_HD void one(const B& b, const index_t* idx, const index_t* lead, index_t c, const Ctx& ctx, A* acc,
-                   index_t cols) const {
-    if (store) {
-      const O v = convert<O>(detail::get<0>(b.ch).at(idx, ctx));
-      add_one(b, idx, c, ctx, acc, cols, std::make_index_sequence<K>{});
-      o.p[o.offset(lead, c)] = v;
-    } else {
-      add_one(b, idx, c, ctx, acc, cols, std::make_index_sequence<K>{});
-    }
-  }
-  template <int vector_width, class A, class B, class Ctx>
-  LOOM_HD void vec(const B& b, const index_t* lead, index_t c0, const Ctx& ctx, A* acc, index_t cols) const {
-    typename B::template regs<vector_width> r;
-    b.template row_load<vector_width>(lead, c0, r);
-    vec_regs<O, vector_width> v;
-    LOOM_UNROLL
-    for (int j = 0; j < vector_width; ++j) {
-      if (store) v.v[j] = convert<O>(detail::get<0>(b.ch).template elem<vector_width>(detail::get<0>(r.c), j, ctx));
-      add_vec<vector_width>(b, r, j, c0, ctx, acc, cols, std::make_index_sequence<K>{});
-    }
-    if (store) vec_store<O, vector_width>(o.p + o.offset(lead, c0), v);
-  }
-
- private:
-  template <class A, class B, class Ctx, std::size_t... I>
-  LOOM_HD static void add_one(const B& b, const index_t* idx, index_t c, const Ctx& ctx, A* acc, index_t cols,
-                              std::index_sequence<I...>) {
-    ((acc[static_cast<index_t>(I) * cols + c] += static_cast<A>(detail::get<I + 1>(b.ch).at(idx, ctx))), ...);
-  }
-  template <int vector_width, class A, class B, class Regs, class Ctx, std::size_t... I>
-  LOOM_HD static void add_vec(const B& b, const Regs& r, int j, index_t c0, const Ctx& ctx, A* acc, index_t cols,
-                              std::index_sequence<I...>) {
-    ((acc[static_cast<index_t>(I) * cols + c0 + j] +=
-      static_cast<A>(detail::get<I + 1>(b.ch).template elem<vector_width>(detail::get<I + 1>(r.c), j, ctx))),
-     ...);
-  }
-};
-
 #if LOOM_CUDA_COMPILER
 // Block p takes rows [p * per, p * per + per); its groups of threads_per_row threads (a
 // warp, or the whole block for long rows) take every groups-th of them. Each
@@ -185,10 +139,12 @@ __global__ void __launch_bounds__(256)
     B bc = b;
     row_ctx<slots_of<B>, A> ctx;
     device_row_reductions<vector_width, vectorized>(bc, cplan, lead, cache, ctx, lane, threads_per_row, smem, reuse);
+    Sink sk = sink;  // its row sums start at 0 for each row
     device_row_output<vector_width, vectorized, R>(
         lead, cols, lane, threads_per_row,
-        [&](index_t c0) { sink.template vec<vector_width>(bc, lead, c0, ctx, acc, cols); },
-        [&](const index_t* idx, index_t c) { sink.one(bc, idx, lead, c, ctx, acc, cols); });
+        [&](index_t c0) { sk.template vec<vector_width>(bc, lead, c0, ctx, acc, cols); },
+        [&](const index_t* idx, index_t c) { sk.one(bc, idx, lead, c, ctx, acc, cols); });
+    device_row_end(sk, lead, lane, threads_per_row, smem);
     if (cplan.on) group_sync(threads_per_row);  // the next row's copy overwrites the cache
   }
   if (!in_shared) return;
@@ -204,9 +160,10 @@ __global__ void __launch_bounds__(256)
 
 // Kernel 1 on the host: blocks of consecutive rows in parallel, each
 // accumulating its partial column sums in its row of `partials`.
-template <class A, std::size_t K, class S, class O, std::size_t RO, class B>
-void colsum_rows_host(const B& b0, const colsum_sink<O, RO, K>& sink, const row_layout<RO>& lay,
-                      const row_passes_plan& passes, tensor<A, 3, S>& partials, column_sums_info& ci, eval_info& info) {
+template <class A, class S, class Sink, std::size_t RO, class B>
+void colsum_rows_host(const B& b0, const Sink& sink, const row_layout<RO>& lay, const row_passes_plan& passes,
+                      tensor<A, 3, S>& partials, column_sums_info& ci, eval_info& info) {
+  constexpr std::size_t K = Sink::extras;
   const auto b = wrap_row_values(b0);  // per-row values once per row (per_row.hpp)
   using BW = std::remove_const_t<decltype(b)>;
   info.per_row_values = per_row_value_count<BW>;
@@ -229,10 +186,13 @@ void colsum_rows_host(const B& b0, const colsum_sink<O, RO, K>& sink, const row_
         A* const acc = parts + p * width;
         std::fill(acc, acc + width, A(0));
         const index_t first = p * plan.rows_per_block, last = std::min(first + plan.rows_per_block, lay.rows);
-        for (index_t row = first; row < last; ++row)
+        for (index_t row = first; row < last; ++row) {
+          Sink sk = sink;  // its row sums start at 0 for each row
           host_row<A>(b, cplan, lay, row, reuse, dense,
                       [&](const BW& bc, const index_t* idx, const index_t* lead, index_t c,
-                          const row_ctx<slots_of<BW>, A>& ctx) { sink.one(bc, idx, lead, c, ctx, acc, cols); });
+                          const row_ctx<slots_of<BW>, A>& ctx) { sk.one(bc, idx, lead, c, ctx, acc, cols); });
+          host_row_end(sk, lay, row);
+        }
       },
       plan.rows_per_block * cols * static_cast<index_t>(slots_of<BW> + 1 + K));
 }
@@ -240,13 +200,14 @@ void colsum_rows_host(const B& b0, const colsum_sink<O, RO, K>& sink, const row_
 #if LOOM_CUDA_COMPILER
 // Kernel 1 on the device: one row kernel whose blocks accumulate their
 // partial column sums in shared memory (or, for long rows, in `partials`).
-template <class A, std::size_t K, class S, class O, std::size_t RO, class B>
-void colsum_rows_device(const view<O, RO, S>& out, const B& b, const colsum_sink<O, RO, K>& sink,
-                        const row_layout<RO>& lay, const row_passes_plan& passes, tensor<A, 3, S>& partials,
-                        column_sums_info& ci, eval_info& info) {
+template <class A, class S, class Sink, std::size_t RO, class B>
+void colsum_rows_device(bool out_vector_ok, const B& b, const Sink& sink, const row_layout<RO>& lay,
+                        const row_passes_plan& passes, tensor<A, 3, S>& partials, column_sums_info& ci,
+                        eval_info& info) {
+  constexpr std::size_t K = Sink::extras;
   const std::uint64_t reuse = passes.reuse;
   const index_t cols = lay.cols, width = static_cast<index_t>(K) * cols;
-  constexpr int vector_width = row_vector_width<B, sizeof(O)>();
+  constexpr int vector_width = row_vector_width<B, Sink::smallest>();
   // As the row kernel: a warp per row for short rows, a block of 256 per row
   // for long ones. Short rows: as many warps per block (up to 8) as the
   // default 48 KiB of shared memory holds copies of the accumulators
@@ -269,9 +230,8 @@ void colsum_rows_device(const view<O, RO, S>& out, const B& b, const colsum_sink
                                         std::min(row_cache_budget(), room));
   const std::size_t smem = acc_bytes + (cplan.on ? static_cast<std::size_t>(groups) * cplan.group_bytes : 0);
   const int threads = threads_per_row == 32 ? 32 * groups : 256;
-  const bool vec = row_out_vector_ok(out) && rows_vector_ok<vector_width>(b, cols);  // as run_rows: never by the cache
+  const bool vec = out_vector_ok && rows_vector_ok<vector_width>(b, cols);  // as run_rows: never by the cache
   constexpr std::size_t Leaves = leaf_count<B>;
-  using Sink = colsum_sink<O, RO, K>;
   auto kernel = vec ? row_colsum_kernel<vector_width, true, A, RO, K, Sink, B, Leaves>
                     : row_colsum_kernel<vector_width, false, A, RO, K, Sink, B, Leaves>;
   // About one wave: as many blocks as fit on the SMs at once, which the
@@ -305,26 +265,27 @@ void colsum_rows_device(const view<O, RO, S>& out, const B& b, const colsum_sink
 }
 #endif
 
-// Kernel 1: the output rows and the partial column sums of the K extras,
-// partials [P, K, cols] (allocated here, P from the plan).
-template <class A, std::size_t K, class S, class O, std::size_t RO, class B>
-eval_info run_rows_colsum(bool store, const view<O, RO, S>& out, const B& b, tensor<A, 3, S>& partials,
-                          column_sums_info& ci) {
+// Kernel 1: the row outputs and the partial column sums of the sink's K
+// extras, partials [P, K, cols] (allocated here, P from the plan).
+// out_vector_ok: whether the row outputs allow the device's vector stores.
+template <class A, class S, class Sink, std::size_t RO, class B>
+eval_info run_rows_colsum(const Sink& sink, const row_layout<RO>& lay, bool out_vector_ok, const B& b,
+                          tensor<A, 3, S>& partials, column_sums_info& ci) {
   static_assert(std::is_same_v<A, std::conditional_t<uses_double<B>, double, float>>);
-  const row_layout<RO> lay = layout_of(out);
-  const colsum_sink<O, RO, K> sink{{out.data(), out.strides()}, store};
   eval_info info;
   info.path = eval_path::rows;
   info.on_device = std::is_same_v<S, device>;
   const row_passes_plan passes = plan_row_passes(b, lay.cols);
   info.row_passes = passes.passes;
   if constexpr (std::is_same_v<S, host>) {
-    colsum_rows_host<A, K, S>(b, sink, lay, passes, partials, ci, info);
+    (void)out_vector_ok;
+    colsum_rows_host<A, S>(b, sink, lay, passes, partials, ci, info);
   } else {
 #if LOOM_CUDA_COMPILER
-    colsum_rows_device<A, K, S>(out, b, sink, lay, passes, partials, ci, info);
+    colsum_rows_device<A, S>(out_vector_ok, b, sink, lay, passes, partials, ci, info);
 #else
     (void)sink;
+    (void)out_vector_ok;
 #endif
   }
   return info;
@@ -341,72 +302,330 @@ void check_column_sum_output(const SumView& sum, index_t cols) {
 
 }  // namespace rows
 
-// Kernel 1 of a rows assignment with column sums: evaluates `e` into `out`
-// (with `store` false, `out` gives only the shape of the rows: its data is
-// not touched and may be null, and `e`'s values are not computed, though the
-// row reductions it holds are) and sums each of the K
-// extra expressions (K = 1 or 2) over the rows into per-block partials
-// [P, K, C] (see the top of this file). The extras share the output's row
-// reductions: a reduction of the same type over the same data is computed
-// once per row. Kernel 2 is the caller's: column_sum_of.
+// What one row kernel with row outputs and column sums ran, and its
+// partial column sums [P, K, C] (empty without extras). Kernel 2 of the
+// column sums is the caller's: finish_column_sums or finish_whole_sum.
 template <class A, class S>
 struct column_partial_sums {
   column_sums_info info;
   tensor<A, 3, S> partials;
 };
-template <class Out, class E, class... X>
-auto column_partials(bool store, Out&& out_in, const E& e, const X&... extras) {
-  constexpr std::size_t K = sizeof...(X);
-  static_assert(K == 1 || K == 2, "loom: a row kernel sums one or two expressions over its rows");
-  const auto out = as_view(out_in);
-  using VO = decltype(out);
-  using S = typename VO::space;
-  constexpr std::size_t RO = VO::rank;
-  static_assert(RO >= 1 && !std::is_const_v<typename VO::element_type>,
-                "loom: assign_with_column_sums writes a tensor of rank 1 or more");
+
+//! An output of assign_rows: a view of the rows' rank, written element by
+//! element (`each`, the rows' shape), or as each row's sum or its value at
+//! column 0 (`sum`, `first`: the rows' shape with a last extent of 1), told
+//! at run time.
+template <class V>
+struct row_output {
+  V v;
+  rows::row_write write;
+};
+
+namespace rows {
+// assign_rows' errors, out of line: compiled once per rank, not per tree.
+template <std::size_t RO>
+[[noreturn]] LOOM_NOINLINE void throw_row_output_shape(const char* api, const shape<RO>& want, const shape<RO>& got) {
+  throw shape_error(std::string("loom: ") + api + " needs an output of shape " + shape_string(want) + ", got " +
+                    shape_string(got));
+}
+template <std::size_t RO>
+[[noreturn]] LOOM_NOINLINE void throw_row_output_overlap(const char* api, const shape<RO>& out) {
+  throw aliasing_error(std::string("loom: ") + api + ": an output (shape " + shape_string(out) +
+                       ") overlaps an input under a different index map; evaluate into a new tensor "
+                       "(loom::materialize) first");
+}
+[[noreturn]] inline LOOM_NOINLINE void throw_row_outputs_overlap(const char* api) {
+  throw aliasing_error(std::string("loom: ") + api + ": two outputs overlap");
+}
+
+// The shape errors of assign_rows' outputs and expressions; `rows` is a view
+// of the rows' shape without data.
+template <class V, class E, class R>
+void check_row_output(const char* api, const row_output<V>& o, const E& e, const R& rows) {
+  constexpr std::size_t RO = V::rank;
+  static_assert(!std::is_const_v<typename V::element_type>, "loom: cannot assign to a view of const elements");
+  check_assignable(rows, e);
+  auto want = rows.extents();
+  if (o.write != row_write::each) want[RO - 1] = 1;
+  if (o.v.extents() != want) throw_row_output_shape(api, want, o.v.extents());
+  check_assignable_shapes(o.v.extents(), o.v.strides(), o.v.extents());
+}
+
+// Whether input `leaf` may share memory with output `o`: only under the same
+// index map (each element is computed before it is stored; a row written as
+// a sum is stored after the row's reads, from an input of its own shape),
+// and never for a first value (stored while the row's other columns read).
+template <class L, class V, std::size_t RO>
+bool row_output_may_alias(const L& leaf, const row_output<V>& o, const shape<RO>& rows) {
+  if (o.write == row_write::first) return false;
+  if (o.write == row_write::sum) {
+    if constexpr (L::rank == RO)
+      return leaf.extents() == o.v.extents() && same_index_map(leaf, o.v);
+    else
+      return false;
+  }
+  try {
+    return same_index_map(leaf.broadcast_to(rows), o.v);
+  } catch (const shape_error&) {
+    return false;
+  }
+}
+}  // namespace rows
+
+// ONE row kernel over rows of shape `rows` ([..., C]): expression es_m into
+// output m of `outs` (each element, each row's sum or its first value, as
+// its `write` says: the same compiled kernel serves all), and the K extras (0, 1 or 2: the
+// column sums) summed over the rows into per-block partials [P, K, C] (see
+// the top of this file). Without extras the kernel is row_kernel. The
+// outputs must not overlap each other; an output may be an input under the
+// same index map. Sums: whether an output may be written as row sums or
+// first values (its code is compiled only then). Row reductions of one type over the same
+// data are computed once per row for all of them.
+template <bool Sums, std::size_t RO, class... V, class... E, class... X>
+auto assign_rows(const char* api, const shape<RO>& rows, const std::tuple<row_output<V>...>& outs,
+                 const std::tuple<E...>& es, const X&... extras) {
+  constexpr std::size_t M = sizeof...(V), K = sizeof...(X);
+  static_assert(M == sizeof...(E), "loom: internal error: assign_rows takes one expression per output");
+  static_assert(M + K > 0 && K <= 2, "loom: a row kernel sums at most two expressions over its rows");
+  static_assert(RO >= 1, "loom: a row kernel writes outputs of rank 1 or more");
+  static_assert(((V::rank == RO) && ...), "loom: internal error: assign_rows' outputs have the rows' rank");
+  const auto root = std::apply(
+      [&](const auto&... e) {
+        return map_node<rows::colsum_root, node_t<E>..., node_t<X>...>(rows::colsum_root{}, as_node(e)...,
+                                                                        as_node(extras)...);
+      },
+      es);
+  using S = typename decltype(root)::space;
+  static_assert(!std::is_void_v<S>, "loom: a row kernel needs a tensor among its expressions");
+  static_assert(((std::is_same_v<typename V::space, S>)&&...),
+                "loom: the expressions must live in the outputs' memory space (loom::to_device, loom::to_host)");
   require_cuda_compiler_for<S>();
-  const auto root =
-      map_node<rows::colsum_root, node_t<E>, node_t<X>...>(rows::colsum_root{}, as_node(e), as_node(extras)...);
-  static_assert(std::is_same_v<typename decltype(root)::space, S>,
-                "loom: the expressions must live in the output's memory space (loom::to_device, loom::to_host)");
+  const view<float, RO, S> rows_view(nullptr, rows);
   [&]<std::size_t... I>(std::index_sequence<I...>) {
-    (check_assignable(out, detail::get<I>(root.children)), ...);
-  }(std::make_index_sequence<K + 1>{});
-  if constexpr (std::is_same_v<S, device>) check_devices(root, out);
+    (rows::check_row_output(api, std::get<I>(outs), detail::get<I>(root.children), rows_view), ...);
+  }(std::make_index_sequence<M>{});
+  [&]<std::size_t... J>(std::index_sequence<J...>) {
+    (check_assignable(rows_view, detail::get<M + J>(root.children)), ...);
+  }(std::make_index_sequence<K>{});
+  std::apply(
+      [&](const auto&... o) {
+        [[maybe_unused]] const auto pair = [&](const auto& a, const auto& b) {
+          if (static_cast<const void*>(&a) != static_cast<const void*>(&b) && may_overlap(a.v, b.v))
+            rows::throw_row_outputs_overlap(api);
+        };
+        [[maybe_unused]] const auto with_all = [&](const auto& a) { (pair(a, o), ...); };
+        (with_all(o), ...);
+        detail::for_each_leaf(root, [&](const auto& leaf) {
+          [[maybe_unused]] const auto check = [&](const auto& out) {
+            if (may_overlap(leaf.v, out.v) && !rows::row_output_may_alias(leaf.v, out, rows))
+              rows::throw_row_output_overlap(api, out.v.extents());
+          };
+          (check(o), ...);
+        });
+        if constexpr (std::is_same_v<S, device>) check_devices(root, o.v...);
+      },
+      outs);
 
   bind_info bi;
-  const auto b = bind_root(root, out, bi);
+  const auto b = bind_root(root, rows_view, bi);
   using A = std::conditional_t<uses_double<std::remove_const_t<decltype(b)>>, double, float>;
-  column_partial_sums<A, S> r{{}, tensor<A, 3, S>(shape<3>{0, static_cast<index_t>(K), out.extent(RO - 1)})};
-  if (out.size() > 0) {
-    r.info.rows = rows::run_rows_colsum<A, K>(store, out, b, r.partials, r.info);
+  constexpr int lanes = std::is_same_v<S, host> ? rows::host_lanes : 1;
+  column_partial_sums<A, S> r{{}, tensor<A, 3, S>(shape<3>{0, static_cast<index_t>(K), rows[RO - 1]})};
+  r.info.rows.on_device = std::is_same_v<S, device>;
+  bool out_vector_ok = true, all_each = true;
+  std::apply(
+      [&](const auto&... o) {
+        all_each = ((o.write == rows::row_write::each) && ... && true);
+        if constexpr (std::is_same_v<S, device>)
+          out_vector_ok = ((o.write != rows::row_write::each || rows::row_out_vector_ok(o.v)) && ... && true);
+      },
+      outs);
+  // The sink of the outputs, told how each is written; on the host an
+  // assignment whose outputs are all written element by element takes the
+  // sink without row sums (no test per element: the host's loops run
+  // 20-30% faster; the device compiles one kernel for both).
+  const auto run = [&]<bool SumsHere>(std::bool_constant<SumsHere>) {
+    rows::outputs_sink<A, lanes, SumsHere, K, RO, typename V::value_type...> sink{};
+    std::apply(
+        [&](const auto&... o) {
+          sink.outs = tuple<rows::row_out<typename V::value_type, RO>...>(
+              rows::row_out<typename V::value_type, RO>{o.v.data(), o.v.strides()}...);
+          std::size_t m = 0;
+          ((sink.write[m++] = o.write), ...);
+        },
+        outs);
+    const auto lay = rows::layout_of(rows_view);
+    if constexpr (K == 0)
+      return rows::run_rows<S>(sink, b, lay, out_vector_ok);
+    else
+      return rows::run_rows_colsum<A>(sink, lay, out_vector_ok, b, r.partials, r.info);
+  };
+  if (rows_view.size() > 0) {
+    if constexpr (Sums && std::is_same_v<S, host>)
+      r.info.rows = all_each ? run(std::false_type{}) : run(std::true_type{});
+    else
+      r.info.rows = run(std::bool_constant<Sums>{});
     r.info.kernels = 1;
-  } else {
-    r.info.rows.on_device = std::is_same_v<S, device>;
+  } else if (rows[RO - 1] == 0) {
+    // Rows of no columns: their sums are 0.
+    std::apply(
+        [&](const auto&... o) {
+          [[maybe_unused]] const auto zero = [&](const auto& out) {
+            if (out.write == rows::row_write::sum && out.v.size() > 0) {
+              fill(out.v, convert<typename std::remove_cvref_t<decltype(out.v)>::value_type>(0.0f));
+              r.info.kernels += 1;
+            }
+          };
+          (zero(o), ...);
+        },
+        outs);
   }
   return r;
 }
 
-// The partial sums of extra k as the rows of a [C, P] view: kernel 2 is their
-// row sums, `assign(sum.unsqueeze(1), row_sum(column_sum_of(partials, k)))`.
-template <class A, class S>
-auto column_sum_of(const tensor<A, 3, S>& partials, index_t k) {
-  return partials.view().slice(whole, k, whole).t();
+// Kernel 1 of a rows assignment with column sums: evaluates `e` into `out`
+// and sums each of the K extra expressions (K = 1 or 2) over the rows into
+// per-block partials [P, K, C] (assign_rows).
+template <class Out, class E, class... X>
+auto column_partials(Out&& out_in, const E& e, const X&... extras) {
+  static_assert(sizeof...(X) == 1 || sizeof...(X) == 2, "loom: a row kernel sums one or two expressions over its rows");
+  const auto out = as_view(out_in);
+  using VO = decltype(out);
+  static_assert(VO::rank >= 1 && !std::is_const_v<typename VO::element_type>,
+                "loom: assign_with_column_sums writes a tensor of rank 1 or more");
+  return assign_rows<false>("assign_with_column_sums", out.extents(),
+                            std::make_tuple(row_output<VO>{out, rows::row_write::each}), std::make_tuple(e),
+                            extras...);
 }
 
-// Kernel 2: writes each column sum (a [C] view; one or two) as the row sum
-// of its partials ([C, P]: column_sum_of), the pair in one kernel. Returns
-// the kernels run: none when C is 0.
+namespace rows {
+// Kernel 2's job: out_k[c] = the sum over p < P of in[p * ld + k * C + c]
+// for c < C and k < K (one or two outputs), in a fixed order: Y partial
+// sums per column, partial y taking p = y, y + Y, ... in order (Y = 8 with
+// 32 columns to a block of 256 threads, 256 for a single column), then a
+// pairwise tree over y. Both executors run this order, so kernel 2 gives
+// the same bits on both for the same partials.
+template <class A, class O0, class O1>
+struct partial_sums_job {
+  const A* in;
+  index_t P, ld, C;
+  int Y;
+  O0* out0;
+  index_t st0;
+  O1* out1;
+  index_t st1;
+
+  LOOM_HD A part(index_t k, index_t c, int y) const {
+    A s = A(0);
+    for (index_t p = y; p < P; p += Y) s += in[p * ld + k * C + c];
+    return s;
+  }
+  LOOM_HD void store(index_t k, index_t c, A v) const {
+    if (k == 0)
+      out0[c * st0] = convert<O0>(v);
+    else
+      out1[c * st1] = convert<O1>(v);
+  }
+};
+inline constexpr int partial_sums_threads = 256;
+inline int partial_sums_y(index_t cols) { return cols == 1 ? partial_sums_threads : 8; }
+
+#if LOOM_CUDA_COMPILER
+template <class A, class O0, class O1>
+__global__ void __launch_bounds__(partial_sums_threads) partial_sums_kernel(partial_sums_job<A, O0, O1> j) {
+  __shared__ A sm[partial_sums_threads];
+  const int X = partial_sums_threads / j.Y;
+  const int x = static_cast<int>(threadIdx.x) % X, y = static_cast<int>(threadIdx.x) / X;
+  const index_t c = static_cast<index_t>(blockIdx.x) * X + x;
+  const index_t k = blockIdx.y;
+  sm[threadIdx.x] = c < j.C ? j.part(k, c, y) : A(0);
+  __syncthreads();
+  for (int h = j.Y / 2; h > 0; h /= 2) {
+    if (y < h) sm[y * X + x] += sm[(y + h) * X + x];
+    __syncthreads();
+  }
+  if (y == 0 && c < j.C) j.store(k, c, sm[x]);
+}
+#endif
+
+// Runs a partial_sums_job over K outputs: one launch.
+template <class S, class A, class O0, class O1>
+void run_partial_sums(const partial_sums_job<A, O0, O1>& j, index_t K) {
+  if constexpr (std::is_same_v<S, host>) {
+    host_for_each(
+        K * j.C,
+        [&](index_t i) {
+          const index_t k = i / j.C, c = i % j.C;
+          A p[partial_sums_threads];
+          for (int y = 0; y < j.Y; ++y) p[y] = j.part(k, c, y);
+          for (int h = j.Y / 2; h > 0; h /= 2)
+            for (int y = 0; y < h; ++y) p[y] += p[y + h];
+          j.store(k, c, p[0]);
+        },
+        j.P);
+  } else {
+#if LOOM_CUDA_COMPILER
+    const int X = partial_sums_threads / j.Y;
+    const dim3 grid(static_cast<unsigned>((j.C + X - 1) / X), static_cast<unsigned>(K));
+    launch_kernel(partial_sums_kernel<A, O0, O1>, grid, partial_sums_threads, 0, current_stream().get(), j);
+#endif
+  }
+}
+
+// The job of the column sums of extras k0 (into sum0) and k0 + 1 (into sum1,
+// if given) of partials [P, K, C].
+template <class A, class S, class V0, class V1 = V0>
+auto column_sums_job(const tensor<A, 3, S>& partials, index_t k0, const V0& sum0, const V1* sum1 = nullptr) {
+  const index_t C = partials.extent(2);
+  using O0 = typename V0::value_type;
+  using O1 = typename V1::value_type;
+  const auto stride_of = [](const auto& v) { return std::remove_cvref_t<decltype(v)>::rank == 0 ? index_t{0} : v.stride(0); };
+  return partial_sums_job<A, O0, O1>{partials.data() + k0 * C,
+                                     partials.extent(0),
+                                     partials.extent(1) * C,
+                                     C,
+                                     partial_sums_y(C),
+                                     sum0.data(),
+                                     stride_of(sum0),
+                                     sum1 ? sum1->data() : nullptr,
+                                     sum1 ? stride_of(*sum1) : 0};
+}
+}  // namespace rows
+
+// Kernel 2: writes each column sum (a [C] view; one or two) as the sum of
+// its partials over the blocks (rows::partial_sums_job's order), the pair
+// in one kernel. Returns the kernels run: none when C is 0.
 template <class A, class S, class Sum0, class... Sum1>
 int finish_column_sums(const tensor<A, 3, S>& partials, const Sum0& sum0, const Sum1&... sum1) {
   static_assert(sizeof...(Sum1) <= 1, "loom: a row kernel sums one or two expressions over its rows");
+  static_assert(Sum0::rank == 1 && ((Sum1::rank == 1) && ... && true), "loom: a column sum is written to a tensor of rank 1");
   if (partials.extent(2) == 0) return 0;
+  (rows::check_column_sum_output(sum1, partials.extent(2)), ...);
+  rows::check_column_sum_output(sum0, partials.extent(2));
+  ((may_overlap(sum0, sum1) ? throw aliasing_error("loom: the two column sums' outputs overlap") : void()), ...);
   if constexpr (sizeof...(Sum1) == 0)
-    assign(sum0.unsqueeze(1), row_sum(column_sum_of(partials, 0)));
+    rows::run_partial_sums<S>(rows::column_sums_job(partials, 0, sum0), 1);
   else
-    assign_pair(sum0.unsqueeze(1), row_sum(column_sum_of(partials, 0)), sum1.unsqueeze(1)...,
-                row_sum(column_sum_of(partials, 1)));
+    rows::run_partial_sums<S>(rows::column_sums_job(partials, 0, sum0, &sum1...), 2);
   return 1;
+}
+
+// Kernels 2 and 3 of a whole sum: the column sums of extra k of partials
+// [P, K, C] into an O(C) temporary in the accumulation type, then their sum
+// into `out` (one element, any rank). Returns the kernels run.
+template <class A, class S, class Out>
+int finish_whole_sum(const tensor<A, 3, S>& partials, index_t k, const Out& out) {
+  using O = typename Out::value_type;
+  const index_t C = partials.extent(2);
+  if (C == 0) {
+    fill(out, convert<O>(0.0f));
+    return 1;
+  }
+  tensor<A, 1, S> per_column(shape<1>{C});
+  rows::run_partial_sums<S>(rows::column_sums_job(partials, k, per_column.view()), 1);
+  const rows::partial_sums_job<A, O, O> all{per_column.data(), C, 1, 1, rows::partial_sums_y(1), out.data(), 0, nullptr, 0};
+  rows::run_partial_sums<S>(all, 1);
+  return 2;
 }
 
 // Evaluates `e` into `out` and sum_rows(x_k) into sum_k (k < K, K = 1 or 2,
@@ -424,7 +643,7 @@ column_sums_info assign_with_column_sums(Out&& out, const E& e, SumsAndExtras&&.
     (rows::check_column_sum_output(sum(std::integral_constant<std::size_t, I>{}), cols), ...);
   }(std::make_index_sequence<K>{});
   auto r = [&]<std::size_t... I>(std::index_sequence<I...>) {
-    return column_partials(true, out, e, std::get<2 * I + 1>(args)...);
+    return column_partials(out, e, std::get<2 * I + 1>(args)...);
   }(std::make_index_sequence<K>{});
   r.info.kernels += [&]<std::size_t... I>(std::index_sequence<I...>) {
     return finish_column_sums(r.partials, sum(std::integral_constant<std::size_t, I>{})...);

@@ -16,6 +16,7 @@
 #include "loom/config.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/launch.hpp"
+#include "loom/exec/rows/outputs.hpp"
 #include "loom/exec/rows/plan.hpp"
 #include "loom/expr/row_nodes.hpp"
 
@@ -195,6 +196,26 @@ __device__ __forceinline__ void device_row_reductions(B& bc, const row_cache_pla
                                                             std::make_integer_sequence<int, slot_levels<B>::count>{});
 }
 
+struct add_op {
+  template <class A>
+  __device__ __forceinline__ A operator()(A a, A b) const {
+    return a + b;
+  }
+};
+
+// After a row's output pass: a sink that writes rows as sums (outputs.hpp)
+// adds its threads' partial sums (every thread of the group takes part; the
+// first stores).
+template <class Sink, class A>
+__device__ __forceinline__ void device_row_end(Sink& sk, const index_t* lead, int lane, int threads_per_row,
+                                               A* smem) {
+  if constexpr (sink_sums_rows<Sink>()) {
+    static_assert(std::is_same_v<typename Sink::acc, A>,
+                  "loom: internal error: a sink's row sums take the kernel's accumulation type");
+    sk.end_row(lead, lane == 0, [&](const A* part) { return group_reduce(add_op{}, part[0], threads_per_row, smem); });
+  }
+}
+
 // The output pass of one row of `cols` columns: vec(c0) for vector_width columns at a
 // time (the vector form), then one(idx, c) for the rest.
 template <int vector_width, bool vectorized, std::size_t R, class Vector, class One>
@@ -269,9 +290,11 @@ __global__ void __launch_bounds__(256, (row_min_blocks<B, vector_width>))
     B bc = b;
     row_ctx<slots_of<B>, A> ctx;
     device_row_reductions<vector_width, vectorized>(bc, plan, lead, cache, ctx, lane, threads_per_row, smem, reuse);
+    Sink sk = sink;  // a sink's row sums start at 0 for each row
     device_row_output<vector_width, vectorized, R>(
-        lead, lay.cols, lane, threads_per_row, [&](index_t c0) { sink.template vec<vector_width>(bc, lead, c0, ctx); },
-        [&](const index_t* idx, index_t c) { sink.one(bc, idx, lead, c, ctx); });
+        lead, lay.cols, lane, threads_per_row, [&](index_t c0) { sk.template vec<vector_width>(bc, lead, c0, ctx); },
+        [&](const index_t* idx, index_t c) { sk.one(bc, idx, lead, c, ctx); });
+    device_row_end(sk, lead, lane, threads_per_row, smem);
     if (plan.on) group_sync(threads_per_row);  // the next row's copy overwrites the cache
   }
 }

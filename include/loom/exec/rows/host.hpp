@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "loom/config.hpp"
+#include "loom/exec/rows/outputs.hpp"
 #include "loom/exec/rows/per_row.hpp"
 #include "loom/exec/rows/plan.hpp"
 #include "loom/expr/row_nodes.hpp"
@@ -156,6 +157,25 @@ void host_row(const B& b, const row_cache_plan<Leaves, R>& plan, const row_layou
   for (; c < lay.cols; ++c) {
     idx[R - 1] = c;
     one(bc, idx, lead, c, ctx);
+  }
+}
+
+// Host executor, after row `row`'s output pass (host_row): a sink that
+// writes rows as sums (outputs.hpp) combines its host_lanes partial sums
+// pairwise, as host_reduce_slot does, and stores them.
+template <class Sink, std::size_t R>
+void host_row_end(Sink& sk, const row_layout<R>& lay, index_t row) {
+  if constexpr (sink_sums_rows<Sink>()) {
+    using A = typename Sink::acc;
+    index_t lead[R > 1 ? R - 1 : 1];
+    lay.lead_of(row, lead);
+    sk.end_row(lead, true, [](const A* part) {
+      A p[host_lanes];
+      for (int l = 0; l < host_lanes; ++l) p[l] = part[l];
+      for (int w = host_lanes / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; ++l) p[l] = p[l] + p[l + w];
+      return p[0];
+    });
   }
 }
 

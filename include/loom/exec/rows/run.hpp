@@ -49,19 +49,21 @@ void run_rows_host(const Sink& sink, B b, const row_layout<RO>& lay, const row_p
   info.cached_values = plan.values;
   info.recomputed_values = plan.values_recomputed;
   using ctx_t = row_ctx<slots_of<B>, A>;
-  auto one = [&](const B& bc, const index_t* idx, const index_t* lead, index_t c, const ctx_t& ctx) {
-    sink.one(bc, idx, lead, c, ctx);
-  };
-  auto vec = [&](const B& bc, const index_t* lead, index_t c0, const ctx_t& ctx) {
-    sink.template vec<host_lanes>(bc, lead, c0, ctx);
-  };
   host_for_each(
       lay.rows,
       [&](index_t row) {
+        Sink sk = sink;  // a sink's row sums start at 0 for each row
+        auto one = [&](const B& bc, const index_t* idx, const index_t* lead, index_t c, const ctx_t& ctx) {
+          sk.one(bc, idx, lead, c, ctx);
+        };
+        auto vec = [&](const B& bc, const index_t* lead, index_t c0, const ctx_t& ctx) {
+          sk.template vec<host_lanes>(bc, lead, c0, ctx);
+        };
         if (dense_out)
           host_row<A>(b, plan, lay, row, reuse, dense, one, vec);
         else
           host_row<A>(b, plan, lay, row, reuse, dense, one);
+        host_row_end(sk, lay, row);
       },
       lay.cols * static_cast<index_t>(slots_of<B> + 1));
 }
