@@ -379,8 +379,8 @@ bool row_output_may_alias(const L& leaf, const row_output<V>& o, const shape<RO>
 // the top of this file). Without extras the kernel is row_kernel. The
 // outputs must not overlap each other; an output may be an input under the
 // same index map. Sums: whether an output may be written as row sums or
-// first values (its code is compiled only then). Row reductions of one type over the same
-// data are computed once per row for all of them.
+// first values (its code is compiled only then). Row reductions of one type
+// over the same data are computed once per row for all of them.
 template <bool Sums, std::size_t RO, class... V, class... E, class... X>
 auto assign_rows(const char* api, const shape<RO>& rows, const std::tuple<row_output<V>...>& outs,
                  const std::tuple<E...>& es, const X&... extras) {

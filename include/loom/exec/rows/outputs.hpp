@@ -3,8 +3,9 @@
 
 // The sink of a row kernel with several row outputs and column sums
 // (loom::grad's shared kernel, layer_norm_backward's): each output written
-// element by element, or as the sum of its row (an output [..., 1]), which
-// of the two told at launch, so one compiled kernel serves both.
+// element by element, as the sum of its row or as its value at column 0
+// (an output [..., 1]), which of them told at launch, so one compiled
+// kernel serves all.
 
 #include <cstddef>
 #include <cstdint>
@@ -42,10 +43,10 @@ constexpr std::size_t smallest_size() {
 // reduction adds the threads' partials; host_lanes on the host, the order
 // of host_reduce_slot, so both forms of a row sum are one order). Sums:
 // whether an output may be written as row sums or first values (the code
-// that adds and stores them is compiled only then). A kernel copies the sink for each row
-// (its partial sums start at 0) and calls end_row after the row's output
-// pass. Every value of a column is computed before any is stored, so an
-// output may be an input under the same index map.
+// that adds and stores them is compiled only then). A kernel copies the
+// sink for each row (its partial sums start at 0) and calls end_row after
+// the row's output pass. Every value of a column is computed before any is
+// stored, so an output may be an input under the same index map.
 template <class A, int Lanes, bool Sums, std::size_t K, std::size_t R, class... O>
 struct outputs_sink {
   static constexpr std::size_t M = sizeof...(O);
