@@ -95,12 +95,22 @@ struct outputs_sink {
   template <std::size_t I>
   using out_t = std::tuple_element_t<I, std::tuple<O...>>;
 
+  // Whether output I is written as `w` (a row sum or a first value: never
+  // without the code for them).
   template <std::size_t I>
-  LOOM_HD bool summed() const {
+  LOOM_HD bool written_as(row_write w) const {
     if constexpr (sums_rows)
-      return write[I] == row_write::sum;
+      return write[I] == w;
     else
       return false;
+  }
+  template <std::size_t I>
+  LOOM_HD bool summed() const {
+    return written_as<I>(row_write::sum);
+  }
+  template <std::size_t I>
+  LOOM_HD bool first_only() const {
+    return written_as<I>(row_write::first);
   }
   template <std::size_t I, class Reduce>
   LOOM_HD void end_one(const index_t* lead, bool store, Reduce& reduce) {
@@ -117,13 +127,6 @@ struct outputs_sink {
     [[maybe_unused]] const A v[M > 0 ? M : 1] = {convert<A>(detail::get<I>(b.ch).at(idx, ctx))...};
     ((acc[static_cast<index_t>(J) * cols + c] += convert<A>(detail::get<M + J>(b.ch).at(idx, ctx))), ...);
     (put_one<I>(v[I], lead, c), ...);
-  }
-  template <std::size_t I>
-  LOOM_HD bool first_only() const {
-    if constexpr (sums_rows)
-      return write[I] == row_write::first;
-    else
-      return false;
   }
   template <std::size_t I>
   LOOM_HD void put_one(A v, const index_t* lead, index_t c) {
