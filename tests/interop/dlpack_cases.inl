@@ -15,8 +15,9 @@ using loom::whole;
 namespace dl = loom::dlpack;
 using space_t = LOOM_TEST_SPACE;
 
-#define LOOM_ALL_DTYPES \
-  bool, std::int8_t, std::uint8_t, std::int32_t, std::int64_t, loom::half, loom::bf16, float, double
+#define LOOM_ALL_DTYPES                                                                                        \
+  bool, std::int8_t, std::uint8_t, std::int32_t, std::int64_t, loom::half, loom::bf16, float, double, loom::e4m3, \
+      loom::e5m2, loom::e8m0
 
 namespace {
 constexpr bool on_device = std::is_same_v<space_t, loom::device>;

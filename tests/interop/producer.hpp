@@ -27,6 +27,9 @@ constexpr std::pair<int, int> code_and_bits() {
   if constexpr (std::is_same_v<T, loom::bf16>) return {4, 16};  // kDLBfloat
   if constexpr (std::is_same_v<T, float>) return {2, 32};
   if constexpr (std::is_same_v<T, double>) return {2, 64};
+  if constexpr (std::is_same_v<T, loom::e4m3>) return {10, 8};  // kDLFloat8_e4m3fn (DLPack 1.1)
+  if constexpr (std::is_same_v<T, loom::e5m2>) return {12, 8};  // kDLFloat8_e5m2
+  if constexpr (std::is_same_v<T, loom::e8m0>) return {14, 8};  // kDLFloat8_e8m0fnu
   return {-1, -1};
 }
 

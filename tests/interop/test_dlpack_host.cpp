@@ -51,13 +51,27 @@ TEST_CASE("from_dlpack names what it cannot take and consumes the tensor anyway"
   SECTION("an fp8 dtype where float32 is expected") {
     test_dlpack::producer p(data.data(), cpu, {10, 8, 1}, {3, 5}, {});
     require_rejected<loom::dtype_error>(p, f32_2 +
-                                               "the DLPack tensor holds float8_e4m3fn (code 10, 8 bits, 1 lane); "
-                                               "expected float32 (code 2 = kDLFloat, 32 bits, 1 lane)");
+                                               "the DLPack tensor holds float8_e4m3fn (code 10 = kDLFloat8_e4m3fn, "
+                                               "8 bits, 1 lane); expected float32 (code 2 = kDLFloat, 32 bits, 1 "
+                                               "lane)");
   }
-  SECTION("a dtype loom does not have: complex64, int16, fp8 e4m3b11fnuz") {
-    for (const auto& [t, text] : {std::pair{dl::dl_data_type{5, 64, 1}, "code 5 = kDLComplex, 64 bits, 1 lane"},
-                                  std::pair{dl::dl_data_type{0, 16, 1}, "code 0 = kDLInt, 16 bits, 1 lane"},
-                                  std::pair{dl::dl_data_type{9, 8, 1}, "code 9, 8 bits, 1 lane"}}) {
+  SECTION("one fp8 format where another is expected") {
+    std::vector<loom::e4m3> codes(3 * 5);
+    test_dlpack::producer p(codes.data(), cpu, {12, 8, 1}, {3, 5}, {});
+    REQUIRE_THROWS_MATCHES((loom::from_dlpack<loom::e4m3, 2, loom::host>(&p.versioned)), loom::dtype_error,
+                           Message("loom: from_dlpack<float8_e4m3fn, 2, host>: the DLPack tensor holds float8_e5m2 "
+                                   "(code 12 = kDLFloat8_e5m2, 8 bits, 1 lane); expected float8_e4m3fn (code 10 = "
+                                   "kDLFloat8_e4m3fn, 8 bits, 1 lane)"));
+    CHECK(p.deletes == 1);
+  }
+  SECTION("a dtype loom does not have: complex64, int16, fp8 e4m3b11fnuz and e5m2fnuz, fp4, a code past DLPack 1.1") {
+    for (const auto& [t, text] :
+         {std::pair{dl::dl_data_type{5, 64, 1}, "code 5 = kDLComplex, 64 bits, 1 lane"},
+          std::pair{dl::dl_data_type{0, 16, 1}, "code 0 = kDLInt, 16 bits, 1 lane"},
+          std::pair{dl::dl_data_type{9, 8, 1}, "code 9 = kDLFloat8_e4m3b11fnuz, 8 bits, 1 lane"},
+          std::pair{dl::dl_data_type{13, 8, 1}, "code 13 = kDLFloat8_e5m2fnuz, 8 bits, 1 lane"},
+          std::pair{dl::dl_data_type{17, 4, 1}, "code 17 = kDLFloat4_e2m1fn, 4 bits, 1 lane"},
+          std::pair{dl::dl_data_type{18, 8, 1}, "code 18, 8 bits, 1 lane"}}) {
       test_dlpack::producer p(data.data(), cpu, t, {3, 5}, {});
       require_rejected<loom::dtype_error>(
           p, f32_2 + "the DLPack tensor holds an element type loom does not have (" + text +

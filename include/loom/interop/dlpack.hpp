@@ -79,10 +79,15 @@ constexpr std::optional<dtype> dtype_from(dl_data_type t) {
   return std::nullopt;
 }
 
-//! "code 2 = kDLFloat, 32 bits, 1 lane": a DLPack data type as error messages spell it.
+//! "code 2 = kDLFloat, 32 bits, 1 lane": a DLPack data type as error messages
+//! spell it, with the specification's name for each code up to DLPack 1.1's
+//! kDLFloat4_e2m1fn (17).
 inline std::string describe(dl_data_type t) {
-  static constexpr const char* names[] = {"kDLInt",    "kDLUInt",    "kDLFloat", "kDLOpaqueHandle",
-                                          "kDLBfloat", "kDLComplex", "kDLBool"};
+  static constexpr const char* names[] = {
+      "kDLInt",           "kDLUInt",          "kDLFloat",          "kDLOpaqueHandle",       "kDLBfloat",
+      "kDLComplex",       "kDLBool",          "kDLFloat8_e3m4",    "kDLFloat8_e4m3",        "kDLFloat8_e4m3b11fnuz",
+      "kDLFloat8_e4m3fn", "kDLFloat8_e4m3fnuz", "kDLFloat8_e5m2",  "kDLFloat8_e5m2fnuz",    "kDLFloat8_e8m0fnu",
+      "kDLFloat6_e2m3fn", "kDLFloat6_e3m2fn", "kDLFloat4_e2m1fn"};
   std::string s = "code " + std::to_string(t.code);
   if (t.code < std::size(names)) s += std::string(" = ") + names[t.code];
   return s + ", " + std::to_string(t.bits) + " bits, " + std::to_string(t.lanes) + (t.lanes == 1 ? " lane" : " lanes");
