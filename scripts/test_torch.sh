@@ -3,8 +3,9 @@
 # Checks loom inside PyTorch (examples/torch, docs/11_pytorch.md): installs
 # torch and NumPy from PyPI into a virtual environment (reused when it already
 # imports them), builds the extension once (torch.utils.cpp_extension; cached
-# while its sources are unchanged), runs its tests and the data-parallel check
-# (2 processes, gloo, on loopback), and prints the time of each step.
+# while its sources are unchanged), runs its tests, compiles the recipe of
+# docs/11_pytorch.md as written, runs the data-parallel check (2 processes,
+# gloo, on loopback), and prints the time of each step.
 # With a GPU the extension also gets its CUDA kernels, the tests their CUDA
 # cases, and the data-parallel check also runs on NCCL (one process per GPU,
 # at most 2; with one GPU a one-process group, which still runs the loom op
@@ -76,6 +77,8 @@ loom_find_cuda  # loom's headers and libcudart come from the CUDA toolkit, also 
 step "torch and numpy (${LOOM_TORCH_PYTHON:-venv $venv})" install_torch
 step "build the extension ($MAX_JOBS jobs)" build_extension
 step "tests (examples/torch/test_torch_ext.py)" "$python" "$LOOM_ROOT/examples/torch/test_torch_ext.py"
+step "docs/11's recipe compiles as written (examples/torch/check_recipe.py)" \
+  "$python" "$LOOM_ROOT/examples/torch/check_recipe.py"
 step "data-parallel check: gloo, 2 processes, float32" "$python" "$LOOM_ROOT/examples/torch/ddp_train.py"
 step "data-parallel check: gloo, 2 processes, float64" "$python" "$LOOM_ROOT/examples/torch/ddp_train.py" --dtype float64
 gpus="$("$python" -c 'import torch; print(torch.cuda.device_count())')"

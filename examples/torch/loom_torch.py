@@ -1,14 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
 """loom's RMSNorm + SwiGLU as a PyTorch op with autograd.
 
-    import loom_torch
-    ext = loom_torch.load()                   # builds once, then loads from the cache
-    y = loom_torch.rms_swiglu(x, weight, gate)  # torch.ops.loom.rms_swiglu, differentiable
+    import loom_torch                      # examples/torch on sys.path
+    loom_torch.load()                      # builds once, then loads from the cache
+    y = loom_torch.rms_swiglu(x, weight, gate)
+    y.sum().backward()                     # x.grad, weight.grad, gate.grad from loom's kernels
+
+loom_torch.load() returns the extension's Python module; rms_swiglu calls
+torch.ops.loom.rms_swiglu, which autograd differentiates.
 
 y = silu(gate) * x * rsqrt(mean(x^2, last axis) + eps) * weight, for x and
 gate [rows, width] and weight [width], float32, float64, bfloat16 or float16
 (computed in float), any strides. The forward is one loom kernel and the
-backward (dx, dweight, dgate, derived by loom::grad) three, on torch's buffers
+backward (dx, dweight, dgate, derived by loom::grad) two, on torch's buffers
 without copies: loom's host executor for CPU tensors, its CUDA executor on
 torch's current stream for CUDA tensors (those kernels are built only when
 torch sees a GPU, or with LOOM_TORCH_CUDA=1).
@@ -49,6 +53,28 @@ def _cuda_home():
 _HOST_OPT = os.environ.get("LOOM_TORCH_HOST_OPT", "-O3")
 
 
+def extension_flags(cuda_home):
+    """The flags an extension that uses loom adds to torch.utils.cpp_extension's (cuda_home: the CUDA toolkit)."""
+    # loom's headers declare the CUDA runtime's API, also in host-only code:
+    # the toolkit's include directory, and its cccl/ where CUDA 13 keeps
+    # Thrust, CUB and libcu++ (nvcc finds them, g++ needs the path).
+    includes = [str(ROOT / "include"), os.path.join(cuda_home, "include")]
+    cccl = os.path.join(cuda_home, "include", "cccl")
+    if os.path.isdir(cccl):
+        includes.append(cccl)
+    # C++20 (recent torch compiles extensions as C++20 already; the flag keeps
+    # older ones right). -fopenmp: loom's host executor runs rows in parallel
+    # with OpenMP; libgomp.so.1 resolves to the one torch loaded. -lcudart:
+    # loom's host code calls the CUDA runtime; at import it resolves to the
+    # libcudart that torch loaded (docs/11_pytorch.md).
+    return dict(
+        extra_include_paths=includes,
+        extra_cflags=["-std=c++20", _HOST_OPT, "-fopenmp", "-Wall", "-Wextra"],
+        extra_cuda_cflags=["-std=c++20", "--expt-relaxed-constexpr", "--extended-lambda", "-O3"],
+        extra_ldflags=[f"-L{os.path.join(cuda_home, 'lib64')}", "-lcudart", "-fopenmp"],
+    )
+
+
 def load(build_dir=None, verbose=False):
     """Builds (first time) and loads the extension; returns its Python module.
 
@@ -63,26 +89,16 @@ def load(build_dir=None, verbose=False):
     build = pathlib.Path(build_dir or os.environ.get("LOOM_TORCH_BUILD_DIR", ROOT / "build-torch" / "extension"))
     name = "loom_torch_cuda" if cuda else "loom_torch_cpu"
     (build / name).mkdir(parents=True, exist_ok=True)
-    includes = [str(ROOT / "include"), os.path.join(home, "include")]
-    cccl = os.path.join(home, "include", "cccl")
-    if os.path.isdir(cccl):  # CUDA 13 keeps Thrust/CUB/libcu++ there; nvcc finds them, g++ needs the path
-        includes.append(cccl)
     sources = [HERE / "rms_swiglu_ops.cpp", HERE / "module.cpp"]
     if cuda:
         sources.append(HERE / "rms_swiglu_cuda.cu")
-    # loom is C++20 (recent torch compiles extensions as C++20 already; the
-    # flag keeps older ones right). -fopenmp: loom's host executor runs rows in
-    # parallel with OpenMP; libgomp.so.1 resolves to the one torch loaded.
     _ext = cpp_extension.load(
         name=name,
         sources=[str(s) for s in sources],
-        extra_include_paths=includes,
-        extra_cflags=["-std=c++20", _HOST_OPT, "-fopenmp", "-Wall", "-Wextra"],
-        extra_cuda_cflags=["-std=c++20", "--expt-relaxed-constexpr", "--extended-lambda", "-O3"],
-        extra_ldflags=[f"-L{os.path.join(home, 'lib64')}", "-lcudart", "-fopenmp"],
         build_directory=str(build / name),
         with_cuda=cuda,
         verbose=verbose,
+        **extension_flags(home),
     )
     _register_autograd()
     return _ext

@@ -1,83 +1,56 @@
 // SPDX-License-Identifier: Apache-2.0
 // The extension's Python module. The ops themselves are torch ops
-// (torch.ops.loom.*, registered in rms_swiglu_ops.cpp); this module adds what
-// the tests inspect: what the last forward and backward saw (data pointers,
-// kernels), and DLPack round trips between loom and torch through PyCapsules,
-// with a counter of loom's exports whose deleter has not run.
+// (torch.ops.loom.*, registered in rms_swiglu_ops.cpp); this module adds
+// loom tensors that Python takes through DLPack (class LoomTensor, from
+// dlpack_python.hpp) and what the tests inspect: what the last forward and
+// backward saw (data pointers, kernels), and DLPack round trips between loom
+// and torch, fp8 included.
 #include <torch/extension.h>
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
+#include "dlpack_python.hpp"
 #include "rms_swiglu.hpp"
 
 namespace {
 namespace py = pybind11;
-namespace dl = loom::dlpack;
 
-constexpr const char* versioned_name = "dltensor_versioned";
-constexpr const char* legacy_name = "dltensor";
-
-int live_exports = 0;
-
-// Kept alive with each export: the count goes down when its deleter runs.
-std::shared_ptr<void> live_token() {
-  ++live_exports;
-  return {nullptr, [](std::nullptr_t) { --live_exports; }};
-}
+// What keeps the memory of the last export_tensor alive: its use count is the
+// number of holders (the LoomTensor and every managed tensor lent from it
+// whose deleter has not run).
+std::weak_ptr<const void> last_export;
 
 std::optional<loom::dlpack_tensor<float, 2, loom::host>> held;
 
-// A capsule that no consumer renamed still owns its tensor: call the deleter.
-void delete_unconsumed(PyObject* capsule) {
-  if (PyCapsule_IsValid(capsule, versioned_name)) {
-    auto* m = static_cast<dl::managed_tensor_versioned*>(PyCapsule_GetPointer(capsule, versioned_name));
-    if (m->deleter) m->deleter(m);
-  } else if (PyCapsule_IsValid(capsule, legacy_name)) {
-    auto* m = static_cast<dl::managed_tensor*>(PyCapsule_GetPointer(capsule, legacy_name));
-    if (m->deleter) m->deleter(m);
-  }
+// A shared loom tensor as a LoomTensor (its transpose when `transposed`),
+// remembered as the last export.
+template <class Tensor>
+loom_python::dlpack_object lend_shared(const std::shared_ptr<Tensor>& t, bool transposed) {
+  last_export = t;
+  return transposed ? loom_python::dlpack_object(t->t(), t) : loom_python::dlpack_object(t);
 }
 
-py::dict as_dict(const loom_torch::call_record& r) {
-  py::dict d;
-  d["data_pointers"] = r.data_pointers;
-  d["kernels"] = r.kernels;
-  return d;
-}
-
-// A new rows x cols float32 loom tensor, element (i, j) = 1000 i + j, lent as a
-// DLPack capsule (transposed: its transpose; versioned: DLPack 1.x, else the
-// legacy struct).
-py::object export_tensor(std::int64_t rows, std::int64_t cols, bool transposed, bool versioned) {
-  loom::host_tensor<float, 2> t({rows, cols});
+// A new rows x cols float32 loom tensor, element (i, j) = 1000 i + j (its
+// transpose when `transposed`), in host memory or, `on_device`, in the
+// current device's memory, as a LoomTensor.
+loom_python::dlpack_object export_tensor(std::int64_t rows, std::int64_t cols, bool transposed, bool on_device) {
+  auto t = std::make_shared<loom::host_tensor<float, 2>>(loom::shape<2>{rows, cols});
   for (std::int64_t i = 0; i < rows; ++i)
-    for (std::int64_t j = 0; j < cols; ++j) t(i, j) = static_cast<float>(1000 * i + j);
-  const auto v = transposed ? t.t() : t.view();
-  auto keep = std::pair(std::move(t), live_token());
-  void* managed = versioned ? static_cast<void*>(loom::to_dlpack(v, std::move(keep)))
-                            : static_cast<void*>(loom::to_dlpack_legacy(v, std::move(keep)));
-  return py::reinterpret_steal<py::object>(
-      PyCapsule_New(managed, versioned ? versioned_name : legacy_name, delete_unconsumed));
+    for (std::int64_t j = 0; j < cols; ++j) (*t)(i, j) = static_cast<float>(1000 * i + j);
+  if (on_device) return lend_shared(std::make_shared<loom::device_tensor<float, 2>>(loom::to_device(*t)), transposed);
+  return lend_shared(t, transposed);
 }
 
 // Takes a float32 rank-2 CPU tensor from a DLPack capsule (versioned or
-// legacy), renamed "used_..." first as the protocol says, doubles it in place
-// through loom's assignment and holds it until release_import(). Returns the
-// data pointer, shape and strides loom sees. loom's refusals raise
-// RuntimeError with loom's message (the tensor's deleter has run by then).
+// legacy), doubles it in place through loom's assignment and holds it until
+// release_import(). Returns the data pointer, shape and strides loom sees.
+// loom's refusals raise RuntimeError with loom's message (the tensor's
+// deleter has run by then).
 py::dict import_tensor(const py::capsule& capsule) {
-  const std::string name = capsule.name() ? capsule.name() : "";
-  if (name != versioned_name && name != legacy_name)
-    throw py::value_error("expected an unused DLPack capsule, got one named '" + name + "'");
-  void* managed = capsule.get_pointer();
-  PyCapsule_SetName(capsule.ptr(), name == versioned_name ? "used_dltensor_versioned" : "used_dltensor");
-  held.reset();
-  if (name == versioned_name)
-    held = loom::from_dlpack<float, 2, loom::host>(static_cast<dl::managed_tensor_versioned*>(managed));
-  else
-    held = loom::from_dlpack<float, 2, loom::host>(static_cast<dl::managed_tensor*>(managed));
+  held = loom_python::from_capsule<float, 2, loom::host>(capsule);
   auto v = held->view();
   v = v * 2.0f;
   py::dict d;
@@ -86,17 +59,61 @@ py::dict import_tensor(const py::capsule& capsule) {
   d["strides"] = py::make_tuple(v.strides()[0], v.strides()[1]);
   return d;
 }
+
+// An fp8 vector through loom both ways: the capsule's tensor imported as `F`,
+// decoded by a loom assignment into float32, and lent onward unchanged.
+// Returns (the same memory as a LoomTensor, the decoded values).
+template <class F>
+py::tuple fp8_through_loom(const py::capsule& capsule) {
+  auto x = loom_python::from_capsule<const F, 1, loom::host>(capsule);
+  loom::host_tensor<float, 1> decoded(x.extents());
+  decoded = x.view();
+  return py::make_tuple(loom_python::dlpack_object(x.view(), std::make_shared<decltype(x)>(x)),
+                        loom_python::dlpack_object(std::move(decoded)));
+}
+
+// float32 values rounded to the fp8 type `F` by a loom assignment (a new loom
+// tensor, as a LoomTensor).
+template <class F>
+loom_python::dlpack_object fp8_from_float(const py::capsule& capsule) {
+  const auto x = loom_python::from_capsule<const float, 1, loom::host>(capsule);
+  loom::host_tensor<F, 1> rounded(x.extents());
+  rounded = x.view();
+  return loom_python::dlpack_object(std::move(rounded));
+}
+
+py::tuple fp8_round_trip(const py::capsule& capsule, const std::string& format) {
+  if (format == "e4m3") return fp8_through_loom<loom::e4m3>(capsule);
+  if (format == "e5m2") return fp8_through_loom<loom::e5m2>(capsule);
+  if (format == "e8m0") return fp8_through_loom<loom::e8m0>(capsule);
+  throw py::value_error("format is e4m3, e5m2 or e8m0, not " + format);
+}
+
+loom_python::dlpack_object fp8_rounded(const py::capsule& capsule, const std::string& format) {
+  if (format == "e4m3") return fp8_from_float<loom::e4m3>(capsule);
+  if (format == "e5m2") return fp8_from_float<loom::e5m2>(capsule);
+  if (format == "e8m0") return fp8_from_float<loom::e8m0>(capsule);
+  throw py::value_error("format is e4m3, e5m2 or e8m0, not " + format);
+}
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "loom's RMSNorm + SwiGLU as torch ops (torch.ops.loom.*), and test helpers";
-  m.def("last_forward", [] { return as_dict(loom_torch::forward_record()); },
-        "data pointers (x, weight, gate, y) and kernels of the last forward");
-  m.def("last_backward", [] { return as_dict(loom_torch::backward_record()); },
-        "data pointers (x, weight, gate, dy, dx, dweight, dgate) and kernels of the last backward");
+  m.doc() = "loom's RMSNorm + SwiGLU as torch ops (torch.ops.loom.*), loom tensors through DLPack, and test helpers";
+  loom_python::bind_dlpack_object(m, "LoomTensor");
+  m.def("last_views", &loom_torch::recorded_views, py::arg("op"),
+        "data pointers of the loom views the last 'forward' (x, weight, gate, y) or 'backward' (x, weight, gate, "
+        "dy, dx, dweight, dgate) ran on");
+  m.def("launches", [] {
+    const auto n = loom::launches();
+    return n.host + n.device;
+  }, "kernels loom has launched so far, on both executors");
   m.def("export_tensor", &export_tensor, py::arg("rows"), py::arg("cols"), py::arg("transposed") = false,
-        py::arg("versioned") = true);
-  m.def("live_exports", [] { return live_exports; });
+        py::arg("on_device") = false,
+        "a rows x cols float32 loom tensor, element (i, j) = 1000 i + j, as a LoomTensor");
+  m.def("export_holders", [] { return last_export.use_count(); },
+        "holders of the last export_tensor's memory: the LoomTensor and each lent managed tensor not yet deleted");
   m.def("import_tensor", &import_tensor);
   m.def("release_import", [] { held.reset(); });
+  m.def("fp8_round_trip", &fp8_round_trip, py::arg("capsule"), py::arg("format"));
+  m.def("fp8_rounded", &fp8_rounded, py::arg("capsule"), py::arg("format"));
 }

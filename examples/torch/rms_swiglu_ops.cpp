@@ -2,35 +2,31 @@
 // The torch ops loom::rms_swiglu and loom::rms_swiglu_backward: their schemas
 // and their CPU kernels, which run loom's host executor on torch's buffers.
 // The CUDA kernels are in rms_swiglu_cuda.cu, built only when the extension is
-// built with CUDA; autograd is registered in Python (loom_torch.py).
+// built with CUDA; autograd is registered in Python (loom_torch.py). Also
+// keeps what the tests inspect (record_views).
 #include <torch/library.h>
 
+#include <map>
 #include <mutex>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "rms_swiglu.hpp"
 
 namespace loom_torch {
 namespace {
 std::mutex record_mutex;
-call_record last_forward, last_backward;
+std::map<std::string, std::vector<std::int64_t>> last_views;
 }  // namespace
 
-void record_forward(call_record r) {
+void record_views(const std::string& op, std::vector<std::int64_t> data_pointers) {
   const std::scoped_lock lock(record_mutex);
-  last_forward = std::move(r);
+  last_views[op] = std::move(data_pointers);
 }
-void record_backward(call_record r) {
+std::vector<std::int64_t> recorded_views(const std::string& op) {
   const std::scoped_lock lock(record_mutex);
-  last_backward = std::move(r);
-}
-call_record forward_record() {
-  const std::scoped_lock lock(record_mutex);
-  return last_forward;
-}
-call_record backward_record() {
-  const std::scoped_lock lock(record_mutex);
-  return last_backward;
+  return last_views[op];
 }
 }  // namespace loom_torch
 

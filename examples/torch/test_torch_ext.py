@@ -6,13 +6,14 @@ Forward against the same layer composed of torch's ops (float32, float64,
 and bfloat16 and float16 against the composition in float64); backward by
 torch.autograd.gradcheck in double and against torch's autograd of the
 composition; strided and non-contiguous inputs; zero copy (the data pointers
-the C++ side ran on are the Python tensors'); one kernel forward; DLPack round
-trips between loom and torch (legacy and versioned capsules, the deleter
-called once, refusals); loom's errors as Python exceptions; torch's own
+the C++ side ran on are the Python tensors'); one kernel forward; DLPack
+between loom and Python: loom's LoomTensor read by torch.from_dlpack and
+numpy.from_dlpack (versioned and legacy, each deleter called once, a capsule
+consumed once), torch's capsules read by loom, fp8 both ways; loom's errors as Python exceptions; torch's own
 custom-op checks (torch.library.opcheck).
 
 Usage: test_torch_ext.py. Exits 0 when all pass, 1 when one fails, 77 when
-torch cannot be imported (ctest: Skipped). Builds the extension first
+torch or NumPy cannot be imported (ctest: Skipped). Builds the extension first
 (loom_torch.load: cached in build-torch/extension).
 """
 import gc
@@ -21,9 +22,10 @@ import sys
 import time
 
 try:
+    import numpy as np
     import torch
 except ImportError as e:
-    print(f"torch cannot be imported ({e}): the torch extension tests are skipped")
+    print(f"torch or NumPy cannot be imported ({e}): the torch extension tests are skipped")
     sys.exit(77)
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -98,13 +100,15 @@ def test_forward(ext, device):
     for dtype in DTYPES:
         for rows, width in ((1, 1), (7, 33), (257, 33), (16, 1000)):
             x, w, gate = inputs(rows, width, dtype, seed=rows * 1000 + width, device=device)
+            before = ext.launches()
             y = loom_torch.rms_swiglu(x, w, gate)
+            kernels = ext.launches() - before
             ref = loom_torch.reference(*(t.to(reference_dtype(dtype)) for t in (x, w, gate)))
             err = ((y.to(ref.dtype) - ref).abs() / ref.abs().clamp_min(torch.finfo(dtype).tiny)).max().item()
             check(y.dtype == dtype and y.shape == x.shape and close(y, ref, dtype, width),
                   f"{device} forward {dtype} [{rows}, {width}] matches torch's composition in {ref.dtype} "
                   f"(worst relative {err:.2g}, bound {tolerance(dtype, width):.2g})")
-            check(ext.last_forward()["kernels"] == 1, f"{device} forward {dtype} [{rows}, {width}] is one loom kernel")
+            check(kernels == 1, f"{device} forward {dtype} [{rows}, {width}] is one loom kernel")
 
 
 def test_gradcheck():
@@ -140,7 +144,7 @@ def test_strided_and_zero_copy(ext, device):
             name = f"{device} {dtype} {name}"
             xs, ws, gs = (t.detach().requires_grad_() for t in (x, w, gate))
             y = loom_torch.rms_swiglu(xs, ws, gs)
-            fwd = ext.last_forward()["data_pointers"]
+            fwd = ext.last_views("forward")
             ref_inputs = [t.detach().to(reference_dtype(dtype)).clone().requires_grad_() for t in (x, w, gate)]
             ref = loom_torch.reference(*ref_inputs)
             width = x.shape[1]
@@ -148,8 +152,10 @@ def test_strided_and_zero_copy(ext, device):
             check(fwd == [x.data_ptr(), w.data_ptr(), gate.data_ptr(), y.data_ptr()],
                   f"{name}: loom read the inputs in place and wrote the output torch got")
             dy = torch.randn(y.shape, dtype=dtype, device=device).t().contiguous().t()  # a non-contiguous output gradient
+            before = ext.launches()
             grads = torch.autograd.grad(y, (xs, ws, gs), dy)
-            bwd = ext.last_backward()
+            kernels = ext.launches() - before
+            bwd = ext.last_views("backward")
             ref_grads = torch.autograd.grad(ref, ref_inputs, dy.to(ref.dtype))
             # The gradients are sums over a row (dx, dgate) or a column (dweight) of
             # products like the forward's, so the same bound with the longer sum.
@@ -158,11 +164,11 @@ def test_strided_and_zero_copy(ext, device):
                                     atol=tolerance(dtype, length) * b.abs().max())
                      for a, b in zip(grads, ref_grads))
             check(ok, f"{name}: dx, dweight, dgate match torch's autograd")
-            check(bwd["data_pointers"][:4] == [x.data_ptr(), w.data_ptr(), gate.data_ptr(), dy.data_ptr()],
+            check(kernels == 2, f"{name}: the backward is 2 loom kernels (got {kernels})")
+            check(bwd[:4] == [x.data_ptr(), w.data_ptr(), gate.data_ptr(), dy.data_ptr()],
                   f"{name}: the backward read x, weight, gate and dy in place")
-            check(bwd["data_pointers"][4:] == [g.data_ptr() for g in grads],
+            check(bwd[4:] == [g.data_ptr() for g in grads],
                   f"{name}: autograd returned the gradients loom wrote (no copy)")
-    print(f"      (backward kernels: {ext.last_backward()['kernels']})")
 
 
 def test_errors():
@@ -206,46 +212,115 @@ def test_cuda_stream(ext):
            lambda: loom_torch.rms_swiglu(x, w.cpu(), gate), "cuda x with a CPU weight")
 
 
-class LoomTensor:
-    """A loom tensor behind DLPack's Python protocol (a CPU tensor: stream must be None)."""
+def capsule_name(capsule):
+    """The name a PyCapsule has now (its repr: <capsule object "NAME" at 0x...>)."""
+    return repr(capsule).split('"')[1]
 
-    def __init__(self, ext, rows, cols, transposed):
-        self.ext, self.args = ext, (rows, cols, transposed)
+
+class LegacyConsumer:
+    """Forwards a producer's __dlpack__ without max_version, as a consumer of DLPack 0.x calls it."""
+
+    def __init__(self, producer):
+        self.producer = producer
+
+    def __dlpack__(self, stream=None):
+        return self.producer.__dlpack__(stream=stream)
 
     def __dlpack_device__(self):
-        return (1, 0)  # kDLCPU, device 0
-
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        if stream is not None:
-            raise BufferError("a CPU tensor takes no stream")
-        versioned = max_version is not None and max_version[0] >= 1
-        return self.ext.export_tensor(*self.args, versioned=versioned)
+        return self.producer.__dlpack_device__()
 
 
-def test_dlpack(ext):
-    rows, cols = 5, 7
-    expected = torch.tensor([[1000.0 * i + j for j in range(cols)] for i in range(rows)])
-    # loom -> torch: a versioned export through __dlpack__, a legacy capsule, transposed ones.
-    for versioned in (True, False):
+def check_holders(ext, expected, what):
+    """Checks how many hold the memory of the last export_tensor (CPython frees an object at its last `del`)."""
+    holders = ext.export_holders()
+    check(holders == expected, what + ("" if holders == expected else f" (holders: {holders}, expected {expected})"))
+
+
+def test_dlpack_export(ext):
+    """loom -> Python: LoomTensor's __dlpack__ (versioned and legacy) read by torch and NumPy, without copies."""
+    g = torch.Generator().manual_seed(11)
+    for rows, cols in ((1, 1), (5, 7), (257, 33)):
+        expected = torch.tensor([[1000.0 * i + j for j in range(cols)] for i in range(rows)])
         for transposed in (False, True):
-            kind = f"{'versioned' if versioned else 'legacy'}{', transposed' if transposed else ''}"
-            if versioned:
-                t = torch.from_dlpack(LoomTensor(ext, rows, cols, transposed))
-            else:
-                t = torch.from_dlpack(ext.export_tensor(rows, cols, transposed, versioned=False))
+            kind = f"[{rows}, {cols}]{' transposed' if transposed else ''}"
             want = expected.t() if transposed else expected
-            check(torch.equal(t, want) and t.stride() == ((1, cols) if transposed else (cols, 1)),
-                  f"loom -> torch ({kind}): values and strides in elements")
-            check(ext.live_exports() == 1, f"loom -> torch ({kind}): loom's tensor lives while torch's does")
+            want_strides = (1, cols) if transposed else (cols, 1)
+            obj = ext.export_tensor(rows, cols, transposed)
+            check(obj.shape == tuple(want.shape) and obj.dtype == "float32" and obj.__dlpack_device__() == (1, 0),
+                  f"LoomTensor {kind}: shape, dtype, __dlpack_device__ (kDLCPU, 0)")
+            t = torch.from_dlpack(obj)  # torch asks for max_version (1, 0): a versioned capsule
+            n = np.from_dlpack(obj)  # so does NumPy
+            check(torch.equal(t, want) and t.stride() == want_strides,
+                  f"LoomTensor {kind} -> torch.from_dlpack: values and strides in elements")
+            check(np.array_equal(n, want.numpy()) and n.strides == tuple(4 * s for s in want_strides),
+                  f"LoomTensor {kind} -> numpy.from_dlpack: values and strides")
+            check_holders(ext, 3, f"LoomTensor {kind}: torch's and NumPy's exports hold loom's tensor")
+            i, j = (int(k) for k in torch.randint(0, 1 << 20, (2,), generator=g))
+            i, j = i % want.shape[0], j % want.shape[1]
+            n[i, j] = -1.5
+            check(t.data_ptr() == n.ctypes.data and t[i, j].item() == -1.5,
+                  f"LoomTensor {kind}: torch and NumPy view the same memory (a write through NumPy shows in torch)")
+            del obj
+            check_holders(ext, 2, f"LoomTensor {kind}: the memory outlives the LoomTensor")
             del t
-            gc.collect()
-            check(ext.live_exports() == 0, f"loom -> torch ({kind}): the deleter ran once when torch let go")
-    capsule = ext.export_tensor(2, 3)
-    del capsule
-    gc.collect()
-    check(ext.live_exports() == 0, "loom -> nobody: an unconsumed capsule calls the deleter once")
+            check_holders(ext, 1, f"LoomTensor {kind}: torch's deleter ran when torch let go")
+            del n
+            check_holders(ext, 0, f"LoomTensor {kind}: NumPy's deleter ran when NumPy let go")
 
-    # torch -> loom: legacy and versioned capsules of a non-contiguous tensor; loom writes through.
+    obj = ext.export_tensor(3, 5)
+    expected = torch.tensor([[1000.0 * i + j for j in range(5)] for i in range(3)])
+    for max_version, name in ((None, "dltensor"), ((0, 8), "dltensor"), ((1, 0), "dltensor_versioned"),
+                              ((1, 3), "dltensor_versioned")):
+        capsule = obj.__dlpack__(max_version=max_version)
+        check(capsule_name(capsule) == name, f"__dlpack__(max_version={max_version}) gives a '{name}' capsule")
+        t = torch.from_dlpack(capsule)
+        check(torch.equal(t, expected) and capsule_name(capsule) == "used_" + name,
+              f"torch.from_dlpack of a '{name}' capsule: values; the capsule is renamed 'used_{name}'")
+        raises(Exception, "", lambda: torch.from_dlpack(capsule), f"a used '{name}' capsule is not consumed twice")
+        del capsule
+        check_holders(ext, 2, f"'{name}': a used capsule leaves the tensor to its consumer")
+        del t
+        check_holders(ext, 1, f"'{name}': the consumer's deleter ran once")
+        capsule = obj.__dlpack__(max_version=max_version)
+        check_holders(ext, 2, f"'{name}': an unconsumed capsule holds the tensor")
+        del capsule
+        check_holders(ext, 1, f"'{name}': an unconsumed capsule's destructor called the deleter once")
+    n = np.from_dlpack(LegacyConsumer(obj))  # NumPy retries without max_version: a legacy capsule
+    check(np.array_equal(n, expected.numpy()) and ext.export_holders() == 2,
+          "numpy.from_dlpack through the legacy protocol (no max_version): values, the tensor held")
+    del n
+    check_holders(ext, 1, "numpy.from_dlpack, legacy: the deleter ran once")
+    for copied in (np.from_dlpack(obj, copy=True), torch.from_dlpack(obj, copy=True).numpy()):
+        check(np.array_equal(copied, expected.numpy()) and ext.export_holders() == 1,
+              "from_dlpack(copy=True): a copy with the values, which does not hold loom's tensor")
+        copied[0, 0] = 7
+        check(torch.equal(torch.from_dlpack(obj), expected), "from_dlpack(copy=True): writing the copy leaves loom's")
+    gc.collect()
+    raises(BufferError, "host data takes stream=None", lambda: obj.__dlpack__(stream=1), "a stream for host data")
+    raises(BufferError, "loom does not copy it to device (2, 0)",
+           lambda: obj.__dlpack__(max_version=(1, 0), dl_device=(2, 0)), "another device")
+    raises(TypeError, "", lambda: obj.__dlpack__(None), "__dlpack__'s arguments are keyword-only")
+    del obj
+    check_holders(ext, 0, "LoomTensor: nothing held after the last holder went")
+
+
+def test_dlpack_cuda_export(ext):
+    """loom's device memory to torch: __dlpack_device__ (2, id), torch's stream ordered after loom's copy."""
+    rows, cols = 257, 33
+    expected = torch.tensor([[1000.0 * i + j for j in range(cols)] for i in range(rows)])
+    obj = ext.export_tensor(rows, cols, transposed=True, on_device=True)
+    check(obj.__dlpack_device__() == (2, torch.cuda.current_device()), "cuda LoomTensor: __dlpack_device__ (2, id)")
+    t = torch.from_dlpack(obj)
+    check(t.is_cuda and t.stride() == (1, cols) and torch.equal(t.cpu(), expected.t()),
+          "cuda LoomTensor -> torch.from_dlpack: a CUDA tensor with loom's values and strides")
+    contiguous = ext.export_tensor(rows, cols, on_device=True)
+    copied = torch.from_dlpack(contiguous, copy=True)
+    check(copied.data_ptr() != torch.from_dlpack(contiguous).data_ptr() and torch.equal(copied.cpu(), expected),
+          "cuda LoomTensor -> torch.from_dlpack(copy=True): a copy on the device with the values")
+
+
+def test_dlpack_import(ext):
+    """torch -> loom: legacy and versioned capsules of a non-contiguous tensor; loom writes through."""
     for versioned in (True, False):
         kind = "versioned" if versioned else "legacy"
         base = torch.arange(40, dtype=torch.float32).reshape(5, 8)
@@ -257,6 +332,9 @@ def test_dlpack(ext):
         check(seen["data"] == t.data_ptr() and seen["shape"] == tuple(t.shape) and seen["strides"] == t.stride(),
               f"torch -> loom ({kind}): loom views torch's memory (same pointer, shape, strides)")
         check(torch.equal(t, before * 2), f"torch -> loom ({kind}): loom's assignment wrote through to torch's tensor")
+        check(capsule_name(capsule).startswith("used_"), f"torch -> loom ({kind}): loom renamed the capsule 'used_...'")
+        raises(ValueError, "expected an unused DLPack capsule", lambda: ext.import_tensor(capsule),
+               f"torch -> loom ({kind}): a used capsule is refused")
         del capsule
         gc.collect()
         check(t._use_count() == refs + 1, f"torch -> loom ({kind}): loom holds one reference while it imports")
@@ -268,6 +346,40 @@ def test_dlpack(ext):
            lambda: ext.import_tensor(torch.utils.dlpack.to_dlpack(t)), "torch -> loom: an int64 tensor is refused")
     gc.collect()
     check(t._use_count() == refs, "torch -> loom: a refused tensor's deleter ran once")
+
+
+FP8 = ((torch.float8_e4m3fn, "e4m3"), (torch.float8_e5m2, "e5m2"), (torch.float8_e8m0fnu, "e8m0"))
+
+
+def test_dlpack_fp8(ext):
+    """torch's float8 tensors through loom and back (DLPack 1.1's codes 10, 12, 14), and loom's fp8 into torch."""
+    g = torch.Generator().manual_seed(12)
+    for dtype, fmt in FP8:
+        # Every code once, in a random order, and one more: 257 elements.
+        codes = torch.cat([torch.randperm(256, generator=g), torch.randint(0, 256, (1,), generator=g)]).to(torch.uint8)
+        x = codes.view(dtype)
+        for versioned in (True, False):
+            kind = f"{dtype} ({'versioned' if versioned else 'legacy'})"
+            capsule = x.__dlpack__(max_version=(1, 0)) if versioned else torch.utils.dlpack.to_dlpack(x)
+            same, decoded = ext.fp8_round_trip(capsule, fmt)
+            y = torch.from_dlpack(same)
+            check(y.dtype == dtype and y.data_ptr() == x.data_ptr() and torch.equal(y.view(torch.uint8), codes),
+                  f"{kind}: torch -> loom -> torch keeps the dtype, the memory and every code")
+            d = torch.from_dlpack(decoded)
+            want = x.float()  # torch's own decoding
+            check(torch.equal(d.isnan(), want.isnan()) and torch.equal(d[~d.isnan()], want[~want.isnan()]),
+                  f"{kind}: loom's decoding of all 256 codes is torch's")
+        if fmt == "e8m0":
+            values = torch.pow(2.0, torch.randint(-127, 128, (101,), generator=g).float())  # exact in e8m0
+        else:
+            values = torch.randn(101, generator=g) * (50 if fmt == "e4m3" else 5000)  # finite after rounding
+        rounded = torch.from_dlpack(ext.fp8_rounded(values.__dlpack__(max_version=(1, 0)), fmt))
+        check(rounded.dtype == dtype and torch.equal(rounded.view(torch.uint8), values.to(dtype).view(torch.uint8)),
+              f"{dtype}: a loom fp8 tensor reaches torch as {dtype}, with torch's rounding of the same values")
+    x = torch.zeros(7, dtype=torch.float8_e5m2)
+    raises(RuntimeError, "the DLPack tensor holds float8_e5m2 (code 12 = kDLFloat8_e5m2, 8 bits, 1 lane); "
+           "expected float8_e4m3fn (code 10 = kDLFloat8_e4m3fn, 8 bits, 1 lane)",
+           lambda: ext.fp8_round_trip(x.__dlpack__(max_version=(1, 0)), "e4m3"), "an e5m2 tensor imported as e4m3")
 
 
 def main():
@@ -285,7 +397,11 @@ def main():
     test_gradcheck()
     test_errors()
     test_opcheck()
-    test_dlpack(ext)
+    test_dlpack_export(ext)
+    if torch.cuda.is_available():
+        test_dlpack_cuda_export(ext)
+    test_dlpack_import(ext)
+    test_dlpack_fp8(ext)
     print(f"{passed} passed, {len(failures)} failed")
     return 1 if failures else 0
 
