@@ -91,7 +91,7 @@ TEMPLATE_TEST_CASE("fp8 codes decode to the values ml_dtypes gives, all 256", "[
   REQUIRE(want.size() == 256);
   loom::host_tensor<T, 1> codes({256});
   for (int c = 0; c < 256; ++c) codes.data()[c] = from_code<T>(static_cast<std::uint8_t>(c));
-  // The scalar conversion, then the same through an assignment (read as float).
+  // loom's scalar decoding, then the same through an assignment (read as float).
   auto x = in_space(codes);
   auto y = loom::full<float, 1, space_t>({256}, -7.0f);
   y = x;
@@ -99,9 +99,11 @@ TEMPLATE_TEST_CASE("fp8 codes decode to the values ml_dtypes gives, all 256", "[
   int bad = 0;
   for (int c = 0; c < 256; ++c) {
     const float w = want.data()[c];
-    const float s = static_cast<float>(codes.data()[c]), e = got.data()[c];
-    const bool ok =
-        std::isnan(w) ? (std::isnan(s) && std::isnan(e)) : (loom_test::same_bits(s, w) && loom_test::same_bits(e, w));
+    const float s = loom::detail::fp8::decode(codes.data()[c]), e = got.data()[c];
+    // A NaN keeps its code's sign, as ml_dtypes decodes it (e8m0's one NaN has none).
+    const bool ok = std::isnan(w) ? (std::isnan(s) && std::isnan(e) && std::signbit(s) == std::signbit(w) &&
+                                     std::signbit(e) == std::signbit(w))
+                                  : (loom_test::same_bits(s, w) && loom_test::same_bits(e, w));
     if (!ok && bad++ == 0) {
       INFO("code 0x" << std::hex << c << ": scalar " << s << ", assignment " << e << ", ml_dtypes " << w);
       CHECK(ok);
@@ -127,6 +129,11 @@ TEMPLATE_TEST_CASE("every bf16 value casts to fp8 as ml_dtypes rounds it", "[low
     y = x;
     require_codes(on_host(y), want, inputs);
   }
+  SECTION("cast<T> inside an expression, assigned into an fp8 tensor") {
+    auto y = poisoned_fp8<T>(65536);
+    y = loom::cast<T>(x);
+    require_codes(on_host(y), want, inputs);
+  }
   SECTION("cast<T> inside an expression, stored as float") {
     auto y = loom::full<float, 1, space_t>({65536}, -7.0f);
     y = loom::cast<T>(x);
@@ -149,6 +156,14 @@ TEMPLATE_TEST_CASE("float and double cast to fp8 as ml_dtypes rounds them: bound
     std::vector<double> inputs(in.data(), in.data() + in.size());
     auto y = poisoned_fp8<T>(in.size());
     y = in_space(in);
+    require_codes(on_host(y), want, inputs);
+  }
+  SECTION("float through cast<T> into an fp8 tensor (overflow, infinity and NaN keep their sign)") {
+    const auto in = loom::load_npy<float, 1>(lowp_dir + "f32_inputs.npy");
+    const auto want = loom::load_npy<std::uint8_t, 1>(lowp_dir + "f32_to_" + golden_name<T>() + ".npy");
+    std::vector<double> inputs(in.data(), in.data() + in.size());
+    auto y = poisoned_fp8<T>(in.size());
+    y = loom::cast<T>(in_space(in));
     require_codes(on_host(y), want, inputs);
   }
   SECTION("double (rounded once, not through float)") {
@@ -515,6 +530,45 @@ TEST_CASE("int4 rounds half to even and saturates at -8 and 7", "[lowp]" LOOM_TE
     CHECK(loom::detail::int4::decode(loom::detail::int4::encode(x)) == v);
   }
   for (int c = 0; c < 16; ++c) CHECK(loom::detail::int4::decode(static_cast<std::uint8_t>(c)) == (c < 8 ? c : c - 16));
+}
+
+TEST_CASE("int4 codes with power-of-two scales reach -8 and stop at 7; float scales stay in -7..7",
+          "[lowp]" LOOM_TEST_TAG) {
+  // A block [-7.9, 7.9, 1, ...]: e8m0's scale is 2^(floor(log2 7.9) - 2) = 1,
+  // so -7.9 rounds to -8 and 7.9 saturates at 7; a float scale 7.9 / 7 gives +-7.
+  loom::host_tensor<float, 2> h({1, 32});
+  for (index_t i = 0; i < 32; ++i) h.data()[i] = 1.0f;
+  h.data()[0] = -7.9f;
+  h.data()[1] = 7.9f;
+  const auto x = in_space(h);
+  auto q = in_space(loom::host_tensor<loom::int4x2, 2>({1, 16}));
+  auto s8 = in_space(loom::host_tensor<loom::e8m0, 2>({1, 1}));
+  loom::quantize_packed(q, s8, x, 32);
+  std::uint8_t byte = loom::detail::bits_of(on_host(q).data()[0]);
+  CHECK(static_cast<float>(on_host(s8).data()[0]) == 1.0f);
+  CHECK(loom::detail::int4::decode(static_cast<std::uint8_t>(byte & 0xf)) == -8);
+  CHECK(loom::detail::int4::decode(static_cast<std::uint8_t>(byte >> 4)) == 7);
+  auto sf = in_space(loom::host_tensor<float, 2>({1, 1}));
+  loom::quantize_packed(q, sf, x, 32);
+  byte = loom::detail::bits_of(on_host(q).data()[0]);
+  CHECK(loom::detail::int4::decode(static_cast<std::uint8_t>(byte & 0xf)) == -7);
+  CHECK(loom::detail::int4::decode(static_cast<std::uint8_t>(byte >> 4)) == 7);
+}
+
+TEST_CASE("a C++ scalar does not widen fp8: computed in float, rounded to fp8 only where stored as fp8",
+          "[lowp]" LOOM_TEST_TAG) {
+  loom::host_tensor<loom::e4m3, 1> h({1});
+  h.data()[0] = from_code<loom::e4m3>(0x39);  // 1.125
+  REQUIRE(static_cast<float>(h.data()[0]) == 1.125f);
+  const auto x8 = in_space(h);
+  static_assert(std::is_same_v<typename decltype(x8 * 1.1f)::value_type, loom::e4m3>);
+  auto f = loom::full<float, 1, space_t>({1}, -7.0f);
+  f = x8 * 1.1f;
+  CHECK(on_host(f).data()[0] == 1.125f * 1.1f);  // float's precision, not e4m3's
+  const auto m = loom::materialize(x8 * 1.1f);
+  static_assert(std::is_same_v<typename decltype(m)::value_type, loom::e4m3>);
+  CHECK(static_cast<float>(on_host(m).data()[0]) == 1.25f);  // 1.2375 rounded to e4m3
+  static_assert(std::is_same_v<typename decltype(loom::cast<float>(x8) * 1.1f)::value_type, float>);
 }
 
 TEST_CASE("quantize_packed writes ml_dtypes' NVFP4-style, MXFP4 and per-row int4 data, low nibble first",

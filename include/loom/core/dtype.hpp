@@ -144,7 +144,7 @@ LOOM_HD To convert(From v) {
   else if constexpr (std::is_same_v<From, bf16>)
     return convert<To>(__bfloat162float(v));
   else if constexpr (is_float8_v<From>)
-    return convert<To>(static_cast<float>(v));
+    return convert<To>(fp8::decode(v));
   else if constexpr (std::is_same_v<To, bool>)
     return v != From(0);
   else if constexpr (is_float8_v<To>)

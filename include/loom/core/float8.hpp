@@ -129,6 +129,23 @@ LOOM_HD std::uint8_t encode_e8m0(float x, bool saturate) {
   return static_cast<std::uint8_t>(code);
 }
 
+//! fp8 -> float, exact. A NaN keeps the sign of its code, as in ml_dtypes
+//! (CUDA's conversion gives a positive NaN), so -NaN survives a round trip
+//! through float, e.g. `cast<e4m3>(x)` stored into an fp8 tensor.
+template <class T>
+LOOM_HD float decode(T v) {
+  const float f = static_cast<float>(v);
+  if constexpr (!std::is_same_v<std::remove_const_t<T>, e8m0>) {
+    if (f != f && (bits_of(v) & 0x80u)) {
+      const std::uint32_t u = float_bits(f) | 0x80000000u;
+      float negative;
+      memcpy(&negative, &u, 4);
+      return negative;
+    }
+  }
+  return f;
+}
+
 //! A double rounded to float with round-to-odd: rounding that float again to
 //! a format of 12 or fewer significant bits gives the correctly rounded
 //! result (no double rounding).
