@@ -8,6 +8,8 @@
 #include <limits>
 #include <string>
 
+#include <loom/grad/grad.hpp>
+
 #include "loom_test.hpp"
 
 using Catch::Matchers::Contains;
@@ -84,6 +86,28 @@ TEST_CASE("shapes that do not broadcast throw shape_error naming both and write 
   CHECK(all_nan(y));
   CHECK(all_nan(small));
   CHECK(all_nan(rows));
+}
+
+TEST_CASE("a layer's arguments that do not broadcast are named by their position", "[errors]" LOOM_TEST_TAG) {
+  auto x = in_space(iota<2>({4, 8}));
+  auto w = in_space(iota<1>({7}));
+  auto y = poisoned<2>({4, 8});
+  constexpr auto lay = loom::layer([](auto v, auto k, auto s) { return (v + s) * k; });
+  const auto s = in_space(iota<0>({}));
+  // Both operands of the op that fails are the layer's arguments.
+  constexpr auto direct = loom::layer([](auto v, auto k) { return v * k + 1.0f; });
+  REQUIRE_THROWS_WITH(y = direct(x, w), Contains("[4, 8] and [7]") &&
+                                            Contains("[4, 8] is argument 0 of the layer, counting from 0") &&
+                                            Contains("[7] is argument 1 of the layer, counting from 0"));
+  // Under a subexpression only the argument that does not fit is named.
+  REQUIRE_THROWS_WITH(y = lay(x, w, s), Contains("[7] is argument 1 of the layer") && !Contains("argument 0"));
+  // Under loom::grad the inputs asked for are named.
+  auto dw = poisoned<1>({7});
+  REQUIRE_THROWS_WITH(dw = loom::grad<1>(direct)(x, w, y), Contains("[7] is argument 1 of the layer"));
+  CHECK(all_nan(dw));
+  // Plain tensors outside a layer have no position to name.
+  REQUIRE_THROWS_WITH(y = x * w, Contains("[4, 8] and [7]") && !Contains("argument"));
+  CHECK(all_nan(y));
 }
 
 TEST_CASE("empty slices are valid and an assignment through them writes nothing", "[errors]" LOOM_TEST_TAG) {

@@ -197,6 +197,56 @@ TEST_CASE("grad: binary ops, broadcast weights and scalar parameters match finit
   check_close(on_host(ds), finite_differences<3>(lay, dy, x, w, r, s), 1e-5);
 }
 
+TEST_CASE("grad: an input of lower rank broadcast along leading axes ([T, C] under [B, T, C]) sums over them "
+          LOOM_TEST_TAG, "[grad]") {
+  std::mt19937_64 g(loom_test::seed_for("grad axis sums"));
+  const index_t b = 3, t = 5, c = 7;
+  const auto x = random_host<double, 3>(loom::shape<3>{b, t, c}, g, -2, 2);
+  const auto pos = random_host<double, 2>(loom::shape<2>{t, c}, g, -1, 1);
+  const auto dy = random_host<double, 3>(x.extents(), g, -1, 1);
+  SECTION("a position embedding under a row layer (the adjoint has row reductions)") {
+    constexpr auto lay = loom::layer([](auto x, auto p) {
+      auto h = x + p;
+      return h * loom::rsqrt(loom::row_mean(h * h) + 1e-5) + p * p;
+    });
+    const auto want_dx = finite_differences<0>(lay, dy, x, pos);
+    const auto want_dp = finite_differences<1>(lay, dy, x, pos);
+    auto dp = poisoned<double, 2>(pos.extents());
+    dp = loom::grad<1>(lay)(in_space(x), in_space(pos), in_space(dy));
+    // The adjoint in full (1), its sums over the batch (1, or 2 where the
+    // device splits them), the conversion into dp (1).
+    CHECK(loom::last_grad().kernels >= 3);
+    if (!on_device) CHECK(loom::last_grad().kernels == 3);
+    check_close(on_host(dp), want_dp, 1e-5);
+    // With dx: dx in the shared row kernel, dp in its own kernels.
+    auto dx = poisoned<double, 3>(x.extents());
+    dp = poisoned<double, 2>(pos.extents());
+    const auto info = loom::grad(lay)(in_space(x), in_space(pos), in_space(dy)).into(dx, dp);
+    if (!on_device) CHECK(info.kernels == 1 + 3);
+    check_close(on_host(dx), want_dx, 1e-5);
+    check_close(on_host(dp), want_dp, 1e-5);
+  }
+  SECTION("an elementwise layer, and an input [T, 1] broadcast along the rows too") {
+    constexpr auto lay = loom::layer([](auto x, auto p, auto s) { return loom::sin(x * p) + x * s * s; });
+    const auto s = random_host<double, 2>(loom::shape<2>{t, 1}, g, -1, 1);
+    auto dp = poisoned<double, 2>(pos.extents());
+    auto ds = poisoned<double, 2>(s.extents());
+    const auto info = loom::grad<1, 2>(lay)(in_space(x), in_space(pos), in_space(s), in_space(dy)).into(dp, ds);
+    if (!on_device) CHECK(info.kernels == 3 + 3);
+    check_close(on_host(dp), finite_differences<1>(lay, dy, x, pos, s), 1e-5);
+    check_close(on_host(ds), finite_differences<2>(lay, dy, x, pos, s), 1e-5);
+  }
+  SECTION("the same bits run to run") {
+    constexpr auto lay = loom::layer([](auto x, auto p) { return loom::tanh(x + p); });
+    auto d1 = poisoned<double, 2>(pos.extents());
+    auto d2 = poisoned<double, 2>(pos.extents());
+    d1 = loom::grad<1>(lay)(in_space(x), in_space(pos), in_space(dy));
+    d2 = loom::grad<1>(lay)(in_space(x), in_space(pos), in_space(dy));
+    CHECK(bytes_of(d1) == bytes_of(d2));
+    check_close(on_host(d1), finite_differences<1>(lay, dy, x, pos), 1e-5);
+  }
+}
+
 TEST_CASE("grad: the shared kernel takes column and whole sums, with or without the row output " LOOM_TEST_TAG,
           "[grad]") {
   std::mt19937_64 g(loom_test::seed_for("grad sums"));

@@ -124,6 +124,12 @@ TEST_CASE("arange, linspace and eye give NumPy's and PyTorch's values on every p
     const double step = 3.0 / 6.0;
     return static_cast<double>(static_cast<float>(i < 3 ? -1.0 + step * i : 2.0 - step * (6 - i)));
   });
+  // The middle element of an odd count takes the second formula: for
+  // (0.1, 0.7, 7) the two give 0.4 and 0.39999999999999997 in double.
+  auto mid = poisoned<double, 1>({7});
+  mid = loom::linspace<double>(0.1, 0.7, 7);
+  CHECK(loom_test::same_bits(loom::to_host(mid).data()[3], 0.7 - (0.6 / 6.0) * 3.0));
+  CHECK(!loom_test::same_bits(loom::to_host(mid).data()[3], 0.1 + (0.6 / 6.0) * 3.0));
   auto one = poisoned<float, 1>({1});
   one = loom::linspace<float>(5.0, 9.0, 1);
   check_all(one, [](index_t) { return 5.0; });

@@ -87,6 +87,13 @@ inline constexpr bool is_leaf_node = false;
 template <class T, std::size_t R, class S, class Tag>
 inline constexpr bool is_leaf_node<leaf_node<T, R, S, Tag>> = true;
 
+//! True for a node that stands for an argument of a loom::layer (a leaf
+//! tagged as its parameter; grad/derive.hpp adds the inputs it marks).
+template <class N>
+struct is_layer_argument : std::false_type {};
+template <class T, std::size_t R, class S, class Tag>
+struct is_layer_argument<leaf_node<T, R, S, Tag>> : std::bool_constant<!std::is_void_v<Tag>> {};
+
 template <class T, std::size_t R, class S, class Tag>
 struct children_of<leaf_node<T, R, S, Tag>> {
   using types = type_list<>;
@@ -190,30 +197,57 @@ struct common_space_of<A, Rest...> {
 template <class... Ch>
 inline constexpr std::size_t max_rank_of = std::max({std::size_t{0}, Ch::rank...});
 
+//! What an operand is to the user, for error messages: "argument 1 of the
+//! layer" for a leaf of a layer's parameter (nn/layer.hpp specializes it
+//! for detail::layer_param), empty where loom does not know.
+template <class N>
+struct operand_label {
+  static std::string text() { return {}; }
+};
+template <class T, std::size_t R, class S, class Tag>
+struct operand_label<leaf_node<T, R, S, Tag>> : operand_label<Tag> {};
+
+// `a` and `b` do not broadcast at axis o (b's axis d); `a_is` and `b_is` say
+// what they are (or are empty).
 template <std::size_t R, std::size_t RB>
-LOOM_COLD void throw_incompatible_shapes(const shape<R>& a, const shape<RB>& b, std::size_t o, std::size_t d) {
+LOOM_COLD void throw_incompatible_shapes(const shape<R>& a, const shape<RB>& b, std::size_t o, std::size_t d,
+                                         const std::string& a_is = {}, const std::string& b_is = {}) {
+  std::string which;
+  if (!a_is.empty()) which += "; " + shape_string(a) + " is " + a_is;
+  if (!b_is.empty()) which += "; " + shape_string(b) + " is " + b_is;
   throw shape_error("loom: cannot broadcast shapes " + shape_string(a) + " and " + shape_string(b) + " (axis " +
-                    std::to_string(o) + ": " + std::to_string(a[o]) + " vs " + std::to_string(b[d]) + ")");
+                    std::to_string(o) + ": " + std::to_string(a[o]) + " vs " + std::to_string(b[d]) + ")" + which);
 }
 
 //! NumPy broadcasting of `b` into the running shape `acc` (right-aligned).
+//! False when they do not broadcast: `acc` is left as it was, and `o` and
+//! `d` are the axes (of acc and of b) that differ.
 template <std::size_t R, std::size_t RB>
-void broadcast_into(shape<R>& acc, const shape<RB>& b, bool& first) {
+bool broadcast_step(shape<R>& acc, const shape<RB>& b, bool& first, std::size_t& o, std::size_t& d) {
   static_assert(RB <= R);
   if (first) {
     acc.fill(1);
     first = false;
   }
   const shape<R> before = acc;
-  for (std::size_t d = 0; d != RB; ++d) {
-    const std::size_t o = R - RB + d;
+  for (d = 0; d != RB; ++d) {
+    o = R - RB + d;
     if (acc[o] == b[d] || b[d] == 1) continue;
     if (acc[o] == 1) {
       acc[o] = b[d];
       continue;
     }
-    throw_incompatible_shapes(before, b, o, d);
+    acc = before;
+    return false;
   }
+  return true;
+}
+
+//! broadcast_step that throws shape_error naming both shapes.
+template <std::size_t R, std::size_t RB>
+void broadcast_into(shape<R>& acc, const shape<RB>& b, bool& first) {
+  std::size_t o = 0, d = 0;
+  if (!broadcast_step(acc, b, first, o, d)) throw_incompatible_shapes(acc, b, o, d);
 }
 }  // namespace detail
 
@@ -242,9 +276,25 @@ struct map_node : detail::node_tag {
   }
 
  private:
+  // Broadcasts the children's shapes together; the error names the child
+  // that does not fit and, where the shape so far is one child's alone,
+  // that child (operand_label: a layer's argument).
   template <std::size_t... I>
   void extents_impl(shape<rank>& s, bool& first, std::index_sequence<I...>) const {
-    (detail::broadcast_into(s, detail::get<I>(children).extents(), first), ...);
+    std::size_t shaped = 0, from = 0;  // the children of rank > 0 so far, and the first of them
+    const auto label = [](std::size_t k) {
+      std::string t;
+      ((k == I ? (void)(t = detail::operand_label<Ch>::text()) : (void)0), ...);
+      return t;
+    };
+    const auto add = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+      const auto ext = detail::get<K>(children).extents();
+      std::size_t o = 0, d = 0;
+      if (!detail::broadcast_step(s, ext, first, o, d))
+        detail::throw_incompatible_shapes(s, ext, o, d, shaped == 1 ? label(from) : std::string(), label(K));
+      if (ext.size() > 0 && shaped++ == 0) from = K;
+    };
+    (add(std::integral_constant<std::size_t, I>{}), ...);
   }
 };
 }  // namespace loom

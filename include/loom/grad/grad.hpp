@@ -67,11 +67,12 @@ struct gradients {
   //! shape, or loom::skip) in one row kernel: the gradients of inputs of the
   //! output's rank as its row outputs (each written element by element, or
   //! as row sums for an input [..., 1], told at launch), and the first two
-  //! gradients of inputs of lower rank but not rank 0 (weights [C] or [1])
-  //! as its per-block column sums, then the kernel that adds the partial
-  //! sums (2 kernels in all, as layer_norm_backward; a whole sum adds one).
-  //! The others (a scalar's whole sum, a third weight, a scatter) take
-  //! their own (gradient_kind). Every output's shape and every gradient's
+  //! gradients of rank-1 inputs of lower rank (weights [C] or [1]) as its
+  //! per-block column sums, then the kernel that adds the partial sums (2
+  //! kernels in all, as layer_norm_backward; a whole sum adds one). The
+  //! others (a scalar's whole sum, a third weight, an input of rank 2 or
+  //! more under an output of higher rank, a scatter) take their own
+  //! (gradient_kind). Every output's shape and every gradient's
   //! kind are checked first. Returns what ran (also loom::last_grad()).
   template <class... Out>
   grad_info into(Out&&... outs) const {
@@ -92,8 +93,8 @@ struct gradients {
 
   // The shared kernel's plan, fixed at compile time so that one row kernel
   // is compiled for it: its row outputs are the wanted gradients of inputs
-  // of the adjoint's rank, its column sums the first two of inputs of lower
-  // rank (weights [C], broadcast over the rows).
+  // of the adjoint's rank, its column sums the first two of rank-1 inputs of
+  // lower rank (weights [C], broadcast over the rows).
   template <std::size_t K>
   using part_t = std::tuple_element_t<K, std::tuple<G...>>;
   struct plan_t {
@@ -111,7 +112,7 @@ struct gradients {
   template <class Outs, std::size_t... K>
   static constexpr plan_t make_plan(std::index_sequence<K...>) {
     const bool row[] = {(wanted<Outs, K> && part_t<K>::in_rank == part_t<K>::out_rank)...};
-    const bool sum[] = {(wanted<Outs, K> && part_t<K>::in_rank > 0 && part_t<K>::in_rank < part_t<K>::out_rank)...};
+    const bool sum[] = {(wanted<Outs, K> && part_t<K>::in_rank == 1 && part_t<K>::in_rank < part_t<K>::out_rank)...};
     plan_t p;
     for (std::size_t k = 0; k != sizeof...(K); ++k) {
       if (row[k]) p.rows[p.n_rows++] = k;

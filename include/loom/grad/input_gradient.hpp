@@ -33,6 +33,8 @@ enum class gradient_kind : std::uint8_t {
   row_sums,     //!< the input is [..., 1] (one value per row): summed along each row
   column_sums,  //!< the input is [C] (broadcast over the rows): summed over the rows
   whole_sum,    //!< the input is a scalar (every extent 1): summed over everything
+  axis_sums,    //!< the input, of rank 2 or more and lower than the output's, is broadcast along other axes
+                //!< (a position embedding [T, C] under [B, T, C]): summed over the axes it is broadcast along
   scatter,      //!< the input is the source of an embedding, index_select or gather: summed through its indices
 };
 
@@ -49,8 +51,9 @@ template <std::size_t RI, std::size_t RO>
 [[noreturn]] LOOM_NOINLINE void throw_unsummed_broadcast(const shape<RI>& in, const shape<RO>& out) {
   throw shape_error("loom: grad: an input of shape " + shape_string(in) + " is broadcast to the layer's output shape " +
                     shape_string(out) +
-                    " along axes that one pass cannot sum; loom::grad reduces to the output's shape, [..., 1] "
-                    "(per row), [C] (per column) or a scalar");
+                    " along axes that one pass cannot sum; an input of the output's rank has its shape or [..., 1] "
+                    "(per row), and one of lower rank is summed over the leading axes it is broadcast along ([C], "
+                    "[T, C] under [B, T, C], or a scalar)");
 }
 template <std::size_t RI, std::size_t RO>
 [[noreturn]] LOOM_NOINLINE void throw_gradient_output(const shape<RI>& in, const shape<RO>& got) {
@@ -84,11 +87,12 @@ struct input_gradient {
   static constexpr std::size_t in_rank = RI;
 
   //! How the adjoint reduces to the input's shape; shape_error if loom does
-  //! not sum over that pattern of axes in one pass. The kinds an input can
-  //! have follow from its rank (so only those are compiled): an input of the
-  //! adjoint's rank is same-shape or per-row ([..., 1]); one of lower rank is
-  //! broadcast over the leading axes, its gradient a column sum ([C]) or a
-  //! whole sum (every extent 1, rank 0 too).
+  //! not sum over that pattern of axes. The kinds an input can have follow
+  //! from its rank (so only those are compiled): an input of the adjoint's
+  //! rank is same-shape or per-row ([..., 1]); one of lower rank is
+  //! broadcast over the leading axes, its gradient a column sum ([C]), a
+  //! whole sum (every extent 1, rank 0 too) or, from rank 2 on, a sum over
+  //! the axes it is broadcast along (axis_sums: [T, C] under [B, T, C]).
   gradient_kind kind() const {
     if constexpr (std::is_same_v<Adj, detail::autodiff::no_grad>) return gradient_kind::zero;
     if constexpr (detail::autodiff::is_scatter<Adj>) return gradient_kind::scatter;
@@ -107,6 +111,11 @@ struct input_gradient {
       if constexpr (RI > 0)
         if (lead_ones && last == out_last) return gradient_kind::column_sums;
       if (lead_ones && last == 1) return gradient_kind::whole_sum;
+      if constexpr (RI >= 2) {
+        bool broadcast = true;
+        for (std::size_t d = 0; d != RO; ++d) broadcast = broadcast && (in[d] == 1 || in[d] == out_shape[d]);
+        if (broadcast) return gradient_kind::axis_sums;
+      }
     }
     detail::autodiff::throw_unsummed_broadcast(in_shape, out_shape);
   }
@@ -178,6 +187,58 @@ int finish_sum(gradient_kind kind, const view<O, RI, S>& out, const tensor<A, 3,
   throw std::logic_error("loom: grad: a column or whole sum was asked for a gradient of another kind");
 }
 
+// The second kernel of an axis reduction over `red` of a contiguous
+// expression of extents `ext`: 1 where the device splits the sums into
+// chunks (reduce/plan.hpp), else 0 (and on the host).
+template <class S, std::size_t R>
+int reduce_split_kernels([[maybe_unused]] const shape<R>& ext, [[maybe_unused]] const std::array<bool, R>& red) {
+  if constexpr (std::is_same_v<S, host>) {
+    return 0;
+  } else {
+#if LOOM_CUDA_COMPILER
+    const reduce::reduce_layout<R> lay = reduce::layout_of(ext, red);
+    const reduce::axis_plan p = reduce::plan_axis_reduce(ext, red, true, true, lay.outputs, lay.k,
+                                                         sm_count(current_stream().device()));
+    return p.splits > 1 ? 1 : 0;
+#else
+    return 0;
+#endif
+  }
+}
+
+// The gradient of an input broadcast along some of the output's axes
+// (gradient_kind::axis_sums): the adjoint written in full at the output's
+// shape in the accumulation type (one row kernel, or the elementwise kernel
+// for an adjoint without row reductions), summed over the broadcast axes by
+// the axis reduction (one kernel; two where the device splits long sums),
+// then converted into the output (one kernel). Every order is fixed by the
+// shapes, so the result is deterministic.
+template <class G, class O, std::size_t RI, class S>
+void assign_axis_sums(const G& g, const view<O, RI, S>& out, grad_info& gi) {
+  constexpr std::size_t RO = G::out_rank;
+  using A = sum_acc_t<O>;
+  tensor<A, RO, S> full(g.out_shape);
+  const view<A, RO, S> fv = full.view();
+  if constexpr (node_slots<node_t<decltype(g.adjoint)>>::value == 0) {
+    gi.rows = assign(fv, g.adjoint);
+    gi.kernels += 1;
+  } else {
+    auto r = assign_rows<true>("grad", g.out_shape,
+                               std::make_tuple(row_output<view<A, RO, S>>{fv, rows::row_write::each}),
+                               std::make_tuple(g.adjoint));
+    gi.rows = r.info.rows;
+    gi.kernels += r.info.kernels;
+  }
+  const shape<RO> in = g.lifted();
+  std::array<bool, RO> red{};
+  for (std::size_t d = 0; d != RO; ++d) red[d] = in[d] == 1 && g.out_shape[d] != 1;
+  using op_t = reduce::sum_op<A>;
+  const auto sums = reduce::reduce_run<op_t, true, false, RO>(as_node(full), red, op_t{}, "grad");
+  gi.kernels += 1 + reduce_split_kernels<S>(g.out_shape, red);
+  assign(lift_view<RO>(out), sums);
+  gi.kernels += 1;
+}
+
 // One gradient on its own: the reduction its kind asks for, in one row
 // kernel: for an input of the adjoint's rank its row output, written element
 // by element (same-shape; an adjoint without row reductions takes the
@@ -218,6 +279,12 @@ void assign_one(const G& g, const view<O, RI, S>& out, grad_info& gi) {
       gi.rows = r.info.rows;
       gi.kernels += r.info.kernels;
     } else {
+      if constexpr (G::in_rank >= 2) {
+        if (kind == gradient_kind::axis_sums) {
+          assign_axis_sums(g, out, gi);
+          return;
+        }
+      }
       auto r = assign_rows<false>("grad", g.out_shape, std::tuple<>{}, std::tuple<>{}, g.adjoint);
       gi.rows = r.info.rows;
       gi.kernels += r.info.kernels + finish_sum(kind, out, r.partials, 0);

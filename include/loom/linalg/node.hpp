@@ -111,12 +111,32 @@ template <tensor_like A, tensor_like B>
   return n;
 }
 
+namespace detail {
+// Whether an operand of matmul is, or holds, a loom::layer's argument.
+template <class X>
+constexpr bool holds_layer_argument() {
+  if constexpr (is_node<X>)
+    return tree_any_v<X, is_layer_argument>;
+  else
+    return false;
+}
+}  // namespace detail
+
 //! Operands that are expressions rather than tensors do not compile: cuBLASLt
-//! reads memory.
+//! reads memory. Inside a loom::layer (or a layer under loom::grad) the
+//! message says how to split the layer at the product.
 template <operand A, operand B>
   requires(!(tensor_like<A> && tensor_like<B>))
 auto matmul(const A&, const B&, matmul_options = {}) {
-  static_assert(detail::always_false<A, B>,
+  constexpr bool in_layer = detail::holds_layer_argument<A>() || detail::holds_layer_argument<B>();
+  static_assert(!in_layer,
+                "loom: matmul inside a loom::layer: a layer is one fused kernel and loom::grad differentiates "
+                "elementwise and row expressions, while a matmul is a GEMM of its own; split the layer at the "
+                "product: `h = loom::matmul(x, w);` on tensors, then `y = my_layer(h, b);` (bias, activation and "
+                "residual fuse into the GEMM's epilogue when written around the matmul: docs/06_matmul.md); the "
+                "product's gradients are matmuls on transposed views, dx = matmul(dh, w.t()) and dw = "
+                "matmul(x.t(), dh) (docs/08_gradients.md)");
+  static_assert(in_layer || detail::always_false<A, B>,
                 "loom: matmul operands must be tensors or views; evaluate an expression first: "
                 "loom::matmul(loom::materialize(x * 2), w)");
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <utility>
 
 #include "loom/expr/expression.hpp"
@@ -13,6 +14,12 @@ namespace detail {
 //! parameter in the body is, by its type, the same argument.
 template <class F, std::size_t I>
 struct layer_param {};
+
+//! A layer's parameter I in error messages, counted from 0 as loom::grad<I> counts.
+template <class F, std::size_t I>
+struct operand_label<layer_param<F, I>> {
+  static std::string text() { return "argument " + std::to_string(I) + " of the layer, counting from 0"; }
+};
 
 // A tensor argument becomes a leaf tagged as parameter Tag; a leaf that
 // already carries a tag (a parameter of an enclosing layer, passed on)
