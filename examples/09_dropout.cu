@@ -3,7 +3,11 @@
 // assignment and one kernel, and its backward regenerates the same mask from
 // the same (seed, step) instead of storing it. The random values depend only
 // on (seed, step, element), so the host executor gives the same mask as the
-// GPU. Runs on the GPU when there is one and on the host executor otherwise.
+// GPU. Then a data set shuffled each epoch with randperm and read in
+// minibatches. Runs on the GPU when there is one and on the host executor
+// otherwise.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <random>
 
@@ -63,8 +67,47 @@ int run() {
   return 0;
 }
 
+// Shuffling: each epoch reads the samples in a new order, randperm(samples,
+// seed, epoch), in minibatches gathered by index_select. Sample i holds the
+// value i in every feature, so the sum over an epoch shows each sample read once.
+template <class Space>
+int shuffle() {
+  const loom::index_t samples = 1001, features = 3, batch = 64;  // the last minibatch is shorter
+  loom::host_tensor<float, 2> data_h({samples, features});
+  for (loom::index_t i = 0; i < samples; ++i)
+    for (loom::index_t j = 0; j < features; ++j) data_h(i, j) = static_cast<float>(i);
+  const loom::tensor<float, 2, Space> data = [&] {
+    if constexpr (std::is_same_v<Space, loom::device>)
+      return loom::to_device(data_h);
+    else
+      return data_h;
+  }();
+  const std::uint64_t seed = 2024;
+  for (std::uint64_t epoch = 0; epoch < 2; ++epoch) {
+    double seen = 0;
+    const auto order = loom::randperm<Space>(samples, seed, epoch);  // a new order each epoch
+    for (loom::index_t start = 0; start < samples; start += batch) {
+      const loom::index_t rows = std::min(batch, samples - start);
+      loom::tensor<float, 2, Space> x({rows, features});
+      x = loom::index_select(data, 0, order.slice(loom::range(start, start + rows)));  // one kernel
+      seen += loom::sum(x).item();  // a training step reads the minibatch x here
+    }
+    const auto first = loom::to_host(order);
+    const double want = static_cast<double>(features) * static_cast<double>(samples * (samples - 1) / 2);
+    std::printf("%s epoch %llu: samples %lld, %lld, %lld, ... first; each sample read once: %s\n", Space::name,
+                static_cast<unsigned long long>(epoch), static_cast<long long>(first(0)),
+                static_cast<long long>(first(1)), static_cast<long long>(first(2)), seen == want ? "ok" : "NO");
+    if (seen != want) return 1;
+  }
+  return 0;
+}
+
 int main() {
-  if (loom::gpu::is_available()) return run<loom::device>();
+  if (loom::gpu::is_available()) {
+    const int failed = run<loom::device>();
+    return failed ? failed : shuffle<loom::device>();
+  }
   std::printf("no GPU (%s): running on the host executor\n", loom::gpu::unavailable_reason().c_str());
-  return run<loom::host>();
+  const int failed = run<loom::host>();
+  return failed ? failed : shuffle<loom::host>();
 }

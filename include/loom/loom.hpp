@@ -39,6 +39,7 @@
 #include "loom/reduce/sort.hpp"
 #include "loom/rng/philox.hpp"
 #include "loom/rng/random.hpp"
+#include "loom/rng/randperm.hpp"
 #include "loom/tensor/copy.hpp"
 #include "loom/tensor/npy.hpp"
 #include "loom/tensor/print.hpp"

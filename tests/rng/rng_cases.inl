@@ -3,9 +3,11 @@
 // against an independent per-element reference (Philox4x32-10 itself is
 // checked against Random123 in philox_oracle.cpp), through every path and
 // layout. The including file defines LOOM_TEST_SPACE and LOOM_TEST_TAG.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "loom_test.hpp"
@@ -422,4 +424,99 @@ TEST_CASE("dropout and bernoulli reject a probability outside [0, 1]", "[rng]" L
   }
   CHECK_THROWS_WITH(loom::dropout(x, 2.0f, 1),
                     Catch::Matchers::Contains("loom: dropout needs a probability p in [0, 1]"));
+}
+
+namespace {
+// randperm(n, seed, offset) from its documented definition: index i's key is
+// words 2i (high half) and 2i + 1 (low half) of stream (seed, offset) as a
+// signed int64; the indices in ascending order of (key, index).
+std::vector<std::int64_t> ref_randperm(index_t n, std::uint64_t seed, std::uint64_t offset) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> keyed(static_cast<std::size_t>(n));
+  for (index_t i = 0; i < n; ++i) {
+    const auto w = static_cast<std::uint64_t>(2 * i);
+    const std::uint64_t bits = (std::uint64_t{ref_bits(seed, offset, w)} << 32) | ref_bits(seed, offset, w + 1);
+    keyed[static_cast<std::size_t>(i)] = {static_cast<std::int64_t>(bits), i};
+  }
+  std::sort(keyed.begin(), keyed.end());
+  std::vector<std::int64_t> order;
+  for (const auto& k : keyed) order.push_back(k.second);
+  return order;
+}
+
+// True when p holds each of 0 .. size - 1 exactly once.
+bool is_permutation_of_iota(const std::vector<std::int64_t>& p) {
+  std::vector<char> seen(p.size(), 0);
+  for (const std::int64_t v : p) {
+    if (v < 0 || static_cast<std::size_t>(v) >= p.size() || seen[static_cast<std::size_t>(v)]) return false;
+    seen[static_cast<std::size_t>(v)] = 1;
+  }
+  return true;
+}
+
+std::vector<std::int64_t> host_values(const loom::tensor<std::int64_t, 1, space_t>& t) {
+  const auto h = loom::to_host(t);
+  return std::vector<std::int64_t>(h.data(), h.data() + h.size());
+}
+
+// Pearson's chi-square statistic of counts against equal expected counts.
+double chi_square(const std::vector<int>& counts, double expected) {
+  double x2 = 0;
+  for (const int c : counts) x2 += (c - expected) * (c - expected) / expected;
+  return x2;
+}
+}  // namespace
+
+TEST_CASE("randperm is the documented permutation of Philox keys for odd sizes", "[rng][randperm]" LOOM_TEST_TAG) {
+  STATIC_REQUIRE(std::is_same_v<decltype(loom::randperm<space_t>(3, 1)), loom::tensor<std::int64_t, 1, space_t>>);
+  for (const index_t n : {index_t{0}, index_t{1}, index_t{2}, index_t{7}, index_t{1000003}}) {
+    INFO("n = " << n);
+    const auto p = loom::randperm<space_t>(n, 0x5eed'1234'abcdULL, 17);
+    REQUIRE(p.extents() == loom::shape<1>{n});
+    const auto got = host_values(p);
+    CHECK(is_permutation_of_iota(got));
+    CHECK(got == ref_randperm(n, 0x5eed'1234'abcdULL, 17));
+    // The same (seed, offset): the same permutation.
+    CHECK(host_values(loom::randperm<space_t>(n, 0x5eed'1234'abcdULL, 17)) == got);
+    if constexpr (on_device) {
+      const auto on_host = loom::randperm<loom::host>(n, 0x5eed'1234'abcdULL, 17);
+      CHECK(got == std::vector<std::int64_t>(on_host.data(), on_host.data() + on_host.size()));
+    }
+  }
+  // Another seed or another offset: another permutation (for these values).
+  const auto base = host_values(loom::randperm<space_t>(1001, 5, 6));
+  CHECK(is_permutation_of_iota(base));
+  CHECK(host_values(loom::randperm<space_t>(1001, 5, 7)) != base);
+  CHECK(host_values(loom::randperm<space_t>(1001, 6, 6)) != base);
+  CHECK(host_values(loom::randperm<space_t>(1001, (5ULL << 32) | 5, 6)) != base);  // the seed's high half counts
+  CHECK(host_values(loom::randperm<space_t>(1001, 5, (6ULL << 32) | 6)) != base);  // and the offset's
+  CHECK(host_values(loom::randperm<space_t>(7, 5, 6)) != host_values(loom::randperm<space_t>(7, 5, 8)));
+  CHECK_THROWS_AS(loom::randperm<space_t>(-1, 5), loom::value_error);
+}
+
+TEST_CASE("randperm draws every permutation equally often over seeds and offsets", "[rng][randperm]" LOOM_TEST_TAG) {
+  // All 24 orders of 4 elements over 4800 seeds: chi-square with 23 degrees
+  // of freedom below 49.7 (its 0.1% tail); a fixed set of seeds, so the
+  // outcome is fixed too.
+  std::vector<int> orders(24, 0);
+  for (std::uint64_t seed = 0; seed < 4800; ++seed) {
+    const auto p = host_values(loom::randperm<space_t>(4, seed * 0x9e3779b97f4a7c15ULL));
+    REQUIRE(is_permutation_of_iota(p));
+    // The rank of the permutation in lexicographic order (Lehmer code).
+    int rank = 0;
+    for (std::size_t i = 0; i < 4; ++i) {
+      int smaller_after = 0;
+      for (std::size_t j = i + 1; j < 4; ++j) smaller_after += p[j] < p[i];
+      rank = rank * static_cast<int>(4 - i) + smaller_after;
+    }
+    ++orders[static_cast<std::size_t>(rank)];
+  }
+  CHECK(chi_square(orders, 200.0) < 49.7);
+  // Where element 0 lands in 7 elements, one seed, offsets 0 .. 6999 (an
+  // epoch each): 6 degrees of freedom, below 22.5 (the 0.1% tail).
+  std::vector<int> position(7, 0);
+  for (std::uint64_t epoch = 0; epoch < 7000; ++epoch) {
+    const auto p = host_values(loom::randperm<space_t>(7, 2024, epoch));
+    ++position[static_cast<std::size_t>(std::find(p.begin(), p.end(), 0) - p.begin())];
+  }
+  CHECK(chi_square(position, 1000.0) < 22.5);
 }

@@ -78,3 +78,18 @@ TEST_CASE("the random leaf's vector loads give the values of single elements", "
   loom_test::check_vector_forms<16>(m, s[0] * s[1], s[1]);
   loom_test::check_vector_forms<2>(d, s[0] * s[1], s[1]);
 }
+
+TEST_CASE("randperm does not depend on the number of host threads", "[rng][randperm]") {
+#if LOOM_HAS_OPENMP
+  const int threads = omp_get_max_threads();
+  const loom::index_t n = 300007;  // above the host executor's threshold for threads
+  omp_set_num_threads(1);
+  const auto one = loom::randperm<loom::host>(n, 77, 3);
+  omp_set_num_threads(2);
+  const auto two = loom::randperm<loom::host>(n, 77, 3);
+  omp_set_num_threads(threads);
+  check_exact(two, [&](std::uint64_t i) { return one.data()[i]; });
+#else
+  SUCCEED("no OpenMP: the host executor runs one thread");
+#endif
+}
