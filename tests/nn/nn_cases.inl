@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "loom_test.hpp"
@@ -903,6 +905,91 @@ TEST_CASE("cross_entropy of masked logits is finite, takes strided targets and k
       CHECK(dd(r, k) == Approx(want).margin(1e-13));
     }
   }
+}
+
+TEST_CASE("cross_entropy_rows takes one target per row as a vector or a column, in a layer and under loom::grad",
+          "[nn][loss]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("cross entropy rows targets"));
+  // Rows and classes, N == C included (there [N] targets broadcast as a row
+  // of [N, C] unless they are read as one class index per row).
+  for (const auto& [n, c] : std::initializer_list<std::pair<index_t, index_t>>{{9, 33}, {7, 7}, {1, 3}}) {
+    INFO("logits [" << n << ", " << c << "]");
+    const auto zh = random_host<float, 2>({n, c}, g, -5, 5);
+    loom::host_tensor<std::int64_t, 1> th({n});
+    for (index_t r = 0; r < n; ++r) th(r) = static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(c));
+    if (n > 2) th(1) = -100;  // ignored: loss 0, gradient 0
+    // The targets [N] as every other element of a longer tensor (a strided view).
+    loom::host_tensor<std::int64_t, 1> wide({2 * n});
+    for (index_t r = 0; r < n; ++r) wide(2 * r) = th(r), wide(2 * r + 1) = 12345;
+    const auto z = in_space(zh);
+    const auto t = in_space(th);
+    const auto wd = in_space(wide);
+    const auto t_strided = wd.view().slice(loom::range(0, loom::none, 2));
+    const auto t_column = t.view().unsqueeze(1);
+    const auto zr = rows_of(zh);
+    for (double s : {0.0, 0.1}) {
+      INFO("label smoothing " << s);
+      loom::cross_entropy_options o;
+      o.label_smoothing = s;
+      std::vector<std::vector<double>> want;
+      for (index_t r = 0; r < n; ++r)
+        want.push_back({th(r) == -100 ? 0.0 : ref_ce_row(zr[static_cast<std::size_t>(r)], th(r), s)});
+      auto y = poisoned<float, 2>({n, 1});
+      expect_one_launch([&] { y = loom::cross_entropy_rows(z, t, o); });
+      check_rows(y, want, 1e-5, 1e-6);
+      y = poisoned<float, 2>({n, 1});
+      y = loom::cross_entropy_rows(z, t_strided, o);
+      check_rows(y, want, 1e-5, 1e-6);
+      y = poisoned<float, 2>({n, 1});
+      y = loom::cross_entropy_rows(z, t_column, o);
+      check_rows(y, want, 1e-5, 1e-6);
+    }
+    // In a layer (its parameters are tagged leaves) and differentiated: the
+    // gradient of the summed loss is softmax(z) - onehot(target), 0 for the ignored row.
+    constexpr auto ce = loom::layer([](auto logits, auto target) { return loom::cross_entropy_rows(logits, target); });
+    auto y = poisoned<float, 2>({n, 1});
+    y = ce(z, t);
+    std::vector<std::vector<double>> want_loss, want_grad;
+    for (index_t r = 0; r < n; ++r) {
+      const auto& row = zr[static_cast<std::size_t>(r)];
+      want_loss.push_back({th(r) == -100 ? 0.0 : ref_ce_row(row, th(r), 0.0)});
+      double m = -inf, se = 0;
+      for (double v : row) m = std::max(m, v);
+      for (double v : row) se += std::exp(v - m);
+      std::vector<double> d(row.size(), 0.0);
+      if (th(r) != -100)
+        for (std::size_t k = 0; k < row.size(); ++k)
+          d[k] = std::exp(row[k] - m) / se - (static_cast<std::int64_t>(k) == th(r) ? 1.0 : 0.0);
+      want_grad.push_back(d);
+    }
+    check_rows(y, want_loss, 1e-5, 1e-6);
+    loom::host_tensor<float, 2> ones_h({n, 1});
+    loom::fill(ones_h, 1.0f);
+    const auto ones = in_space(ones_h);
+    for (int shape_of_targets = 0; shape_of_targets < 2; ++shape_of_targets) {
+      INFO((shape_of_targets ? "targets [N, 1]" : "targets [N]"));
+      auto dz = poisoned<float, 2>({n, c});
+      if (shape_of_targets == 0)
+        dz = loom::grad<0>(ce)(z, t, ones);
+      else
+        dz = loom::grad<0>(ce)(z, t_column, ones);
+      check_rows(dz, want_grad, 1e-5, 1e-6);
+    }
+  }
+  // Targets of any other shape: the message names the shapes it takes.
+  const auto z = in_space(random_host<float, 2>({4, 4}, g));
+  loom::host_tensor<std::int64_t, 2> square_h({4, 4});
+  loom::host_tensor<std::int64_t, 1> short_h({3});
+  loom::fill(square_h, std::int64_t{0});
+  loom::fill(short_h, std::int64_t{0});
+  const auto square = in_space(square_h);
+  const auto short_t = in_space(short_h);
+  auto y = poisoned<float, 2>({4, 1});
+  REQUIRE_THROWS_AS(y = loom::cross_entropy_rows(z, square), loom::shape_error);
+  REQUIRE_THROWS_WITH(y = loom::cross_entropy_rows(z, square),
+                      Contains("targets of shape [4, 4]") && Contains("[4] or [4, 1]"));
+  REQUIRE_THROWS_WITH(y = loom::cross_entropy_rows(z, short_t),
+                      Contains("targets of shape [3]") && Contains("[4] or [4, 1]"));
 }
 
 namespace {

@@ -53,19 +53,62 @@ struct cross_entropy_options {
   loss_reduction reduction = loss_reduction::mean;
 };
 
+namespace detail {
+// The targets of cross_entropy_rows as a node of the logits' rank RZ: a
+// tensor or view of one class index per row ([...] under logits [..., C])
+// gets a trailing axis of extent 1. It leaves as a plain leaf: a layer's
+// parameter tag promises one layout for every use of that parameter.
+template <std::size_t RZ, class T>
+auto ce_target_column(const T& target) {
+  using N = node_t<T>;
+  static_assert(N::rank <= RZ && N::rank + 1 >= RZ,
+                "loom: cross_entropy_rows: give one class index per row, targets of the logits' rank or one less: "
+                "[N] or [N, 1] under logits [N, C]");
+  const N t = as_node(target);
+  if constexpr (N::rank + 1 == RZ) {
+    static_assert(is_leaf_node<N>,
+                  "loom: cross_entropy_rows: targets of shape [N] (one class index per row of logits [N, C]) must "
+                  "be a tensor or view; give an expression of targets the shape [N, 1]");
+    if constexpr (is_leaf_node<N>)
+      return leaf_node<typename N::value_type, RZ, typename N::space>(t.v.unsqueeze(static_cast<int>(N::rank)));
+  } else {
+    return t;
+  }
+}
+
+// The targets as a column `t` must have the logits' shape with its last
+// extent 1: one class index per row.
+template <std::size_t RZ, std::size_t RG>
+void check_ce_rows(const shape<RZ>& logits, const shape<RZ>& t, const shape<RG>& given) {
+  shape<RZ> column = logits;
+  if constexpr (RZ > 0) column[RZ - 1] = 1;
+  if (t == column) return;
+  std::string rows = "[";
+  for (std::size_t d = 0; d + 1 < RZ; ++d) rows += (d ? ", " : "") + std::to_string(logits[d]);
+  throw shape_error("loom: cross_entropy_rows: targets of shape " + shape_string(given) +
+                    " do not fit logits of shape " + shape_string(logits) +
+                    "; give one class index per row, of shape " + rows + "] or " + shape_string(column));
+}
+}  // namespace detail
+
 //! The per-row cross-entropy of logits [..., C] against integer targets
-//! [..., 1] (one class index per row), as a lazy expression of shape [..., 1]
+//! [...] or [..., 1] (one class index per row; [...] only as a tensor or
+//! view), as a lazy expression of shape [..., 1]
 //! computed in the logits' compute type: double for double logits, float
 //! for float, half and bf16. A target outside [0, C) that is not ignore_index gives
 //! NaN for its row (a kernel cannot raise). A -inf logit masks its class:
 //! the loss stays finite unless that class is the target (inf) or label
-//! smoothing puts weight on it (inf), as in PyTorch. One kernel when assigned,
+//! smoothing puts weight on it (inf), as in PyTorch. Targets of another
+//! shape throw shape_error naming the shapes it takes. One kernel when assigned,
 //! two reduction passes per row: the row max and the target logit (and the
 //! row mean with label smoothing), then the sum of exponentials.
+//! Example: `loss = loom::cross_entropy_rows(logits, labels);` (loss [N, 1], labels [N])
 template <expression L, expression T>
 [[nodiscard]] auto cross_entropy_rows(const L& logits, const T& target, const cross_entropy_options& o = {}) {
   const auto z = detail::as_node(logits);
-  const auto t = detail::as_node(target);
+  constexpr std::size_t rz = decltype(z)::rank;
+  const auto t = detail::ce_target_column<rz>(target);
+  detail::check_ce_rows(z.extents(), t.extents(), detail::as_node(target).extents());
   const auto col = column_index(z);
   const auto m = stop_gradient(row_max(z));  // lse does not depend on the shift: no gradient through it
   const auto lse = log(row_sum(exp(z - m))) + m;
