@@ -40,16 +40,17 @@ constexpr auto rms_swiglu = loom::layer([](auto x, auto weight, auto gate, auto 
 // memory with the tensor's strides (in elements: any layout). The returned
 // dlpack_tensor holds torch's reference until it goes. Inputs are exported
 // read-only (torch then reads them without materializing a copy-on-write
-// tensor) and so are viewed with const elements; outputs writable.
+// tensor) and so are viewed with const elements; outputs writable. `name`
+// ("input weight") is in every message of the import's checks.
 template <class T, std::size_t Rank, class Space>
-loom::dlpack_tensor<const T, Rank, Space> borrow_input(const at::Tensor& t) {
+loom::dlpack_tensor<const T, Rank, Space> borrow_input(const at::Tensor& t, const char* name) {
   return loom::from_dlpack<const T, Rank, Space>(
-      reinterpret_cast<loom::dlpack::managed_tensor_versioned*>(at::toDLPackVersionedReadOnly(t)));
+      reinterpret_cast<loom::dlpack::managed_tensor_versioned*>(at::toDLPackVersionedReadOnly(t)), name);
 }
 template <class T, std::size_t Rank, class Space>
-loom::dlpack_tensor<T, Rank, Space> borrow_output(const at::Tensor& t) {
+loom::dlpack_tensor<T, Rank, Space> borrow_output(const at::Tensor& t, const char* name) {
   return loom::from_dlpack<T, Rank, Space>(
-      reinterpret_cast<loom::dlpack::managed_tensor_versioned*>(at::toDLPackVersioned(t)));
+      reinterpret_cast<loom::dlpack::managed_tensor_versioned*>(at::toDLPackVersioned(t)), name);
 }
 
 // A new row-major tensor of t's shape, dtype and device, from torch's allocator.
@@ -70,10 +71,10 @@ inline std::int64_t pointer_of(const auto& borrowed) { return reinterpret_cast<s
 template <class T, class Space>
 at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& gate, double eps) {
   auto y = empty_contiguous(x);
-  const auto xv = borrow_input<T, 2, Space>(x);
-  const auto wv = borrow_input<T, 1, Space>(weight);
-  const auto gv = borrow_input<T, 2, Space>(gate);
-  const auto yv = borrow_output<T, 2, Space>(y);
+  const auto xv = borrow_input<T, 2, Space>(x, "input x");
+  const auto wv = borrow_input<T, 1, Space>(weight, "input weight");
+  const auto gv = borrow_input<T, 2, Space>(gate, "input gate");
+  const auto yv = borrow_output<T, 2, Space>(y, "output y");
   auto out = yv.view();
   out = rms_swiglu(xv.view(), wv.view(), gv.view(), static_cast<eps_t<T>>(eps));
   record_views("forward", {pointer_of(xv), pointer_of(wv), pointer_of(gv), pointer_of(yv)});
@@ -84,13 +85,13 @@ template <class T, class Space>
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& x, const at::Tensor& weight,
                                                         const at::Tensor& gate, const at::Tensor& dy, double eps) {
   auto dx = empty_contiguous(x), dweight = empty_contiguous(weight), dgate = empty_contiguous(gate);
-  const auto xv = borrow_input<T, 2, Space>(x);
-  const auto wv = borrow_input<T, 1, Space>(weight);
-  const auto gv = borrow_input<T, 2, Space>(gate);
-  const auto dyv = borrow_input<T, 2, Space>(dy);
-  const auto dxv = borrow_output<T, 2, Space>(dx);
-  const auto dwv = borrow_output<T, 1, Space>(dweight);
-  const auto dgv = borrow_output<T, 2, Space>(dgate);
+  const auto xv = borrow_input<T, 2, Space>(x, "input x");
+  const auto wv = borrow_input<T, 1, Space>(weight, "input weight");
+  const auto gv = borrow_input<T, 2, Space>(gate, "input gate");
+  const auto dyv = borrow_input<T, 2, Space>(dy, "input dy");
+  const auto dxv = borrow_output<T, 2, Space>(dx, "output dx");
+  const auto dwv = borrow_output<T, 1, Space>(dweight, "output dweight");
+  const auto dgv = borrow_output<T, 2, Space>(dgate, "output dgate");
   auto dx_out = dxv.view();
   auto dw_out = dwv.view();
   auto dg_out = dgv.view();

@@ -175,12 +175,14 @@ def test_errors():
     x, w, gate = inputs(4, 8, torch.float32, seed=5)
     raises(TypeError, "loom: rms_swiglu: x holds int64; this op takes float32, float64, bfloat16 or float16",
            lambda: loom_torch.rms_swiglu(x.long(), w, gate), "int64 x")
-    raises(TypeError, "loom: from_dlpack<const float32, 1, host>: the DLPack tensor holds float64",
+    raises(TypeError, "loom: from_dlpack<const float32, 1, host> of input weight: the DLPack tensor holds float64",
            lambda: loom_torch.rms_swiglu(x, w.double(), gate), "float64 weight with float32 x")
-    raises(ValueError, "the DLPack tensor has rank 3 (shape [2, 2, 8]); expected rank 2",
+    raises(ValueError, "of input x: the DLPack tensor has rank 3 (shape [2, 2, 8]); expected rank 2",
            lambda: loom_torch.rms_swiglu(x.reshape(2, 2, 8), w, gate), "rank-3 x")
-    raises(ValueError, "loom:", lambda: loom_torch.rms_swiglu(x, w, gate[:, :7]), "gate narrower than x")
-    raises(ValueError, "loom:", lambda: loom_torch.rms_swiglu(x, w[:7], gate), "weight shorter than a row")
+    raises(ValueError, "[4, 7] is computed from argument 2 of the layer",
+           lambda: loom_torch.rms_swiglu(x, w, gate[:, :7]), "gate narrower than x")
+    raises(ValueError, "[7] is argument 1 of the layer",
+           lambda: loom_torch.rms_swiglu(x, w[:7], gate), "weight shorter than a row")
     raises(TypeError, "loom: rms_swiglu: x holds int32",
            lambda: torch.ops.loom.rms_swiglu_backward(x.int(), w, gate, x, 1e-6), "int32 x in the backward")
 

@@ -99,7 +99,11 @@ TEST_CASE("a layer's arguments that do not broadcast are named by their position
   REQUIRE_THROWS_WITH(y = direct(x, w), Contains("[4, 8] and [7]") &&
                                             Contains("[4, 8] is argument 0 of the layer, counting from 0") &&
                                             Contains("[7] is argument 1 of the layer, counting from 0"));
-  // Under a subexpression only the argument that does not fit is named.
+  // A subexpression of one argument is named as computed from it.
+  constexpr auto gated = loom::layer([](auto v, auto k) { return loom::silu(v) * k; });
+  REQUIRE_THROWS_WITH(y = gated(x, w), Contains("[4, 8] is computed from argument 0 of the layer") &&
+                                           Contains("[7] is argument 1 of the layer"));
+  // Under a subexpression of two arguments only the one that does not fit is named.
   REQUIRE_THROWS_WITH(y = lay(x, w, s), Contains("[7] is argument 1 of the layer") && !Contains("argument 0"));
   // Under loom::grad the inputs asked for are named.
   auto dw = poisoned<1>({7});

@@ -165,6 +165,21 @@ TEST_CASE("a failed import has called the deleter once before the exception leav
   CHECK(q.deletes == 1);
 }
 
+TEST_CASE("from_dlpack given the tensor's name says it in every message", "[interop]" LOOM_TEST_TAG) {
+  auto t = in_space(loom::host_tensor<float, 2>({3, 4}));
+  test_dlpack::producer p(t.data(), here(), {2, 32, 1}, {3, 4}, {4, 1});
+  REQUIRE_THROWS_WITH((loom::from_dlpack<const double, 2, space_t>(&p.versioned, "input w")),
+                      Contains(" of input w: the DLPack tensor holds float32"));
+  test_dlpack::producer q(t.data(), here(), {2, 32, 1}, {3, 4}, {4, 1});
+  REQUIRE_THROWS_WITH((loom::from_dlpack<float, 3, space_t>(&q.legacy, "input x")),
+                      Contains(" of input x: the DLPack tensor has rank 2"));
+  test_dlpack::producer r(t.data(), here(), {2, 32, 1}, {3, 4}, {4, 1});
+  REQUIRE_THROWS_WITH((loom::from_dlpack<float, 3, space_t>(&r.versioned)),
+                      Contains(", " + std::string(std::is_same_v<space_t, loom::host> ? "host" : "device") +
+                                        ">: the DLPack tensor has rank 2"));
+  CHECK(p.deletes + q.deletes + r.deletes == 3);
+}
+
 TEST_CASE("read-only tensors import as const elements and views of const export read-only", "[interop]" LOOM_TEST_TAG) {
   std::mt19937_64 g(loom_test::seed_for("dlpack read-only"));
   const auto h = random_host<float, 2>({7, 5}, g);

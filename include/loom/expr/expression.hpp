@@ -87,12 +87,15 @@ inline constexpr bool is_leaf_node = false;
 template <class T, std::size_t R, class S, class Tag>
 inline constexpr bool is_leaf_node<leaf_node<T, R, S, Tag>> = true;
 
-//! True for a node that stands for an argument of a loom::layer (a leaf
-//! tagged as its parameter; grad/derive.hpp adds the inputs it marks).
+//! The position of the loom::layer argument that node N stands for, or
+//! no_argument: nn/layer.hpp specializes it for the leaves of a layer's
+//! parameters, grad/derive.hpp for the inputs loom::grad marks.
+inline constexpr std::size_t no_argument = ~std::size_t{0};
 template <class N>
-struct is_layer_argument : std::false_type {};
-template <class T, std::size_t R, class S, class Tag>
-struct is_layer_argument<leaf_node<T, R, S, Tag>> : std::bool_constant<!std::is_void_v<Tag>> {};
+struct layer_argument_index : std::integral_constant<std::size_t, no_argument> {};
+//! True for a node that stands for an argument of a loom::layer.
+template <class N>
+struct is_layer_argument : std::bool_constant<layer_argument_index<N>::value != no_argument> {};
 
 template <class T, std::size_t R, class S, class Tag>
 struct children_of<leaf_node<T, R, S, Tag>> {
@@ -197,15 +200,32 @@ struct common_space_of<A, Rest...> {
 template <class... Ch>
 inline constexpr std::size_t max_rank_of = std::max({std::size_t{0}, Ch::rank...});
 
-//! What an operand is to the user, for error messages: "argument 1 of the
-//! layer" for a leaf of a layer's parameter (nn/layer.hpp specializes it
-//! for detail::layer_param), empty where loom does not know.
+// The lowest and (as no_argument - 1 - it) the highest layer argument
+// position in a tree, by tree_min_v.
 template <class N>
-struct operand_label {
-  static std::string text() { return {}; }
-};
-template <class T, std::size_t R, class S, class Tag>
-struct operand_label<leaf_node<T, R, S, Tag>> : operand_label<Tag> {};
+struct argument_low : layer_argument_index<N> {};
+template <class N>
+struct argument_high_complement
+    : std::integral_constant<std::size_t, layer_argument_index<N>::value == no_argument
+                                              ? no_argument
+                                              : no_argument - 1 - layer_argument_index<N>::value> {};
+
+//! What an operand is to the user, for error messages: "argument 1 of the
+//! layer, counting from 0" for a layer's argument, "computed from argument
+//! 1 ..." for a subtree whose only argument that is; empty where loom does
+//! not know.
+template <class N>
+std::string operand_label() {
+  if constexpr (is_node<N>) {
+    constexpr std::size_t low = tree_min_v<N, argument_low>;
+    constexpr std::size_t high = no_argument - 1 - tree_min_v<N, argument_high_complement>;
+    if constexpr (low != no_argument && low == high) {
+      const std::string which = "argument " + std::to_string(low) + " of the layer, counting from 0";
+      return is_layer_argument<N>::value ? which : "computed from " + which;
+    }
+  }
+  return {};
+}
 
 // `a` and `b` do not broadcast at axis o (b's axis d); `a_is` and `b_is` say
 // what they are (or are empty).
@@ -284,7 +304,7 @@ struct map_node : detail::node_tag {
     std::size_t shaped = 0, from = 0;  // the children of rank > 0 so far, and the first of them
     const auto label = [](std::size_t k) {
       std::string t;
-      ((k == I ? (void)(t = detail::operand_label<Ch>::text()) : (void)0), ...);
+      ((k == I ? (void)(t = detail::operand_label<Ch>()) : (void)0), ...);
       return t;
     };
     const auto add = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {

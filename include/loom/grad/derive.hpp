@@ -26,7 +26,6 @@
 #include "loom/expr/row_nodes.hpp"
 #include "loom/expr/shared_rows.hpp"
 #include "loom/expr/traverse.hpp"
-#include "loom/nn/layer.hpp"
 #include "loom/ops/arithmetic.hpp"
 #include "loom/ops/compare.hpp"
 
@@ -52,9 +51,7 @@ struct children_of<input_node<I, N>> {
   using rebind = input_node<I, N>;
 };
 template <std::size_t I, class N>
-struct operand_label<input_node<I, N>> : operand_label<layer_param<void, I>> {};
-template <std::size_t I, class N>
-struct is_layer_argument<input_node<I, N>> : std::true_type {};
+struct layer_argument_index<input_node<I, N>> : std::integral_constant<std::size_t, I> {};
 
 namespace autodiff {
 //! No contribution to an adjoint (the structural zero).

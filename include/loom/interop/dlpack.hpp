@@ -16,6 +16,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -241,7 +242,7 @@ view<T, Rank, Space> checked_view(const dl_tensor& t, std::uint64_t flags, const
 class import_key {
   explicit import_key() = default;
   template <class U, std::size_t R, class S, class Managed>
-  friend auto import_tensor(Managed* m);
+  friend auto import_tensor(Managed* m, std::string_view name);
 };
 
 template <class T, std::size_t Rank, class Space>
@@ -300,8 +301,8 @@ class dlpack_tensor {
 
 namespace detail::dlpack {
 template <class U, std::size_t R, class S, class Managed>
-auto import_tensor(Managed* m) {
-  const std::string what = import_name<U, R, S>();
+auto import_tensor(Managed* m, std::string_view name) {
+  const std::string what = import_name<U, R, S>() + (name.empty() ? "" : " of " + std::string(name));
   if (!m) throw value_error("loom: " + what + ": got a null pointer");
   auto owner = adopt(m);  // from here the deleter runs once, also when a check throws
   std::uint64_t flags = 0;
@@ -331,16 +332,20 @@ auto import_tensor(Managed* m) {
 //! against the current device (value_error), the shape, a null data pointer
 //! and the alignment of data + byte_offset (value_error). Null strides mean
 //! compact row-major. O(rank), no kernel.
+//! `name` (optional) says which argument the tensor is, and every message
+//! names it: `from_dlpack<const float, 1, host>(m, "input w")` throws
+//! "loom: from_dlpack<const float32, 1, host> of input w: ...".
 //! Example: `auto x = loom::from_dlpack<const float, 2, loom::device>(m);`
 template <class T, std::size_t Rank, memory_space Space>
-[[nodiscard]] dlpack_tensor<T, Rank, Space> from_dlpack(dlpack::managed_tensor_versioned* m) {
-  return detail::dlpack::import_tensor<T, Rank, Space>(m);
+[[nodiscard]] dlpack_tensor<T, Rank, Space> from_dlpack(dlpack::managed_tensor_versioned* m,
+                                                        std::string_view name = {}) {
+  return detail::dlpack::import_tensor<T, Rank, Space>(m, name);
 }
 
 //! The same for the legacy, unversioned DLManagedTensor (no flags: always writable).
 template <class T, std::size_t Rank, memory_space Space>
-[[nodiscard]] dlpack_tensor<T, Rank, Space> from_dlpack(dlpack::managed_tensor* m) {
-  return detail::dlpack::import_tensor<T, Rank, Space>(m);
+[[nodiscard]] dlpack_tensor<T, Rank, Space> from_dlpack(dlpack::managed_tensor* m, std::string_view name = {}) {
+  return detail::dlpack::import_tensor<T, Rank, Space>(m, name);
 }
 
 namespace detail::dlpack {

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <cstddef>
-#include <string>
 #include <utility>
 
 #include "loom/expr/expression.hpp"
@@ -15,11 +14,9 @@ namespace detail {
 template <class F, std::size_t I>
 struct layer_param {};
 
-//! A layer's parameter I in error messages, counted from 0 as loom::grad<I> counts.
-template <class F, std::size_t I>
-struct operand_label<layer_param<F, I>> {
-  static std::string text() { return "argument " + std::to_string(I) + " of the layer, counting from 0"; }
-};
+//! A leaf of a layer's parameter I is the layer's argument I.
+template <class T, std::size_t R, class S, class F, std::size_t I>
+struct layer_argument_index<leaf_node<T, R, S, layer_param<F, I>>> : std::integral_constant<std::size_t, I> {};
 
 // A tensor argument becomes a leaf tagged as parameter Tag; a leaf that
 // already carries a tag (a parameter of an enclosing layer, passed on)
