@@ -34,8 +34,8 @@ loom_apt_install() {
 }
 
 # Installs cmake, ninja, Catch2, Random123 (tests/rng's oracle for Philox;
-# loom itself does not use it), ccache (not with CCACHE_DISABLE set, as CI
-# sets it) and python3 (for the PTX check; standard library only) from Debian
+# loom itself does not use it), OpenBLAS (the host matmul's BLAS), ccache
+# (not with CCACHE_DISABLE set, as CI sets it) and python3 (for the PTX check; standard library only) from Debian
 # when one is missing: a prepared machine does not touch apt at all.
 loom_install_deps() {
   local missing=()
@@ -45,8 +45,9 @@ loom_install_deps() {
   command -v python3 >/dev/null 2>&1 || missing+=(python3)
   dpkg -s catch2 >/dev/null 2>&1 || missing+=(catch2)
   dpkg -s librandom123-dev >/dev/null 2>&1 || missing+=(librandom123-dev)  # a test-only oracle (tests/rng)
+  dpkg -s libopenblas-dev >/dev/null 2>&1 || missing+=(libopenblas-dev)    # cblas_sgemm under the host matmul
   if ((${#missing[@]} == 0)); then
-    echo "cmake, ninja, python3, Catch2, Random123 (and ccache unless disabled) are installed"
+    echo "cmake, ninja, python3, Catch2, Random123, OpenBLAS (and ccache unless disabled) are installed"
     return
   fi
   loom_apt_install "${missing[@]}"

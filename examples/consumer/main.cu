@@ -8,6 +8,9 @@
 #if CONSUMER_EXPECTS_OPENMP && !LOOM_HAS_OPENMP
 #error "loom::loom brings OpenMP here (LOOM_OPENMP_FOUND), but this file was compiled without it"
 #endif
+#if CONSUMER_EXPECTS_BLAS && !LOOM_HAS_BLAS
+#error "loom::loom brings a BLAS here (LOOM_BLAS_FOUND), but this file was compiled without it"
+#endif
 #if LOOM_HAS_OPENMP
 #include <omp.h>
 #endif
@@ -25,5 +28,11 @@ int main() {
 #if LOOM_HAS_OPENMP
   if (threads != omp_get_max_threads()) return 1;
 #endif
+  // With a BLAS the host matmul calls it (linked through loom::loom).
+  loom::host_tensor<float, 2> p({2, 2});
+  p = loom::matmul(x, x.t());
+  std::printf("consumer: host matmul on %s; x x^T = [%g, %g; %g, %g]\n", loom::host_gemm_backend_name().c_str(),
+              p(0, 0), p(0, 1), p(1, 0), p(1, 1));
+  if (p(0, 0) != 14 || p(0, 1) != 32 || p(1, 1) != 77) return 1;
   return sum == 21 ? 0 : 1;
 }

@@ -10,6 +10,7 @@
 
 #include "loom/config.hpp"
 #include "loom/core/device.hpp"
+#include "loom/linalg/blas.hpp"
 
 #if LOOM_HAS_OPENMP
 #include <omp.h>
@@ -38,7 +39,8 @@ inline std::string cuda_version_string(int v) {
 
 //! A human-readable report of loom's environment: loom, the compiler mode
 //! (nvcc or a host compiler; OpenMP on with the host executor's threads, or
-//! off), CUDA runtime and driver, CCCL and cuBLAS versions, and every usable device
+//! off), what computes host matrix products (host_gemm_backend_name()), CUDA
+//! runtime and driver, CCCL and cuBLAS versions, and every usable device
 //! with its properties (or why there is none). Never throws for a missing GPU.
 //! Example: `std::cout << loom::env_report();`
 inline std::string env_report() {
@@ -46,6 +48,7 @@ inline std::string env_report() {
   o << "loom " << LOOM_VERSION_STRING << " (compiled by " << (detail::cuda_compiler ? "nvcc" : "a host compiler")
     << (LOOM_HAS_OPENMP ? ", OpenMP on, " + std::to_string(host_threads()) + " host threads" : ", OpenMP off")
     << ")\n";
+  o << "host matmul: " << host_gemm_backend_name() << "\n";
   int runtime = 0, driver = 0;
   (void)cudaRuntimeGetVersion(&runtime);
   (void)cudaDriverGetVersion(&driver);

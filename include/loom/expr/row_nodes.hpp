@@ -18,12 +18,12 @@
 #include "loom/expr/bound.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/expr/traverse.hpp"
-#include "loom/reduce/ops.hpp"
+#include "loom/core/reduction_ops.hpp"
 #include "loom/tensor/view.hpp"
 
 namespace loom {
 namespace fn {
-// The row reductions name operators of reduce/ops.hpp, the vocabulary of
+// The row reductions name operators of core/reduction_ops.hpp, the vocabulary of
 // every reduction, over the row's accumulator type A (float, or double for
 // double rows: detail::row_acc_t).
 //! Sum along the row.
@@ -64,7 +64,7 @@ template <class Op, class A, std::size_t Slot, class B>
 struct bound_row_reduce {
   using compute = A;
   using acc = A;
-  using op = typename Op::template op<A>;  // a reduce/ops.hpp operator with accumulator A
+  using op = typename Op::template op<A>;  // a core/reduction_ops.hpp operator with accumulator A
   static_assert(std::is_same_v<typename op::acc, A>, "loom: a row reduction's operator accumulates in its own type");
   template <int vector_width>
   struct regs {};

@@ -1,21 +1,34 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// The host executor's matrix product: a blocked, multi-threaded reference with
-// the same semantics as the cuBLASLt path (batch broadcasting, any strides,
-// float accumulation for half/bf16/float and double for double, the same
-// epilogue). Correctness and portability are its goals, not speed.
+// The host executor's matrix product, with the semantics of the cuBLASLt
+// path (batch broadcasting, any strides, float accumulation for
+// half/bf16/float and double for double, the same epilogue). The output is
+// cut into blocks computed in parallel (OpenMP); each block is computed into
+// a buffer of the accumulator type by the BLAS (cblas_sgemm/cblas_dgemm,
+// single-threaded, operands passed in place where their layout allows, else
+// packed and converted to float) or by loom's own kernel (host_kernel.hpp),
+// then the epilogue writes it to the output while it is in cache.
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
+#include <new>
+#include <optional>
 #include <type_traits>
 
 #include "loom/config.hpp"
 #include "loom/core/dtype.hpp"
 #include "loom/core/space.hpp"
 #include "loom/core/launch.hpp"
+#include "loom/linalg/blas.hpp"
+#include "loom/linalg/host_kernel.hpp"
 #include "loom/ops/activations.hpp"
 #include "loom/tensor/view.hpp"
+
+#if LOOM_HAS_OPENMP
+#include <omp.h>
+#endif
 
 namespace loom {
 //! The activation a matrix product's epilogue applies (after alpha, beta C and bias).
@@ -39,31 +52,213 @@ struct gemm_epilogue {
   matmul_activation act = matmul_activation::none;
 };
 
+namespace linalg {
+// Output blocks are at most block_rows x block_cols: the BLAS's calls run near
+// the speed of one whole-matrix call there, and the block's accumulator
+// (2 MiB of float) stays in L2/L3 for the epilogue. They are halved (down to
+// min_block) until every thread has one.
+constexpr index_t block_rows = 512;
+constexpr index_t block_cols = 1024;
+constexpr index_t min_block = 64;
+
+struct output_tiling {
+  index_t rows = 0, cols = 0, tiles_m = 0, tiles_n = 0;
+};
+inline output_tiling tile_output(index_t batch, index_t m, index_t n, int threads) {
+  output_tiling t;
+  t.rows = std::min(block_rows, m);
+  t.cols = std::min(block_cols, n);
+  const auto count = [&] { return batch * ((m + t.rows - 1) / t.rows) * ((n + t.cols - 1) / t.cols); };
+  while (count() < threads && (t.rows > min_block || t.cols > min_block)) {
+    if (t.cols >= t.rows && t.cols > min_block)
+      t.cols = (t.cols + 1) / 2;
+    else if (t.rows > min_block)
+      t.rows = (t.rows + 1) / 2;
+    else
+      t.cols = (t.cols + 1) / 2;
+  }
+  t.tiles_m = (m + t.rows - 1) / t.rows;
+  t.tiles_n = (n + t.cols - 1) / t.cols;
+  return t;
+}
+
+// A 64-byte aligned buffer that grows on demand (one per thread and role).
+template <class Acc>
+class scratch_buffer {
+ public:
+  scratch_buffer() = default;
+  scratch_buffer(const scratch_buffer&) = delete;
+  scratch_buffer& operator=(const scratch_buffer&) = delete;
+  ~scratch_buffer() { release(); }
+  Acc* get(index_t n) {
+    if (n > size_) {
+      release();
+      p_ = static_cast<Acc*>(::operator new(static_cast<std::size_t>(n) * sizeof(Acc), std::align_val_t{64}));
+      size_ = n;
+    }
+    return p_;
+  }
+
+ private:
+  void release() {
+    if (p_) ::operator delete(p_, std::align_val_t{64});
+    p_ = nullptr;
+    size_ = 0;
+  }
+  Acc* p_ = nullptr;
+  index_t size_ = 0;
+};
+
+template <class Acc>
+struct gemm_scratch {
+  scratch_buffer<Acc> c, a, b;
+  const void* b_source = nullptr;  // the B panel held in `b` (BLAS path), to reuse on the next block
+  index_t b_cols = -1;
+};
+
+#if LOOM_HAS_BLAS
+// A row-major r x c matrix as the BLAS takes it: op(p) with leading dimension ld.
+template <class Acc>
+struct blas_operand {
+  const Acc* p = nullptr;
+  int trans = 111;  // CblasNoTrans (112: CblasTrans)
+  int ld = 1;
+};
+// The matrix in place when one axis has unit stride and the other a stride
+// that the BLAS takes as the leading dimension.
+template <class Acc>
+bool blas_in_place(const strided_matrix<Acc>& x, index_t r, index_t c, blas_operand<Acc>& out) {
+  index_t ld = 0;
+  if ((c == 1 || x.col_stride == 1) && (r == 1 || x.row_stride >= std::max<index_t>(c, 1))) {
+    out.trans = 111;
+    ld = r == 1 ? std::max<index_t>(c, 1) : x.row_stride;
+  } else if ((r == 1 || x.row_stride == 1) && (c == 1 || x.col_stride >= std::max<index_t>(r, 1))) {
+    out.trans = 112;
+    ld = c == 1 ? std::max<index_t>(r, 1) : x.col_stride;
+  } else {
+    return false;
+  }
+  if (ld > INT_MAX) return false;
+  out.p = x.p;
+  out.ld = static_cast<int>(ld);
+  return true;
+}
+// The matrix as the BLAS takes it: in place, else packed row-major into `buf`
+// (converted to the accumulator type).
+template <class Acc, class T>
+blas_operand<Acc> blas_operand_of(const strided_matrix<T>& x, index_t r, index_t c, scratch_buffer<Acc>& buf) {
+  blas_operand<Acc> out;
+  if constexpr (std::is_same_v<T, Acc>)
+    if (blas_in_place(x, r, c, out)) return out;
+  Acc* dst = buf.get(std::max<index_t>(r * c, 1));
+  for (index_t i = 0; i < r; ++i)
+    for (index_t j = 0; j < c; ++j) dst[i * c + j] = to_acc<Acc>(x.p[i * x.row_stride + j * x.col_stride]);
+  out.p = dst;
+  out.trans = 111;
+  out.ld = static_cast<int>(std::max<index_t>(c, 1));
+  return out;
+}
+// C (rows x cols, ldc) = A B by one single-threaded BLAS call.
+template <class T, class Acc>
+void blas_block(const strided_matrix<T>& a, const strided_matrix<T>& b, index_t rows, index_t cols, index_t depth,
+                Acc* c, index_t ldc, gemm_scratch<Acc>& s) {
+  if (depth == 0) {
+    for (index_t i = 0; i < rows; ++i) std::fill(c + i * ldc, c + i * ldc + cols, Acc(0));
+    return;
+  }
+  const blas_operand<Acc> oa = blas_operand_of(a, rows, depth, s.a);
+  blas_operand<Acc> ob;
+  bool in_place = false;
+  if constexpr (std::is_same_v<T, Acc>) in_place = blas_in_place(b, depth, cols, ob);
+  if (!in_place) {
+    if (s.b_source != b.p || s.b_cols != cols) {
+      blas_operand_of(b, depth, cols, s.b);
+      s.b_source = b.p;
+      s.b_cols = cols;
+    }
+    ob = {s.b.get(1), 111, static_cast<int>(std::max<index_t>(cols, 1))};
+  }
+  const int m = static_cast<int>(rows), n = static_cast<int>(cols), k = static_cast<int>(depth);
+  if constexpr (std::is_same_v<Acc, double>)
+    loom_cblas_dgemm(101, oa.trans, ob.trans, m, n, k, 1.0, oa.p, oa.ld, ob.p, ob.ld, 0.0, c, static_cast<int>(ldc));
+  else
+    loom_cblas_sgemm(101, oa.trans, ob.trans, m, n, k, 1.0f, oa.p, oa.ld, ob.p, ob.ld, 0.0f, c, static_cast<int>(ldc));
+}
+#endif
+
+// D block = act(alpha acc + beta C + bias), acc (rows x cols, ldc) in the
+// accumulator type and overwritten; c and bias point at the block's first
+// element (null when absent). Each row in passes of one kind (affine, then
+// the activation, then the conversion to D), loops the compiler vectorizes.
+template <class Acc, class O, std::size_t R>
+void apply_epilogue(Acc* acc, index_t ldc, index_t rows, index_t cols, O* d, index_t sdm, index_t sdn,
+                    const gemm_epilogue<O, R>& ep, const O* c, const O* bias) {
+  const Acc alpha = static_cast<Acc>(ep.alpha), beta = static_cast<Acc>(ep.beta);
+  const index_t scm = ep.c.stride(R - 2), scn = ep.c.stride(R - 1);
+  const index_t sbm = ep.bias.stride(R - 2), sbn = ep.bias.stride(R - 1);
+  for (index_t i = 0; i < rows; ++i) {
+    Acc* v = acc + i * ldc;
+    if (alpha != Acc(1))
+      for (index_t j = 0; j < cols; ++j) v[j] *= alpha;
+    if (c) {
+      const O* row = c + i * scm;
+      for (index_t j = 0; j < cols; ++j) v[j] += beta * to_acc<Acc>(row[j * scn]);
+    }
+    if (bias) {
+      const O* row = bias + i * sbm;
+      for (index_t j = 0; j < cols; ++j) v[j] += to_acc<Acc>(row[j * sbn]);
+    }
+    if (ep.act == matmul_activation::relu)
+      for (index_t j = 0; j < cols; ++j) v[j] = fn::relu{}(v[j]);
+    if (ep.act == matmul_activation::gelu_tanh)
+      for (index_t j = 0; j < cols; ++j) v[j] = fn::gelu{true}(v[j]);
+    O* out = d + i * sdm;
+    for (index_t j = 0; j < cols; ++j) {
+      if constexpr (std::is_same_v<O, half> || std::is_same_v<O, bf16>)
+        out[j * sdn] = O(static_cast<float>(v[j]));
+      else
+        out[j * sdn] = static_cast<O>(v[j]);
+    }
+  }
+}
+}  // namespace linalg
+
 //! D = epilogue(A B) over batch axes [0, R-2): A [..., M, K], B [..., K, N] and
 //! D [..., M, N] have equal extents on the batch axes (broadcast operands have
-//! stride 0 there). One host "launch": tiles of D in parallel (OpenMP).
+//! stride 0 there). One host "launch": blocks of D in parallel (OpenMP), each
+//! computed by the backend current_host_gemm_backend() names, then its
+//! epilogue. The inner axis is never split, so a result is the same run to
+//! run at a given thread count.
 template <class T, class O, std::size_t R>
 void host_gemm(const view<const T, R, host>& a, const view<const T, R, host>& b, const view<O, R, host>& d,
                const gemm_epilogue<O, R>& ep) {
   static_assert(R >= 2);
   using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  constexpr index_t tm = 32, tn = 64, tk = 128;
   const index_t m = d.extent(R - 2), n = d.extent(R - 1), k = a.extent(R - 1);
   index_t batch = 1;
   for (std::size_t i = 0; i + 2 < R; ++i) batch *= d.extent(i);
-  const index_t tiles_m = (m + tm - 1) / tm, tiles_n = (n + tn - 1) / tn;
-  const index_t total = batch * tiles_m * tiles_n;
-  if (total <= 0) return;
+  if (batch * m * n <= 0) return;
+  const bool use_blas = current_host_gemm_backend() == host_gemm_backend::blas && LOOM_HAS_BLAS && k <= INT_MAX;
   count_host_launch();
+#if LOOM_HAS_OPENMP
+  const int threads = omp_get_max_threads();
+#else
+  const int threads = 1;
+#endif
+  const linalg::output_tiling tiling = linalg::tile_output(batch, m, n, threads);
+  const index_t total = batch * tiling.tiles_m * tiling.tiles_n;
 
   const index_t sam = a.stride(R - 2), sak = a.stride(R - 1);
   const index_t sbk = b.stride(R - 2), sbn = b.stride(R - 1);
   const index_t sdm = d.stride(R - 2), sdn = d.stride(R - 1);
-  const auto tile = [&](index_t t) {
-    index_t bi = t / (tiles_m * tiles_n);
-    const index_t rest = t % (tiles_m * tiles_n);
-    const index_t i0 = rest / tiles_n * tm, j0 = rest % tiles_n * tn;
-    const index_t mi = std::min(tm, m - i0), nj = std::min(tn, n - j0);
+  // Blocks in the order batch, column block, row block: a thread's
+  // consecutive blocks share B's panel.
+  const auto block = [&](index_t t, linalg::gemm_scratch<acc_t>& s) {
+    const index_t i0 = t % tiling.tiles_m * tiling.rows;
+    index_t rest = t / tiling.tiles_m;
+    const index_t j0 = rest % tiling.tiles_n * tiling.cols;
+    index_t bi = rest / tiling.tiles_n;
+    const index_t rows = std::min(tiling.rows, m - i0), cols = std::min(tiling.cols, n - j0);
     index_t oa = 0, ob = 0, od = 0, oc = 0, obias = 0;
     for (std::size_t dim = R - 2; dim-- > 0;) {
       const index_t ix = bi % d.extent(dim);
@@ -74,44 +269,43 @@ void host_gemm(const view<const T, R, host>& a, const view<const T, R, host>& b,
       oc += ix * ep.c.stride(dim);
       obias += ix * ep.bias.stride(dim);
     }
-    acc_t acc[tm][tn] = {};
-    for (index_t k0 = 0; k0 < k; k0 += tk) {
-      const index_t k1 = std::min(k, k0 + tk);
-      for (index_t i = 0; i < mi; ++i) {
-        const T* arow = a.data() + oa + (i0 + i) * sam;
-        for (index_t kk = k0; kk < k1; ++kk) {
-          const acc_t av = static_cast<acc_t>(arow[kk * sak]);
-          const T* brow = b.data() + ob + kk * sbk + j0 * sbn;
-          acc_t* out = acc[i];
-          if (sbn == 1)
-            for (index_t j = 0; j < nj; ++j) out[j] += av * static_cast<acc_t>(brow[j]);
-          else
-            for (index_t j = 0; j < nj; ++j) out[j] += av * static_cast<acc_t>(brow[j * sbn]);
-        }
-      }
+    const linalg::strided_matrix<T> pa{a.data() + oa + i0 * sam, sam, sak};
+    const linalg::strided_matrix<T> pb{b.data() + ob + j0 * sbn, sbk, sbn};
+    acc_t* acc = nullptr;
+    index_t ldc = 0;
+    if (use_blas) {
+#if LOOM_HAS_BLAS
+      ldc = cols;
+      acc = s.c.get(rows * ldc);
+      linalg::blas_block(pa, pb, rows, cols, k, acc, ldc, s);
+#endif
+    } else {
+      using linalg::max_micro_cols, linalg::micro_rows;
+      ldc = (cols + max_micro_cols - 1) / max_micro_cols * max_micro_cols;
+      acc = s.c.get((rows + micro_rows - 1) / micro_rows * micro_rows * ldc);
+      linalg::kernel_block_run(linalg::kernel_block<T, acc_t>{pa, pb, rows, cols, k, acc, ldc,
+                                                              s.a.get(linalg::kernel_rows * linalg::kernel_depth),
+                                                              s.b.get(linalg::kernel_depth * ldc)});
     }
-    for (index_t i = 0; i < mi; ++i)
-      for (index_t j = 0; j < nj; ++j) {
-        const index_t r = i0 + i, c = j0 + j;
-        acc_t v = static_cast<acc_t>(ep.alpha) * acc[i][j];
-        if (ep.c.data())
-          v += static_cast<acc_t>(ep.beta) *
-               static_cast<acc_t>(ep.c.data()[oc + r * ep.c.stride(R - 2) + c * ep.c.stride(R - 1)]);
-        if (ep.bias.data())
-          v += static_cast<acc_t>(ep.bias.data()[obias + r * ep.bias.stride(R - 2) + c * ep.bias.stride(R - 1)]);
-        if (ep.act == matmul_activation::relu) v = fn::relu{}(v);
-        if (ep.act == matmul_activation::gelu_tanh) v = fn::gelu{true}(v);
-        if constexpr (std::is_same_v<O, half> || std::is_same_v<O, bf16>)
-          d.data()[od + r * sdm + c * sdn] = O(static_cast<float>(v));
-        else
-          d.data()[od + r * sdm + c * sdn] = static_cast<O>(v);
-      }
+    const O* c = ep.c.data() ? ep.c.data() + oc + i0 * ep.c.stride(R - 2) + j0 * ep.c.stride(R - 1) : nullptr;
+    const O* bias =
+        ep.bias.data() ? ep.bias.data() + obias + i0 * ep.bias.stride(R - 2) + j0 * ep.bias.stride(R - 1) : nullptr;
+    linalg::apply_epilogue<acc_t, O, R>(acc, ldc, rows, cols, d.data() + od + i0 * sdm + j0 * sdn, sdm, sdn, ep, c,
+                                        bias);
   };
 #if LOOM_HAS_OPENMP
-#pragma omp parallel for schedule(dynamic)
-  for (index_t t = 0; t < total; ++t) tile(t);
+  // num_threads: the OpenMP build of OpenBLAS sets OpenMP's thread count with its own.
+  std::optional<linalg::blas_single_threaded> single;
+  if (use_blas && threads > 1) single.emplace();
+#pragma omp parallel num_threads(threads) if (total > 1)
+  {
+    linalg::gemm_scratch<acc_t> s;
+#pragma omp for schedule(static)
+    for (index_t t = 0; t < total; ++t) block(t, s);
+  }
 #else
-  for (index_t t = 0; t < total; ++t) tile(t);
+  linalg::gemm_scratch<acc_t> s;
+  for (index_t t = 0; t < total; ++t) block(t, s);
 #endif
 }
 }  // namespace loom::detail

@@ -21,7 +21,7 @@
 #include "loom/expr/bound.hpp"
 #include "loom/linalg/cublas.hpp"
 #include "loom/ops/math.hpp"
-#include "loom/reduce/reduce.hpp"
+#include "loom/reduce/api.hpp"
 #include "loom/tensor/view.hpp"
 
 namespace loom {

@@ -31,13 +31,9 @@
 #include "loom/expr/indexing.hpp"
 #include "loom/expr/row_nodes.hpp"
 #include "loom/ops/creation.hpp"
-#include "loom/reduce/cuda.hpp"
+#include "loom/reduce/sort.hpp"
 #include "loom/tensor/copy.hpp"
 #include "loom/tensor/tensor.hpp"
-
-#if LOOM_CUDA_COMPILER
-#include <cub/device/device_radix_sort.cuh>
-#endif
 
 namespace loom {
 namespace detail::emb {
@@ -178,12 +174,8 @@ int device_backward(const view<T, 2, device>& out, const view<const G, 2, device
   tensor<index_t, 1, device> pos_in(shape<1>{n}), pos(shape<1>{n});
   if (n > 0) {
     assign(pos_in, arange<index_t>(n));
-    reduce::run_cub(
-        [&](void* tmp, std::size_t& bytes) {
-          return cub::DeviceRadixSort::SortPairs(tmp, bytes, kin, keys.data(), pos_in.data(), pos.data(), n, 0,
-                                                 static_cast<int>(8 * sizeof(I)), s.get());
-        },
-        s);
+    sort::device_sort_pairs<false>(kin, keys.data(), static_cast<const index_t*>(pos_in.data()), pos.data(), n,
+                                   static_cast<int>(8 * sizeof(I)), s);
   }
   index_fault_record* fault = checked ? index_fault_device() : nullptr;
   launch_kernel(backward_kernel<T, G, I>, dim3(grid_size(out.extent(0), 8, s.device())), 256, 0, s.get(), out, grad,

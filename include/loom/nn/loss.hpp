@@ -7,8 +7,9 @@
 
 #include "loom/core/error.hpp"
 #include "loom/exec/assign.hpp"
-#include "loom/exec/rows.hpp"
+#include "loom/exec/rows/run.hpp"
 #include "loom/expr/expression.hpp"
+#include "loom/expr/row_nodes.hpp"
 #include "loom/ops/arithmetic.hpp"
 #include "loom/ops/compare.hpp"
 #include "loom/ops/math.hpp"

@@ -5,9 +5,10 @@
 #include <type_traits>
 
 #include "loom/exec/assign.hpp"
-#include "loom/exec/row_colsum.hpp"
-#include "loom/exec/rows.hpp"
+#include "loom/exec/rows/colsum.hpp"
+#include "loom/exec/rows/run.hpp"
 #include "loom/expr/expression.hpp"
+#include "loom/expr/row_nodes.hpp"
 #include "loom/ops/arithmetic.hpp"
 #include "loom/ops/compare.hpp"
 #include "loom/ops/math.hpp"
@@ -144,7 +145,7 @@ void check_norm_grad_shapes(const X& x, const D& dy, const char* what) {
 //! All gradients of layer_norm for x, dy of shape [N, C] (reshape leading
 //! axes into N first) and a weight of shape [C]. Deterministic (no atomics;
 //! the same input gives the same bits run to run on one device).
-//! Two kernels (one launch each, exec/row_colsum.hpp):
+//! Two kernels (one launch each, exec/rows/colsum.hpp):
 //!  1. a row kernel that recomputes the row statistics from x (4 reduction
 //!     passes per row, as layer_norm_backward_input), writes dx, and adds
 //!     dy * xhat and dy into per-column accumulators for a fixed block of

@@ -7,11 +7,12 @@
 #include "loom/core/float4.hpp"
 #include "loom/core/float8.hpp"
 #include "loom/exec/assign.hpp"
-#include "loom/exec/rows.hpp"
+#include "loom/exec/rows/run.hpp"
 #include "loom/expr/expression.hpp"
+#include "loom/expr/row_nodes.hpp"
 #include "loom/expr/unpack.hpp"
 #include "loom/ops/math.hpp"
-#include "loom/reduce/reduce.hpp"
+#include "loom/reduce/api.hpp"
 #include "loom/tensor/tensor.hpp"
 
 // Quantization to fp8 with float scales, as loom expressions: a value x is

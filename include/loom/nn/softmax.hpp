@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include "loom/exec/rows.hpp"
+#include "loom/exec/assign.hpp"
+#include "loom/exec/rows/run.hpp"
 #include "loom/expr/expression.hpp"
+#include "loom/expr/row_nodes.hpp"
 #include "loom/ops/arithmetic.hpp"
 #include "loom/ops/math.hpp"
 

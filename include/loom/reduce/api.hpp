@@ -16,7 +16,7 @@
 #include "loom/ops/arithmetic.hpp"  // so that `x - sum(x).item()` needs no other header
 #include "loom/reduce/cuda.hpp"
 #include "loom/reduce/host.hpp"
-#include "loom/reduce/ops.hpp"
+#include "loom/core/reduction_ops.hpp"
 #include "loom/reduce/plan.hpp"
 #include "loom/tensor/copy.hpp"
 #include "loom/tensor/tensor.hpp"

@@ -10,7 +10,7 @@
 #include "loom/core/shape.hpp"
 #include "loom/core/stream.hpp"
 #include "loom/exec/assign.hpp"
-#include "loom/reduce/ops.hpp"
+#include "loom/core/reduction_ops.hpp"
 #include "loom/reduce/plan.hpp"
 #include "loom/reduce/shares.hpp"
 

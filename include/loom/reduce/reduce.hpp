@@ -2,7 +2,7 @@
 #pragma once
 
 // Reductions over any expression (sum, mean, amax, argmax, var, ...):
-//   reduce/ops.hpp     the reduction operators and result types
+//   core/reduction_ops.hpp  the reduction operators and result types (below expr/)
 //   reduce/plan.hpp    walk order, layouts and the device thread mapping
 //   reduce/shares.hpp  each device thread's share of an axis reduction
 //   reduce/host.hpp    the host executor

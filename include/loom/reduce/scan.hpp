@@ -10,5 +10,5 @@
 //   reduce/scan/cuda.hpp      the CUDA executor: kernels and their choice
 //   reduce/scan/api.hpp       the public functions
 // The reductions come with it.
-#include "loom/reduce/reduce.hpp"
+#include "loom/reduce/api.hpp"
 #include "loom/reduce/scan/api.hpp"

@@ -13,8 +13,9 @@
 #include "loom/config.hpp"
 #include "loom/detail/fast_divmod.hpp"
 #include "loom/exec/assign.hpp"
+#include "loom/reduce/api.hpp"
 #include "loom/reduce/plan.hpp"
-#include "loom/reduce/scan.hpp"
+#include "loom/reduce/scan/api.hpp"
 #include "loom/tensor/copy.hpp"
 
 #if LOOM_CUDA_COMPILER
@@ -133,6 +134,27 @@ inline int row_key_bits(index_t rows) {
 }
 
 // Sorts every row (last axis) of a contiguous tensor `keys` into `out`.
+#if LOOM_CUDA_COMPILER
+//! Sorts n (key, value) pairs on the device by the low `bits` bits of the
+//! keys, stably, ascending or descending (cub::DeviceRadixSort; its temp
+//! storage from the stream-ordered pool): one launch on `s`. The one way
+//! loom's other parts (embedding's backward) sort pairs.
+template <bool Descending, class K, class V>
+void device_sort_pairs(const K* keys_in, K* keys_out, const V* values_in, V* values_out, index_t n, int bits,
+                       stream_ref s) {
+  reduce::run_cub(
+      [&](void* tmp, std::size_t& bytes) {
+        if constexpr (Descending)
+          return cub::DeviceRadixSort::SortPairsDescending(tmp, bytes, keys_in, keys_out, values_in, values_out, n, 0,
+                                                           bits, s.get());
+        else
+          return cub::DeviceRadixSort::SortPairs(tmp, bytes, keys_in, keys_out, values_in, values_out, n, 0, bits,
+                                                 s.get());
+      },
+      s);
+}
+#endif
+
 template <class T, std::size_t R, class S>
 void sort_rows(tensor<T, R, S>& keys, values_indices<T, R, S>& out, sort_order order) {
   const index_t total = keys.size();
@@ -179,14 +201,12 @@ void sort_rows(tensor<T, R, S>& keys, values_indices<T, R, S>& out, sort_order o
       kin = keys.data();
     }
     // 1: every element by key, stable (ties keep their flattened order).
-    run_cub(
-        [&](void* tmp, std::size_t& bytes) {
-          if (desc) return cub::DeviceRadixSort::SortPairsDescending(tmp, bytes, kin, kout, p0, p1, total, 0,
-                                                                      static_cast<int>(8 * sizeof(K)), s.get());
-          return cub::DeviceRadixSort::SortPairs(tmp, bytes, kin, kout, p0, p1, total, 0,
-                                                 static_cast<int>(8 * sizeof(K)), s.get());
-        },
-        s);
+    if (desc)
+      device_sort_pairs<true>(kin, kout, static_cast<const std::int64_t*>(p0), p1, total,
+                              static_cast<int>(8 * sizeof(K)), s);
+    else
+      device_sort_pairs<false>(kin, kout, static_cast<const std::int64_t*>(p0), p1, total,
+                               static_cast<int>(8 * sizeof(K)), s);
     const std::int64_t* sorted = p1;
     const fast_divmod by_len(static_cast<std::uint64_t>(len));
     if (rows > 1) {
@@ -196,13 +216,8 @@ void sort_rows(tensor<T, R, S>& keys, values_indices<T, R, S>& out, sort_order o
       auto* const r1 = static_cast<std::uint32_t*>(row_out.p);
       device_for_each(total, row_of_position{p1, r0, by_len}, s);
       const int bits = row_key_bits(rows);
-      run_cub(
-          [&](void* tmp, std::size_t& bytes) {
-            return cub::DeviceRadixSort::SortPairs(tmp, bytes, static_cast<const std::uint32_t*>(r0), r1,
-                                                   static_cast<const std::int64_t*>(p1), p0, total, 0, bits,
-                                                   s.get());
-          },
-          s);
+      device_sort_pairs<false>(static_cast<const std::uint32_t*>(r0), r1, static_cast<const std::int64_t*>(p1), p0,
+                               total, bits, s);
       sorted = p0;
     }
     device_for_each(total, gather_sorted<T>{keys.data(), sorted, out.values.data(), out.indices.data(), by_len}, s);

@@ -14,7 +14,7 @@
 #include "loom/exec/assign.hpp"
 #include "loom/expr/expression.hpp"
 #include "loom/ops/arithmetic.hpp"  // so that `x - sum(x).item()` needs no other header
-#include "loom/reduce/ops.hpp"
+#include "loom/core/reduction_ops.hpp"
 #include "loom/reduce/plan.hpp"
 #include "loom/reduce/scan/cuda.hpp"
 #include "loom/reduce/scan/host.hpp"

@@ -7,7 +7,7 @@
 
 #include "loom/config.hpp"
 #include "loom/core/shape.hpp"
-#include "loom/reduce/ops.hpp"
+#include "loom/core/reduction_ops.hpp"
 #include "loom/reduce/plan.hpp"
 #include "loom/reduce/scan/sink.hpp"
 

@@ -9,7 +9,6 @@
 #include "loom/core/dtype.hpp"
 #include "loom/core/math.hpp"
 #include "loom/core/shape.hpp"
-#include "loom/expr/bound.hpp"
 
 // The one vocabulary of reduction operators, shared by the whole-tensor and
 // axis reductions, the scans and the row reductions (fn::row_sum_op and the
@@ -19,8 +18,8 @@
 // accumulators combine (operator()), the identity, and how the final
 // accumulator becomes the result (finalize, which receives the element
 // count). has_identity is false where an empty range has no result (max,
-// min, argmax, argmin). This header needs only core/ and the conversion of
-// expr/bound.hpp, so the row nodes and the rows executor include it.
+// min, argmax, argmin). It needs only core/, so the row nodes (expr/) and
+// the reductions (reduce/) both include it from below.
 namespace loom {
 
 //! Result type of sum, prod, cumsum and cumprod over elements of type T:
