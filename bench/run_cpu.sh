@@ -8,7 +8,8 @@
 #     row layers vs hand loops, fused bias + dropout + residual vs a hand
 #     loop and op by op, derived backward passes (loom::grad) vs the
 #     built-in ones, the embedding's forward and backward vs hand loops,
-#     per-row fp8 quantization of bf16 vs a hand loop,
+#     per-row fp8 quantization of bf16 vs a hand loop, float32 matmul on
+#     the BLAS and on loom's own kernel,
 #     and the reduction bench when it is there; the
 #     machine (CPU model, cores, ISA extensions) and compiler flags are
 #     recorded with them;
@@ -55,7 +56,7 @@ if [[ ! -f "$LOOM_BUILD_DIR/CMakeCache.txt" ]]; then
     -DCMAKE_CUDA_ARCHITECTURES="$LOOM_CUDA_ARCH" \
     -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_EXAMPLES=OFF -DLOOM_BUILD_BENCH=ON
 fi
-targets=(bench_fused_cpu bench_dropout_cpu bench_grad_cpu bench_embedding_cpu bench_quantize_cpu)
+targets=(bench_fused_cpu bench_dropout_cpu bench_grad_cpu bench_embedding_cpu bench_quantize_cpu bench_matmul_cpu)
 # The reductions bench (another issue's) joins in when it exists.
 [[ -f "$LOOM_ROOT/bench/cpu/bench_reduce_cpu.cpp" ]] && targets+=(bench_reduce_cpu)
 cmake --build "$LOOM_BUILD_DIR" -j "$LOOM_JOBS" --target "${targets[@]}"
@@ -79,6 +80,10 @@ stage "the embedding's forward and backward against hand loops (bench_embedding_
 stage "per-row fp8 quantization of bf16 against a hand loop (bench_quantize_cpu)"
 "$LOOM_BUILD_DIR/bench/bench_quantize_cpu" "${quick_flag[@]}" --json "$out/cpu.jsonl" | tee "$out/bench_quantize_cpu.log" ||
   failures+=("bench_quantize_cpu")
+
+stage "float32 matmul on the BLAS and on loom's own kernel (bench_matmul_cpu; beside PyTorch: bench/cpu/matmul_vs_torch.py)"
+"$LOOM_BUILD_DIR/bench/bench_matmul_cpu" "${quick_flag[@]}" --json "$out/cpu.jsonl" | tee "$out/bench_matmul_cpu.log" ||
+  failures+=("bench_matmul_cpu")
 
 logs=()
 if [[ " ${targets[*]} " == *" bench_reduce_cpu "* ]]; then
