@@ -56,10 +56,13 @@ namespace linalg {
 // Output blocks are at most block_rows x block_cols: the BLAS's calls run near
 // the speed of one whole-matrix call there, and the block's accumulator
 // (2 MiB of float) stays in L2/L3 for the epilogue. They are halved (down to
-// min_block) until every thread has one.
+// min_block) until there are blocks_per_thread per thread, which the threads
+// take as they finish: a thread that the OS takes a core from holds up no
+// more than a block.
 constexpr index_t block_rows = 512;
 constexpr index_t block_cols = 1024;
 constexpr index_t min_block = 64;
+constexpr int blocks_per_thread = 4;
 
 struct output_tiling {
   index_t rows = 0, cols = 0, tiles_m = 0, tiles_n = 0;
@@ -69,7 +72,8 @@ inline output_tiling tile_output(index_t batch, index_t m, index_t n, int thread
   t.rows = std::min(block_rows, m);
   t.cols = std::min(block_cols, n);
   const auto count = [&] { return batch * ((m + t.rows - 1) / t.rows) * ((n + t.cols - 1) / t.cols); };
-  while (count() < threads && (t.rows > min_block || t.cols > min_block)) {
+  const index_t wanted = threads > 1 ? index_t{threads} * blocks_per_thread : 1;
+  while (count() < wanted && (t.rows > min_block || t.cols > min_block)) {
     if (t.cols >= t.rows && t.cols > min_block)
       t.cols = (t.cols + 1) / 2;
     else if (t.rows > min_block)
@@ -251,8 +255,8 @@ void host_gemm(const view<const T, R, host>& a, const view<const T, R, host>& b,
   const index_t sam = a.stride(R - 2), sak = a.stride(R - 1);
   const index_t sbk = b.stride(R - 2), sbn = b.stride(R - 1);
   const index_t sdm = d.stride(R - 2), sdn = d.stride(R - 1);
-  // Blocks in the order batch, column block, row block: a thread's
-  // consecutive blocks share B's panel.
+  // Blocks in the order batch, column block, row block: consecutive blocks
+  // share B's panel, which a thread that takes both packs once.
   const auto block = [&](index_t t, linalg::gemm_scratch<acc_t>& s) {
     const index_t i0 = t % tiling.tiles_m * tiling.rows;
     index_t rest = t / tiling.tiles_m;
@@ -300,7 +304,7 @@ void host_gemm(const view<const T, R, host>& a, const view<const T, R, host>& b,
 #pragma omp parallel num_threads(threads) if (total > 1)
   {
     linalg::gemm_scratch<acc_t> s;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic)
     for (index_t t = 0; t < total; ++t) block(t, s);
   }
 #else
