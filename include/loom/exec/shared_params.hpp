@@ -240,11 +240,7 @@ struct bound_param {
   }
 };
 template <std::size_t K, class L, std::size_t D>
-struct children_of<bound_param<K, L, D>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = bound_param<K, L, D>;
-};
+struct children_of<bound_param<K, L, D>> : no_children<bound_param<K, L, D>> {};
 template <class N>
 struct is_bound_param : std::false_type {};
 template <std::size_t K, class L, std::size_t D>

@@ -176,11 +176,7 @@ struct bound_leaf {
   bool same_as(const bound_leaf& o) const { return p == o.p && st == o.st; }
 };
 template <class T, std::size_t R>
-struct children_of<bound_leaf<T, R>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = bound_leaf<T, R>;
-};
+struct children_of<bound_leaf<T, R>> : no_children<bound_leaf<T, R>> {};
 template <class T, std::size_t R>
 struct leaf_bits<bound_leaf<T, R>> : std::integral_constant<std::size_t, 8 * sizeof(T)> {};
 template <class T, std::size_t R>
@@ -213,11 +209,7 @@ struct bound_scalar {
   bool same_as(const bound_scalar& o) const { return std::memcmp(&value, &o.value, sizeof(C)) == 0; }
 };
 template <class C>
-struct children_of<bound_scalar<C>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = bound_scalar<C>;
-};
+struct children_of<bound_scalar<C>> : no_children<bound_scalar<C>> {};
 
 template <class F, class Cin, class... B>
 struct bound_map {

@@ -67,11 +67,7 @@ struct bound_join : coord_reader<bound_join<C, R, RO, Stack, B...>, C, R, RO> {
 // Its operands are read through coordinates of their own: to the walks of
 // a bound tree it is one leaf that reads no memory of theirs.
 template <class C, std::size_t R, std::size_t RO, bool Stack, class... B>
-struct children_of<bound_join<C, R, RO, Stack, B...>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = bound_join<C, R, RO, Stack, B...>;
-};
+struct children_of<bound_join<C, R, RO, Stack, B...>> : no_children<bound_join<C, R, RO, Stack, B...>> {};
 }  // namespace loom::detail
 
 namespace loom {

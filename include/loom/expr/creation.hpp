@@ -75,11 +75,7 @@ struct bound_coord_leaf : coord_reader<bound_coord_leaf<F, R, RO>, compute_t<typ
   }
 };
 template <class F, std::size_t R, std::size_t RO>
-struct children_of<bound_coord_leaf<F, R, RO>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = bound_coord_leaf<F, R, RO>;
-};
+struct children_of<bound_coord_leaf<F, R, RO>> : no_children<bound_coord_leaf<F, R, RO>> {};
 }  // namespace detail
 
 //! A leaf of rank R whose element at coordinates c is f(c); reads no memory
@@ -105,11 +101,7 @@ struct coord_leaf_node : detail::node_tag {
 
 namespace detail {
 template <class F, std::size_t R>
-struct children_of<coord_leaf_node<F, R>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = coord_leaf_node<F, R>;
-};
+struct children_of<coord_leaf_node<F, R>> : no_children<coord_leaf_node<F, R>> {};
 
 inline void check_creation_count(index_t n, const char* what) {
   if (n < 0) throw value_error(std::string("loom: ") + what + " needs a count >= 0, got " + std::to_string(n));

@@ -98,17 +98,9 @@ template <class N>
 struct is_layer_argument : std::bool_constant<layer_argument_index<N>::value != no_argument> {};
 
 template <class T, std::size_t R, class S, class Tag>
-struct children_of<leaf_node<T, R, S, Tag>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = leaf_node<T, R, S, Tag>;
-};
+struct children_of<leaf_node<T, R, S, Tag>> : no_children<leaf_node<T, R, S, Tag>> {};
 template <class C>
-struct children_of<scalar_node<C>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = scalar_node<C>;
-};
+struct children_of<scalar_node<C>> : no_children<scalar_node<C>> {};
 
 //! Turns an operand into a node: views and tensors become leaves, scalars scalar nodes.
 template <class X>

@@ -188,11 +188,7 @@ struct bound_gather : coord_reader<bound_gather<Src, I, R, RS, RO>, typename Src
 // the walks of a bound tree (the row cache, the host's rebasing) it is one
 // leaf that reads no memory of theirs.
 template <class Src, class I, std::size_t R, std::size_t RS, std::size_t RO>
-struct children_of<bound_gather<Src, I, R, RS, RO>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = bound_gather<Src, I, R, RS, RO>;
-};
+struct children_of<bound_gather<Src, I, R, RS, RO>> : no_children<bound_gather<Src, I, R, RS, RO>> {};
 
 //! The position (coordinates) of element i of an index view, for messages.
 template <class V>

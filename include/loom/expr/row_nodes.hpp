@@ -258,11 +258,7 @@ struct bound_column_index {
   bool same_as(const bound_column_index& o) const { return cols.d == o.cols.d; }
 };
 template <std::size_t R>
-struct children_of<bound_column_index<R>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = bound_column_index<R>;
-};
+struct children_of<bound_column_index<R>> : no_children<bound_column_index<R>> {};
 }  // namespace detail
 
 //! The column (last-axis) coordinate of every element of a shape, as int64;
@@ -289,11 +285,7 @@ struct column_index_node : detail::node_tag {
 
 namespace detail {
 template <std::size_t R, class S>
-struct children_of<column_index_node<R, S>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = column_index_node<R, S>;
-};
+struct children_of<column_index_node<R, S>> : no_children<column_index_node<R, S>> {};
 }  // namespace detail
 
 //! Column coordinates shaped like `e` (in e's memory space).

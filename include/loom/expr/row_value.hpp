@@ -24,11 +24,7 @@ namespace detail {
 template <class T, std::size_t R>
 struct bound_row_value_leaf : bound_leaf<T, R> {};
 template <class T, std::size_t R>
-struct children_of<bound_row_value_leaf<T, R>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = bound_row_value_leaf<T, R>;
-};
+struct children_of<bound_row_value_leaf<T, R>> : no_children<bound_row_value_leaf<T, R>> {};
 template <class T, std::size_t R>
 struct leaf_bits<bound_row_value_leaf<T, R>> : std::integral_constant<std::size_t, 8 * sizeof(T)> {};
 template <class T, std::size_t R>

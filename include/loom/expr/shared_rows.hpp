@@ -79,11 +79,7 @@ struct children_of<shared_row_node<Id, N>> {
   }
 };
 template <class V, class A, std::size_t R, class S, std::size_t Slot>
-struct children_of<slot_ref_node<V, A, R, S, Slot>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = slot_ref_node<V, A, R, S, Slot>;
-};
+struct children_of<slot_ref_node<V, A, R, S, Slot>> : no_children<slot_ref_node<V, A, R, S, Slot>> {};
 
 // Kernel side: reads slot Slot of the row context (computed by an earlier
 // pass: the first copy precedes every later one in post-order, and passes
@@ -108,11 +104,7 @@ struct bound_slot_ref {
   bool same_as(const bound_slot_ref&) const { return true; }
 };
 template <class A, std::size_t Slot>
-struct children_of<bound_slot_ref<A, Slot>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = bound_slot_ref<A, Slot>;
-};
+struct children_of<bound_slot_ref<A, Slot>> : no_children<bound_slot_ref<A, Slot>> {};
 template <std::size_t Slot>
 struct double_valued<bound_slot_ref<double, Slot>> : std::true_type {};
 

@@ -49,14 +49,23 @@ constexpr std::size_t index_in(type_list<L...>) {
 //!   template <std::size_t I, class M> static auto& get(M& n);  // M: N or const N
 //!   template <class... C> using rebind = ...;          // N with children C...
 //!   template <class... C> static auto rebuild(const N& n, const C&... c);
-//! A node kind without children (a leaf) gives `using types = type_list<>;`
-//! and `template <class...> using rebind = N;` only.
+//! A node kind without children (a leaf) derives its specialization from
+//! no_children<N>: `struct children_of<N> : no_children<N> {};`.
 template <class N, class = void>
 struct children_of {
   static_assert(always_false<N>,
                 "loom: this expression node kind does not state its children: specialize "
                 "loom::detail::children_of<N> next to the node (docs/architecture.md, 'adding a node kind')");
   using types = type_list<>;
+};
+
+//! The children_of of a node kind without children (a leaf): no child
+//! types, and the node rebuilt over no children is itself.
+template <class N>
+struct no_children {
+  using types = type_list<>;
+  template <class...>
+  using rebind = N;
 };
 
 //! The part of children_of shared by node kinds whose one child is their

@@ -144,11 +144,7 @@ struct bound_unpack {
 // (they hold half a byte per value) and the host's rebasing calls its
 // rebase_linear.
 template <class P, std::size_t R>
-struct children_of<bound_unpack<P, R>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = bound_unpack<P, R>;
-};
+struct children_of<bound_unpack<P, R>> : no_children<bound_unpack<P, R>> {};
 template <class P, std::size_t R>
 struct leaf_bits<bound_unpack<P, R>> : std::integral_constant<std::size_t, 4> {};
 

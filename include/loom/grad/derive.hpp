@@ -45,11 +45,7 @@ struct input_node : detail::node_tag {
 
 namespace detail {
 template <std::size_t I, class N>
-struct children_of<input_node<I, N>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = input_node<I, N>;
-};
+struct children_of<input_node<I, N>> : no_children<input_node<I, N>> {};
 template <std::size_t I, class N>
 struct layer_argument_index<input_node<I, N>> : std::integral_constant<std::size_t, I> {};
 
@@ -404,8 +400,8 @@ auto unmark(const scatter_adjoint<Node, A>& s) {
 
 // Declared in expr/row_nodes.hpp for the row reductions' rules. Split on
 // the host only: on the device the extra sums of one pass cost registers
-// (the derived layer_norm's shared kernel would spill), where a pass over a
-// cached row is cheap.
+// (more than the derived layer_norm's shared kernel has), where a pass over
+// a cached row is cheap.
 template <class A>
 auto adjoint_row_sum(const A& a) {
   if constexpr (A::rank > 0 && std::is_same_v<typename A::space, host> && autodiff::row_sum_splits<A>())

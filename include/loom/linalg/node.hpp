@@ -145,11 +145,7 @@ namespace detail {
 // A matmul node has no expression children: its operands are views that
 // cuBLASLt (or the host GEMM) reads.
 template <class T, std::size_t RA, std::size_t RB, class S>
-struct children_of<matmul_node<T, RA, RB, S>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = matmul_node<T, RA, RB, S>;
-};
+struct children_of<matmul_node<T, RA, RB, S>> : no_children<matmul_node<T, RA, RB, S>> {};
 template <class N>
 struct is_matmul : std::false_type {};
 template <class T, std::size_t RA, std::size_t RB, class S>

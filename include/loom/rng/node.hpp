@@ -192,11 +192,7 @@ struct bound_random {
   }
 };
 template <class Dist, std::size_t R>
-struct children_of<bound_random<Dist, R>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = bound_random<Dist, R>;
-};
+struct children_of<bound_random<Dist, R>> : no_children<bound_random<Dist, R>> {};
 }  // namespace detail
 
 //! A leaf of random values that reads no memory: rank 0, so it takes the
@@ -234,10 +230,6 @@ struct random_node : detail::node_tag {
 
 namespace detail {
 template <class Dist>
-struct children_of<random_node<Dist>> {
-  using types = type_list<>;
-  template <class...>
-  using rebind = random_node<Dist>;
-};
+struct children_of<random_node<Dist>> : no_children<random_node<Dist>> {};
 }  // namespace detail
 }  // namespace loom

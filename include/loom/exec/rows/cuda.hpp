@@ -258,11 +258,11 @@ constexpr std::size_t row_step_regs(std::integer_sequence<int, L...>) {
 // which caps its registers per thread (65536 / (256 * blocks)): 4 (64
 // registers) for a tree whose vector steps hold at most row_light_regs
 // bytes (softmax, log_softmax, rms_norm, layer_norm: 48-80 bytes), 2 (128
-// registers) for heavier ones, which spilled under 64 (96-496 bytes: the
+// registers) for heavier ones, which need more than 64 (96-496 bytes: the
 // backward passes, add_rms_norm, cross-entropy, masked softmax, derived
-// gradients; docs/performance.md has the ptxas figures and the trade).
-// With only the thread count in the bounds, ptxas held the softmax kernel
-// at 40-48 registers and spilled.
+// gradients). The block count is in the bounds because the thread count
+// alone lets ptxas cap the light kernels below what they need
+// (docs/performance.md has the ptxas figures and the trade).
 inline constexpr std::size_t row_light_regs = 80;
 template <class B, int vector_width>
 inline constexpr int row_min_blocks =

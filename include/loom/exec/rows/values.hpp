@@ -223,7 +223,8 @@ struct held_by_shared {
 // and no subtree that may be kept holds it. Only the outermost values are
 // kept: a softmax with a bias keeps e = exp(z - row_max(z)), not also z
 // inside it; each kept value takes registers in every pass that stores or
-// reads it, and two nested ones made the vector kernel spill on sm_90.
+// reads it, and two nested ones exceed the vector kernel's registers on
+// sm_90 (docs/performance.md).
 template <class Root, class N>
 constexpr bool value_candidate() {
   if constexpr (!shared_by_passes<Root, N>())
@@ -269,10 +270,10 @@ struct value_keeper {
 // costs registers in every pass that stores or reads it (its state, and in
 // the vector form the values of the pass that stores it next to those it
 // computes); with more leaves the vector form already holds vector_width
-// values per leaf in registers, and keeping a value made ptxas spill on
-// sm_90 where the kernel computing it again did not, or spill more
-// (softmax with a bias and a temperature: 8 leaves; cross_entropy_backward's
-// gradient: 9; layer_norm_backward_input: 38). Such a tree runs as written
+// values per leaf in registers, and a kept value costs more registers than
+// computing it again (softmax with a bias and a temperature: 8 leaves;
+// cross_entropy_backward's gradient: 9; layer_norm_backward_input: 38;
+// docs/performance.md has the ptxas figures). Such a tree runs as written
 // on the device.
 inline constexpr std::size_t max_kept_tree_leaves = 4;
 // The host has no registers to spill: it keeps values in trees of up to

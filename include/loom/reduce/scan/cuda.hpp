@@ -216,10 +216,10 @@ __global__ void __launch_bounds__(cross_scan_warps * 32)
 }
 
 // See cross_chunk_steps. Warp w walks lines w and w + 16 of its group.
-// One block per SM in the launch bounds (up to 128 registers): with the
-// thread count alone ptxas held a bool sum's kernel at 64 registers and
-// spilled 56 bytes; it takes 108 without (the int32 sum's takes 80: one
-// block of 512 per SM either way).
+// One block per SM in the launch bounds (up to 128 registers): a bool
+// sum's kernel needs 108 and the int32 sum's 80, more than the 64 the
+// thread count alone would let ptxas use (one block of 512 per SM either
+// way).
 template <class Op, class B, class Writer>
 __global__ void __launch_bounds__(cross_scan_warps * 32, 1)
     cross_lookback_kernel(inclusive_sink<Writer, Op> w, Op op, B b, index_t lines, index_t len, fast_divmod inner,

@@ -52,8 +52,8 @@ struct running_prefix {
 // Any trivially copyable accumulator moved between lanes in 32-bit words,
 // each word by `move` (a shuffle). A (value, index) pair moves member by
 // member: its padding is never copied (a float's pair is 3 words, not 4),
-// and no copy of the whole struct goes through local memory (which made
-// the warp scan of cummax over a fused float tree spill, ptxas -v).
+// and no copy of the whole struct goes through local memory (which the
+// warp scan of cummax over a fused float tree cannot afford).
 template <class A, class Move>
 __device__ __forceinline__ A warp_move(const A& a, const Move& move);
 template <class C, class Move>
@@ -73,8 +73,8 @@ __device__ __forceinline__ A warp_move(const A& a, const Move& move) {
 }
 
 // Lane `src`'s `a` in every lane: numbers by one __shfl_sync, cummax/cummin's
-// value and index as 32-bit words (warp_move, which on double would make the
-// look-back across rows spill more, ptxas -v).
+// value and index as 32-bit words (warp_move: a double's pair moved whole
+// would go through local memory in the look-back across rows).
 template <class A>
 __device__ __forceinline__ A warp_shfl(const A& a, int src) {
   if constexpr (std::is_arithmetic_v<A>)
