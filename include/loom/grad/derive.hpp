@@ -73,14 +73,6 @@ template <class Op, class E>
 struct row_op<row_reduce_node<Op, E>> {
   using type = Op;
 };
-template <class X>
-inline constexpr bool is_map = false;
-template <class F, class... C>
-inline constexpr bool is_map<map_node<F, C...>> = true;
-template <class X>
-inline constexpr bool is_broadcast = false;
-template <class E, std::size_t R>
-inline constexpr bool is_broadcast<broadcast_node<E, R>> = true;
 
 // Whether expression N has one value per row: row reductions, scalars, and
 // maps and broadcasts of those only (a leaf may vary along the row).
@@ -297,6 +289,18 @@ auto map_child_adjoint(const map_node<F, C...>& y, const A& a) {
 template <std::size_t I, class N, class A>
 auto adjoint(const N& n, const A& a);
 
+//! The derivative rule of a node kind: `gradient_rule<N>::adjoint<I>(n, a)`
+//! is the adjoint of input I under node n, given n's adjoint a (the
+//! recursion into n's children goes through autodiff::adjoint). One
+//! specialization per differentiable node kind, beside its other rules
+//! (docs/architecture.md, 'adding a node kind'); adjoint() dispatches on
+//! it, and a node kind without one is a static assertion naming the kinds
+//! that have none.
+template <class N>
+struct gradient_rule;
+template <class N>
+concept has_gradient_rule = requires { sizeof(gradient_rule<N>); };
+
 template <std::size_t I, class F, class... C, class A, std::size_t... J>
 auto map_adjoint(const map_node<F, C...>& y, const A& a, std::index_sequence<J...>) {
   const auto one = [&](auto j) {
@@ -336,11 +340,6 @@ auto shared_row_adjoint(const shared_row_node<row_tag<P, 0>, M>& y, const A& a) 
   return adjoint<I>(e, broadcast_node<G, R>(g, s));
 }
 
-template <class X>
-inline constexpr bool is_gather = false;
-template <class Idx, class Src, std::size_t R>
-inline constexpr bool is_gather<gather_node<Idx, Src, R>> = true;
-
 // An indexing node whose source is input I: its adjoint there is a
 // scatter-add of a through the node's indices (nn/embedding.hpp runs it).
 template <std::size_t I, class Idx, class Src, std::size_t R, class A>
@@ -363,14 +362,8 @@ auto adjoint(const N& n, const A& a) {
     return no_grad{};
   } else if constexpr (is_input<I>::template test<N>::value) {
     return a;
-  } else if constexpr (is_map<N>) {
-    return map_adjoint<I>(n, a, std::make_index_sequence<child_count_v<N>>{});
-  } else if constexpr (is_shared_row<N>::value) {
-    return shared_row_adjoint<I>(n, a);
-  } else if constexpr (is_broadcast<N>) {
-    return adjoint<I>(n.e, a);
-  } else if constexpr (is_gather<N>) {
-    return gather_adjoint<I>(n, a);
+  } else if constexpr (has_gradient_rule<N>) {
+    return gradient_rule<N>::template adjoint<I>(n, a);
   } else {
     static_assert(always_false<N>,
                   "loom: grad: no derivative rule for this node kind (matmul, the reductions that return tensors "
@@ -379,6 +372,40 @@ auto adjoint(const N& n, const A& a) {
     return no_grad{};
   }
 }
+
+// The rules of the node kinds of expr/: an elementwise map (each child's
+// adjoint by the functor's rule, summed where children share an input), a
+// shared row reduction (its row_grad), a broadcast (the same adjoint: the
+// reduction to the input's shape happens at assignment), an indexing node
+// (a scatter-add through its indices).
+template <class F, class... C>
+struct gradient_rule<map_node<F, C...>> {
+  template <std::size_t I, class A>
+  static auto adjoint(const map_node<F, C...>& n, const A& a) {
+    return map_adjoint<I>(n, a, std::index_sequence_for<C...>{});
+  }
+};
+template <class Tag, class M>
+struct gradient_rule<shared_row_node<Tag, M>> {
+  template <std::size_t I, class A>
+  static auto adjoint(const shared_row_node<Tag, M>& n, const A& a) {
+    return shared_row_adjoint<I>(n, a);
+  }
+};
+template <class E, std::size_t R>
+struct gradient_rule<broadcast_node<E, R>> {
+  template <std::size_t I, class A>
+  static auto adjoint(const broadcast_node<E, R>& n, const A& a) {
+    return autodiff::adjoint<I>(n.e, a);
+  }
+};
+template <class Idx, class Src, std::size_t R>
+struct gradient_rule<gather_node<Idx, Src, R>> {
+  template <std::size_t I, class A>
+  static auto adjoint(const gather_node<Idx, Src, R>& n, const A& a) {
+    return gather_adjoint<I>(n, a);
+  }
+};
 
 //! Tree n with every input_node replaced by the node it marks.
 template <class N>
