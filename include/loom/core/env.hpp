@@ -10,6 +10,7 @@
 
 #include "loom/config.hpp"
 #include "loom/core/device.hpp"
+#include "loom/simd/dispatch.hpp"
 #include "loom/linalg/blas.hpp"
 
 #if LOOM_HAS_OPENMP
@@ -42,12 +43,15 @@ inline std::string cuda_version_string(int v) {
 //! off), what computes host matrix products (host_gemm_backend_name()), CUDA
 //! runtime and driver, CCCL and cuBLAS versions, and every usable device
 //! with its properties (or why there is none). Never throws for a missing GPU.
+//! Its "host SIMD" line names the instruction set of the host's loops
+//! (loom::simd::host_isa()).
 //! Example: `std::cout << loom::env_report();`
 inline std::string env_report() {
   std::ostringstream o;
   o << "loom " << LOOM_VERSION_STRING << " (compiled by " << (detail::cuda_compiler ? "nvcc" : "a host compiler")
     << (LOOM_HAS_OPENMP ? ", OpenMP on, " + std::to_string(host_threads()) + " host threads" : ", OpenMP off")
     << ")\n";
+  o << "host SIMD: " << simd::name(simd::host_isa()) << (LOOM_SIMD_DISPATCH ? " (chosen at run time)" : "") << "\n";
   o << "host matmul: " << host_gemm_backend_name() << "\n";
   int runtime = 0, driver = 0;
   (void)cudaRuntimeGetVersion(&runtime);

@@ -6,31 +6,58 @@
 #include <type_traits>
 
 #include "loom/config.hpp"
+#include "loom/simd/vmath.hpp"
 
 //! Scalar math for functors: float and double overloads callable from both
 //! executors (host and CUDA), used by loom's ops and by users' own functors.
+//! Device code calls CUDA's math library; host code calls loom::vmath's
+//! branch-free functions where it has them (float: exp, expm1, log, log1p,
+//! tanh, erf, sin, cos, pow; double: exp, expm1, log, log1p, tanh), which
+//! the host loops run in SIMD lanes, and libm otherwise.
 //! Example: `LOOM_HD T operator()(T x) const { return x / (T(1) + loom::math::exp(-x)); }`
 namespace loom::math {
 #define LOOM_MATH_UNARY(name, f32, f64)              \
   LOOM_HD float name(float x) { return ::f32(x); }   \
   LOOM_HD double name(double x) { return ::f64(x); }
-LOOM_MATH_UNARY(exp, expf, exp)
+#if LOOM_DEVICE_CODE
+#define LOOM_MATH_VECTOR_F(name, f32) \
+  LOOM_HD float name(float x) { return ::f32(x); }
+#define LOOM_MATH_VECTOR(name, f32, f64) LOOM_MATH_UNARY(name, f32, f64)
+#else
+#define LOOM_MATH_VECTOR_F(name, f32) \
+  LOOM_HD float name(float x) { return vmath::name(x); }
+#define LOOM_MATH_VECTOR(name, f32, f64)                   \
+  LOOM_HD float name(float x) { return vmath::name(x); }   \
+  LOOM_HD double name(double x) { return vmath::name(x); }
+#endif
+LOOM_MATH_VECTOR(exp, expf, exp)
 LOOM_MATH_UNARY(exp2, exp2f, exp2)
-LOOM_MATH_UNARY(expm1, expm1f, expm1)
-LOOM_MATH_UNARY(log, logf, log)
-LOOM_MATH_UNARY(log1p, log1pf, log1p)
+LOOM_MATH_VECTOR(expm1, expm1f, expm1)
+LOOM_MATH_VECTOR(log, logf, log)
+LOOM_MATH_VECTOR(log1p, log1pf, log1p)
 LOOM_MATH_UNARY(log2, log2f, log2)
 LOOM_MATH_UNARY(sqrt, sqrtf, sqrt)
 LOOM_MATH_UNARY(fabs, fabsf, fabs)
 LOOM_MATH_UNARY(floor, floorf, floor)
 LOOM_MATH_UNARY(ceil, ceilf, ceil)
 LOOM_MATH_UNARY(rint, rintf, rint)
-LOOM_MATH_UNARY(sin, sinf, sin)
-LOOM_MATH_UNARY(cos, cosf, cos)
-LOOM_MATH_UNARY(tanh, tanhf, tanh)
-LOOM_MATH_UNARY(erf, erff, erf)
+LOOM_MATH_VECTOR_F(sin, sinf)
+LOOM_MATH_VECTOR_F(cos, cosf)
+LOOM_HD double sin(double x) { return ::sin(x); }
+LOOM_HD double cos(double x) { return ::cos(x); }
+LOOM_MATH_VECTOR(tanh, tanhf, tanh)
+LOOM_MATH_VECTOR_F(erf, erff)
+LOOM_HD double erf(double x) { return ::erf(x); }
 #undef LOOM_MATH_UNARY
-LOOM_HD float pow(float a, float b) { return ::powf(a, b); }
+#undef LOOM_MATH_VECTOR_F
+#undef LOOM_MATH_VECTOR
+LOOM_HD float pow(float a, float b) {
+#if LOOM_DEVICE_CODE
+  return ::powf(a, b);
+#else
+  return vmath::pow(a, b);
+#endif
+}
 LOOM_HD double pow(double a, double b) { return ::pow(a, b); }
 LOOM_HD float fmod(float a, float b) { return ::fmodf(a, b); }
 LOOM_HD double fmod(double a, double b) { return ::fmod(a, b); }

@@ -21,6 +21,7 @@
 #include "loom/exec/eval_info.hpp"
 #include "loom/exec/shared_params.hpp"
 #include "loom/expr/bound.hpp"
+#include "loom/simd/dispatch.hpp"
 #include "loom/tensor/view.hpp"
 
 namespace loom::detail {
@@ -191,13 +192,21 @@ void host_segments(O* q, const B& c, index_t len) {
   }
 }
 
+// A map whose functor computes in floating point (loom::fn's math and
+// activations: `floating`) or says `vector_math` (pow): a tree with one
+// takes the wide copies of the host's loops (simd/dispatch.hpp); other
+// trees the baseline copy alone.
+template <class N>
+struct computes_math : std::false_type {};
+template <class F, class Cin, class... B>
+struct computes_math<bound_map<F, Cin, B...>>
+    : std::bool_constant<requires { requires F::floating; } || requires { requires F::vector_math; }> {};
+
 // One piece of the host's contiguous loop, the tree rebased to its first
-// element: in SIMD lanes one element at a time, or, for trees with nodes
-// that compute several elements at once, host_run_width elements per load.
-// `omp simd` asks g++ for lanes; a tree it cannot vectorize (a libm call,
-// say) runs one element at a time. Under clang the loop carries no pragma
-// (see host_for_each_simd). A tree whose indexing nodes read whole runs
-// takes host_segments instead.
+// element: in SIMD lanes one element at a time, in the CPU's widest copy of
+// the loop (simd/dispatch.hpp), or, for trees with nodes that compute
+// several elements at once, host_run_width elements per load. A tree whose
+// indexing nodes read whole runs takes host_segments instead.
 template <class O, class B>
 void host_piece(O* q, const B& c, index_t len) {
   if constexpr (segments_tree<B>) {
@@ -217,10 +226,8 @@ void host_piece(O* q, const B& c, index_t len) {
     }
     for (; k < len; ++k) q[k] = convert<O>(c.template at_linear<false>(k));
   } else {
-#if LOOM_HAS_OPENMP && !defined(__clang__)
-#pragma omp simd
-#endif
-    for (index_t i = 0; i < len; ++i) q[i] = convert<O>(c.template at_linear<false>(i));
+    simd::loop<tree_any_v<B, computes_math>>(loom::simd::host_isa(), 0, len,
+                                              [q, c](index_t i) { q[i] = convert<O>(c.template at_linear<false>(i)); });
   }
 }
 
@@ -302,11 +309,13 @@ void run_elementwise(const view<O, RO, S>& out, const N& e, index_t n, eval_info
       host_periodic_loop(p, b, n, bi.contiguous ? n : bi.period_gcd);
     } else if (contiguous && bi.contiguous) {
       // Every operand dense: element i of each at offset i, no periodic
-      // branch, so the compiler can run the loop in SIMD lanes. An output
-      // that is also an input has the same index map (bind checks it), so
-      // no iteration reads what another writes.
+      // branch, so the compiler can run the loop in SIMD lanes, at the
+      // CPU's width (simd/dispatch.hpp). An output that is also an input
+      // has the same index map (bind checks it), so no iteration reads
+      // what another writes.
       info.path = eval_path::contiguous;
-      host_for_each_simd(n, [p, b](index_t i) { p[i] = convert<O>(b.template at_linear<false>(i)); });
+      simd::for_each<tree_any_v<bound_t, computes_math>>(
+          n, [p, b](index_t i) { p[i] = convert<O>(b.template at_linear<false>(i)); });
     } else if (contiguous) {
       info.path = eval_path::contiguous;
       const index_t period = bi.period_gcd;

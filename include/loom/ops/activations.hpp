@@ -40,6 +40,11 @@ struct gelu {
   bool tanh_form = false;
   template <class T>
   LOOM_HD T operator()(T x) const {
+#if !LOOM_DEVICE_CODE
+    // On the host, float takes one branch-free function for both forms, so
+    // the host loop over it runs in SIMD lanes (docs/02_expressions.md).
+    if constexpr (std::is_same_v<T, float>) return vmath::gelu(x, tanh_form);
+#endif
     if (tanh_form)
       return T(0.5) * x * (T(1) + math::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x)));
     return T(0.5) * x * (T(1) + math::erf(x * T(0.70710678118654752440)));
