@@ -7,6 +7,7 @@
 // and aliasing between the output and the inputs is checked.
 
 #include <algorithm>
+#include <concepts>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -399,6 +400,16 @@ LOOM_COLD void throw_overlap(const shape<R>& out_ext, const shape<R>& out_str, c
                        ") under a different index map; evaluate into a new tensor (loom::materialize) first");
 }
 
+//! What the bound form of every node kind provides: it enters a kernel by
+//! value (trivially copyable), says the type it computes in (`compute`) and
+//! how many row-reduction slots its subtree holds (`slots`); its children
+//! are stated by children_of. Checked where a node binds itself.
+template <class B>
+concept bound_node_protocol = std::is_trivially_copyable_v<B> && requires {
+  typename B::compute;
+  { B::slots } -> std::convertible_to<std::size_t>;
+};
+
 // Binds a node tree to an output view (or a read_only_target): broadcasts
 // leaves to the output's shape, checks aliasing, and returns the kernel-side
 // tree. Row reductions get slots Base, Base + 1, ... in post-order, so a
@@ -426,11 +437,22 @@ struct binder {
   static auto bind(const map_node<F, Ch...>& m, const Out& out, bind_info& info) {
     return bind_map<Base>(m, out, info, std::index_sequence_for<Ch...>{});
   }
-  // Other node kinds (row reductions) bind themselves.
+  // Other node kinds (row reductions, indexing, random, ...) bind themselves.
   template <std::size_t Base, class N, class Out>
     requires requires(const N& n, const Out& o, bind_info& i) { n.template bind_node<Base>(o, i); }
   static auto bind(const N& n, const Out& out, bind_info& info) {
+    using bound = decltype(n.template bind_node<Base>(out, info));
+    static_assert(bound_node_protocol<bound>,
+                  "loom: the bound form of this node kind must be trivially copyable and state `using compute = ...;` "
+                  "and `static constexpr std::size_t slots` (docs/architecture.md, 'adding a node kind')");
     return n.template bind_node<Base>(out, info);
+  }
+  template <std::size_t Base, class N, class Out>
+  static auto bind(const N&, const Out&, bind_info&) {
+    static_assert(always_false<N>,
+                  "loom: this node kind cannot be bound into a kernel: give it a member `template <std::size_t Base, "
+                  "class Out> auto bind_node(const Out& out, bind_info& info) const` returning its bound form "
+                  "(docs/architecture.md, 'adding a node kind')");
   }
   template <std::size_t Base, class F, class... Ch, class Out, std::size_t... I>
   static auto bind_map(const map_node<F, Ch...>& m, const Out& out, bind_info& info, std::index_sequence<I...>) {
