@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   run("log1p", [&] { y = loom::log1p(loom::abs(x)); });
   run("sin", [&] { y = loom::sin(x); });
   run("pow", [&] { y = loom::pow(loom::abs(x), 1.7f); });
-#if __has_include(<loom/simd/dispatch.hpp>)  // also builds against a loom without it, to compare
+#if __has_include(<loom/core/simd/dispatch.hpp>)  // also builds against a loom without it, to compare
   std::fprintf(stderr, "host SIMD: %s, %d threads\n", loom::simd::name(loom::simd::host_isa()), loom::host_threads());
 #endif
   return 0;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // loom::vmath (the host's branch-free math) against references computed in
 // double (long double for double), in every instruction set this CPU runs
-// (simd/dispatch.hpp; LOOM_HOST_SIMD caps them, so CI runs the baseline
+// (core/simd/dispatch.hpp; LOOM_HOST_SIMD caps them, so CI runs the baseline
 // alone too): a dense sweep of the float bit patterns, special values, and
 // the ops of an expression on the host executor.
 #include <cmath>
@@ -13,7 +13,7 @@
 
 #include "loom_test.hpp"
 
-#include <loom/simd/dispatch.hpp>
+#include <loom/core/simd/dispatch.hpp>
 
 namespace {
 using loom::index_t;

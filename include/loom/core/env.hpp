@@ -10,8 +10,8 @@
 
 #include "loom/config.hpp"
 #include "loom/core/device.hpp"
-#include "loom/simd/dispatch.hpp"
-#include "loom/linalg/blas.hpp"
+#include "loom/core/simd/dispatch.hpp"
+#include "loom/core/host_blas.hpp"
 
 #if LOOM_HAS_OPENMP
 #include <omp.h>

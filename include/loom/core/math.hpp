@@ -6,7 +6,7 @@
 #include <type_traits>
 
 #include "loom/config.hpp"
-#include "loom/simd/vmath.hpp"
+#include "loom/core/simd/vmath.hpp"
 
 //! Scalar math for functors: float and double overloads callable from both
 //! executors (host and CUDA), used by loom's ops and by users' own functors.

@@ -21,7 +21,7 @@
 #include "loom/exec/eval_info.hpp"
 #include "loom/exec/shared_params.hpp"
 #include "loom/expr/bound.hpp"
-#include "loom/simd/dispatch.hpp"
+#include "loom/core/simd/dispatch.hpp"
 #include "loom/tensor/view.hpp"
 
 namespace loom::detail {
@@ -194,7 +194,7 @@ void host_segments(O* q, const B& c, index_t len) {
 
 // A map whose functor computes in floating point (loom::fn's math and
 // activations: `floating`) or says `vector_math` (pow): a tree with one
-// takes the wide copies of the host's loops (simd/dispatch.hpp); other
+// takes the wide copies of the host's loops (core/simd/dispatch.hpp); other
 // trees the baseline copy alone.
 template <class N>
 struct computes_math : std::false_type {};
@@ -204,7 +204,7 @@ struct computes_math<bound_map<F, Cin, B...>>
 
 // One piece of the host's contiguous loop, the tree rebased to its first
 // element: in SIMD lanes one element at a time, in the CPU's widest copy of
-// the loop (simd/dispatch.hpp), or, for trees with nodes that compute
+// the loop (core/simd/dispatch.hpp), or, for trees with nodes that compute
 // several elements at once, host_run_width elements per load. A tree whose
 // indexing nodes read whole runs takes host_segments instead.
 template <class O, class B>
@@ -310,7 +310,7 @@ void run_elementwise(const view<O, RO, S>& out, const N& e, index_t n, eval_info
     } else if (contiguous && bi.contiguous) {
       // Every operand dense: element i of each at offset i, no periodic
       // branch, so the compiler can run the loop in SIMD lanes, at the
-      // CPU's width (simd/dispatch.hpp). An output that is also an input
+      // CPU's width (core/simd/dispatch.hpp). An output that is also an input
       // has the same index map (bind checks it), so no iteration reads
       // what another writes.
       info.path = eval_path::contiguous;

@@ -21,7 +21,7 @@
 #include "loom/core/dtype.hpp"
 #include "loom/core/space.hpp"
 #include "loom/core/launch.hpp"
-#include "loom/linalg/blas.hpp"
+#include "loom/core/host_blas.hpp"
 #include "loom/linalg/host_kernel.hpp"
 #include "loom/ops/activations.hpp"
 #include "loom/tensor/view.hpp"

@@ -115,7 +115,7 @@ LOOM_ROUNDING_FN(round, rint)
 //! |a| == 1 (PyTorch raises instead). Derivatives as PyTorch's: d/da is 0
 //! where b == 0; d/db is 0 where a == 0 and b >= 0.
 struct pow {
-  //! Takes the wide copies of the host's loops (simd/dispatch.hpp), as `floating` ops do.
+  //! Takes the wide copies of the host's loops (core/simd/dispatch.hpp), as `floating` ops do.
   static constexpr bool vector_math = true;
   template <int I, class T>
   LOOM_HD T derivative(T a, T b) const {

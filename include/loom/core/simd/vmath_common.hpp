@@ -10,7 +10,7 @@
 #include <cstdint>
 
 // Forces inlining of loom::vmath's functions into the loop that calls them,
-// so a loop compiled for AVX2 (simd/dispatch.hpp) runs them in AVX2 lanes.
+// so a loop compiled for AVX2 (core/simd/dispatch.hpp) runs them in AVX2 lanes.
 #if defined(__GNUC__) || defined(__clang__)
 #define LOOM_VMATH_INLINE [[gnu::always_inline]] inline
 #else

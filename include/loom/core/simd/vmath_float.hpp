@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// The float kernels of loom::vmath (simd/vmath.hpp): Cephes-style range
+// The float kernels of loom::vmath (core/simd/vmath.hpp): Cephes-style range
 // reductions and polynomials for exp and log, erf's two pieces, and sin,
 // cos and pow worked in double inside.
 
 #include <cstdint>
 #include <limits>
 
-#include "loom/simd/vmath_common.hpp"
+#include "loom/core/simd/vmath_common.hpp"
 
 namespace loom::vmath {
 namespace detail {

@@ -3,7 +3,7 @@
 
 // loom::vmath: the host's math without branches or calls, so that a host
 // loop over an expression runs it in SIMD lanes at whatever width the loop
-// is compiled for (simd/dispatch.hpp). float: exp, expm1, log, log1p, tanh,
+// is compiled for (core/simd/dispatch.hpp). float: exp, expm1, log, log1p, tanh,
 // erf, sin, cos, pow, gelu; double: exp, expm1, log, log1p, tanh. Accuracy
 // per function (ulp against a double reference, checked by tests/core's
 // test_vmath): docs/02_expressions.md, "Host math and SIMD width".
@@ -12,8 +12,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "loom/simd/vmath_double.hpp"
-#include "loom/simd/vmath_float.hpp"
+#include "loom/core/simd/vmath_double.hpp"
+#include "loom/core/simd/vmath_float.hpp"
 
 namespace loom::vmath {
 namespace detail {

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// The double kernels of loom::vmath (simd/vmath.hpp): fdlibm's range
+// The double kernels of loom::vmath (core/simd/vmath.hpp): fdlibm's range
 // reductions for exp and log with Taylor polynomials of enough terms for
 // double.
 
 #include <cstdint>
 #include <limits>
 
-#include "loom/simd/vmath_common.hpp"
+#include "loom/core/simd/vmath_common.hpp"
 
 namespace loom::vmath {
 namespace detail {
