@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "loom/config.hpp"
+#include "loom/core/simd/dispatch.hpp"
 
 namespace loom::detail::linalg {
 
@@ -148,26 +149,15 @@ __attribute__((target("avx512f"))) void kernel_block_avx512(const kernel_block<T
 #define LOOM_DETAIL_GEMM_DISPATCH 0
 #endif
 
-//! The register tile's vector width in bytes on this CPU (64 with AVX-512,
-//! 32 with AVX2 and FMA, else 16). O(1) after the first call.
-inline int kernel_vector_bytes() {
-#if LOOM_DETAIL_GEMM_DISPATCH
-  static const int bytes = __builtin_cpu_supports("avx512f")                                    ? 64
-                           : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 32
-                                                                                                : 16;
-  return bytes;
-#else
-  return 16;
-#endif
-}
-
-//! C = A B for one block with the widest register tile the CPU has.
+//! C = A B for one block with the widest register tile the CPU has
+//! (simd::cpu_isa(), which LOOM_HOST_SIMD caps as it caps the executor's
+//! loops).
 template <class T, class Acc>
 void kernel_block_run(const kernel_block<T, Acc>& g) {
 #if LOOM_DETAIL_GEMM_DISPATCH
-  const int bytes = kernel_vector_bytes();
-  if (bytes == 64) return kernel_block_avx512(g);
-  if (bytes == 32) return kernel_block_avx2(g);
+  const loom::simd::isa i = loom::simd::cpu_isa();
+  if (i == loom::simd::isa::avx512) return kernel_block_avx512(g);
+  if (i == loom::simd::isa::avx2) return kernel_block_avx2(g);
 #endif
   kernel_block_baseline(g);
 }

@@ -42,13 +42,14 @@ inline const char* name(isa i) {
   }
 }
 
-//! The widest instruction set this process's CPU runs that the build has
-//! loops for, capped by LOOM_HOST_SIMD (baseline, avx2 or avx512); decided
-//! once. The host executor's dense loops run in it.
-inline isa host_isa() {
+//! The widest instruction set this process's CPU runs (x86-64 with g++ or
+//! clang++, also in nvcc's host pass; baseline elsewhere), capped by
+//! LOOM_HOST_SIMD (baseline, avx2 or avx512); decided once. The host GEMM
+//! kernel (linalg/host_kernel.hpp) runs in it.
+inline isa cpu_isa() {
   static const isa chosen = [] {
     isa best = isa::baseline;
-#if LOOM_SIMD_DISPATCH
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = isa::avx2;
     if (best == isa::avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
@@ -65,6 +66,10 @@ inline isa host_isa() {
   }();
   return chosen;
 }
+
+//! The instruction set the host executor's dense loops run in: cpu_isa()
+//! where the build has loops for it (LOOM_SIMD_DISPATCH), else baseline.
+inline isa host_isa() { return LOOM_SIMD_DISPATCH ? cpu_isa() : isa::baseline; }
 }  // namespace loom::simd
 
 namespace loom::detail::simd {
