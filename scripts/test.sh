@@ -35,8 +35,9 @@ fi
 
 # Without a GPU the [cuda] test programs, the GPU benchmarks, the nvcc header
 # checks and the examples (which then run on the host executor) cannot run
-# device code: their device code is compiled to PTX only, for the first
-# architecture (e.g. 90-virtual; see loom_check_only_target in CMakeLists.txt).
+# device code: it is compiled for the first architecture only (e.g.
+# 90-virtual), to NVVM IR where the program is not linked, else to PTX (see
+# loom_gpu_program and loom_check_only_target in CMakeLists.txt).
 # The whole front end and NVVM run, so every template and device-code error
 # shows; ptxas runs in the ptx_fusion_check_* tests and the consumer build. With
 # a GPU everything is built for real (LOOM_CHECK_ONLY_ARCH overrides).
