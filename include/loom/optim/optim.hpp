@@ -3,9 +3,11 @@
 
 // Optimizers as fused loom expressions: SGD (momentum, Nesterov, weight
 // decay), AdamW (bias correction, decoupled weight decay) and Lion. Each
-// parameter's update is ONE assign_many launch that reads the parameter, its
-// gradient and its state and writes the parameter and its state together
-// (and, for bf16/half parameters, the float master weights). Global-norm
+// parameter's update is one fused expression (assign_many's) that reads the
+// parameter, its gradient and its state and writes the parameter and its
+// state together (and, for bf16/half parameters, the float master weights);
+// the updates of all parameters of one dtype run as ONE launch
+// (multi-tensor: exec/multi.hpp's batches). Global-norm
 // gradient clipping reduces every gradient's sum of squares on the device
 // (no host synchronization) and the updates read the clipping factor from
 // there. Learning rate and step count are run-time values: the kernels are
@@ -87,7 +89,9 @@ struct update_options {
 //! What the last step did.
 struct step_info {
   std::uint64_t step = 0;        //!< the step count after it (1 for the first step)
-  std::size_t parameters = 0;    //!< parameters updated, one kernel each
+  std::size_t parameters = 0;    //!< parameters updated
+  std::size_t groups = 0;        //!< their groups: parameters of one dtype (and rank, above 4) share one launch
+                                 //!< (on the device, one per 64 parameters or fewer, as a kernel's parameters allow)
   std::uint64_t kernels = 0;     //!< launches of the host and device executors during the step
   std::uint64_t clip_kernels = 0;  //!< of those, the clipping's (0 without clipping)
 };
@@ -181,8 +185,10 @@ template <class Rule, class S>
 struct entry_base {
   virtual ~entry_base() = default;
   virtual void sum_squares(const view<double, 1, S>& out) const = 0;
+  // Adds the parameter's update to its batch (launched with the others of
+  // its type by the optimizer).
   virtual void update(const typename Rule::scalars& c, const view<const double, 0, S>& coef, std::uint64_t step,
-                      const update_options& u, std::size_t k) = 0;
+                      const update_options& u, std::size_t k, loom::detail::multi::batches<S>& b) = 0;
 };
 
 template <class Rule, class T, std::size_t R, class S>
@@ -221,35 +227,60 @@ struct entry final : entry_base<Rule, S> {
   }
 
   void update(const typename Rule::scalars& c, const view<const double, 0, S>& coef, std::uint64_t step,
-              const update_options& u, std::size_t k) override {
+              const update_options& u, std::size_t k, loom::detail::multi::batches<S>& b) override {
+    const auto enqueue = [&b](auto&&... pairs) {
+      loom::detail::multi::prepare_many(b, pairs...);
+    };
     add_states(Rule::states(c));
     std::vector<view<W, R, S>> s;
     for (auto& t : state) s.push_back(t.view());
     const auto grad = cast<W>(g) * cast<W>(coef);
     if constexpr (!master_possible) {
-      Rule::template apply<W>(c, p, grad, s, [&](const auto& w1, const auto&... st) { assign_many(p, w1, st...); });
+      Rule::template apply<W>(c, p, grad, s, [&](const auto& w1, const auto&... st) { enqueue(p, w1, st...); });
     } else if (master.size() == p.size() && p.size() > 0) {
       const view<W, R, S> m = master.view();
       Rule::template apply<W>(c, m, grad, s, [&](const auto& w1, const auto&... st) {
         if constexpr (std::is_same_v<T, bf16>)
           if (u.stochastic_rounding) {
-            assign_many(m, w1, p, stochastic_round<bf16>(w1, rounding_seed(u.seed, k), step), st...);
+            enqueue(m, w1, p, stochastic_round<bf16>(w1, rounding_seed(u.seed, k), step), st...);
             return;
           }
-        assign_many(m, w1, p, w1, st...);
+        enqueue(m, w1, p, w1, st...);
       });
     } else {
       Rule::template apply<W>(c, cast<W>(p), grad, s, [&](const auto& w1, const auto&... st) {
         if constexpr (std::is_same_v<T, bf16>)
           if (u.stochastic_rounding) {
-            assign_many(p, stochastic_round<bf16>(w1, rounding_seed(u.seed, k), step), st...);
+            enqueue(p, stochastic_round<bf16>(w1, rounding_seed(u.seed, k), step), st...);
             return;
           }
-        assign_many(p, w1, st...);
+        enqueue(p, w1, st...);
       });
     }
   }
 };
+
+// Parameters of rank below group_rank are updated as views of that rank
+// (leading extents of 1), so parameters of one dtype share one launch
+// whatever their rank.
+inline constexpr std::size_t group_rank = 4;
+template <std::size_t GR, class T, std::size_t R, class S>
+view<T, GR, S> with_rank(const view<T, R, S>& v) {
+  if constexpr (GR == R) {
+    return v;
+  } else {
+    shape<GR> ext, st;
+    for (std::size_t d = 0; d != GR - R; ++d) {
+      ext[d] = 1;
+      st[d] = 0;
+    }
+    for (std::size_t d = 0; d != R; ++d) {
+      ext[GR - R + d] = v.extent(d);
+      st[GR - R + d] = v.stride(d);
+    }
+    return view<T, GR, S>(v.data(), ext, st);
+  }
+}
 
 inline std::uint64_t launch_total() {
   const launch_counts n = launches();
@@ -260,7 +291,7 @@ inline std::uint64_t launch_total() {
 //! An optimizer over parameters of any floating type and rank in memory
 //! space S, following Rule (sgd, adamw, lion below). Parameters are added
 //! with their gradients (tensors or views, kept as views: they must outlive
-//! the optimizer); step() updates all of them, one kernel per parameter.
+//! the optimizer); step() updates all of them, one launch per dtype group.
 template <class Rule, memory_space S>
 class optimizer {
  public:
@@ -307,17 +338,18 @@ class optimizer {
         if (may_overlap(pv, gv)) throw aliasing_error(who + "the gradient overlaps the parameter");
         if (upd_.stochastic_rounding && std::is_same_v<T, half>)
           throw value_error(who + "stochastic rounding is available for bf16 parameters, not half");
-        const view<const T, R, S> g(gv);
-        entries_.push_back(std::make_unique<detail::entry<Rule, T, R, S>>(
-            pv, g, upd_.master_weights, Rule::states(Rule::prepare(opts_, 1))));
+        constexpr std::size_t GR = R < detail::group_rank ? detail::group_rank : R;
+        entries_.push_back(std::make_unique<detail::entry<Rule, T, GR, S>>(
+            detail::with_rank<GR>(pv), detail::with_rank<GR>(view<const T, R, S>(gv)), upd_.master_weights,
+            Rule::states(Rule::prepare(opts_, 1))));
         parts_ = tensor<double, 1, S>(shape<1>{static_cast<index_t>(entries_.size())});
       }
     }
     return k;
   }
 
-  //! One step over every parameter: the clipping (if on), then one kernel
-  //! per parameter. Enqueued on the current stream; no synchronization.
+  //! One step over every parameter: the clipping (if on), then one launch
+  //! per dtype group. Enqueued on the current stream; no synchronization.
   void step() {
     const std::uint64_t before = detail::launch_total();
     ++steps_;
@@ -332,8 +364,10 @@ class optimizer {
     }
     const auto c = Rule::prepare(opts_, steps_);
     const view<const double, 0, S> coef(coef_.slice(0));
-    for (std::size_t k = 0; k != entries_.size(); ++k) entries_[k]->update(c, coef, steps_, upd_, k);
-    info_ = {steps_, entries_.size(), detail::launch_total() - before, clip};
+    for (std::size_t k = 0; k != entries_.size(); ++k) entries_[k]->update(c, coef, steps_, upd_, k, batches_);
+    const std::size_t groups = batches_.size();
+    batches_.flush();
+    info_ = {steps_, entries_.size(), groups, detail::launch_total() - before, clip};
   }
 
   //! The hyper-parameters; changing lr (or any other) takes effect at the
@@ -374,6 +408,7 @@ class optimizer {
   std::uint64_t steps_ = 0;
   bool clipping_ = false;
   step_info info_;
+  loom::detail::multi::batches<S> batches_;
 };
 
 //! SGD with momentum, dampening, Nesterov and weight decay (sgd_options).
