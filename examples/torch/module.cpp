@@ -12,6 +12,8 @@
 #include <string>
 #include <utility>
 
+#include <loom/optim/optim.hpp>
+
 #include "dlpack_python.hpp"
 #include "rms_swiglu.hpp"
 
@@ -95,6 +97,48 @@ loom_python::dlpack_object fp8_rounded(const py::capsule& capsule, const std::st
   if (format == "e8m0") return fp8_from_float<loom::e8m0>(capsule);
   throw py::value_error("format is e4m3, e5m2 or e8m0, not " + format);
 }
+// Runs len(g) steps of loom's optimizer `name` ("sgd", "adamw", "lion") on
+// the float64 vector `w` (a DLPack capsule; updated in place) with the
+// gradients of step t in row t of `g` [steps, n]. `o` holds the options
+// struct's fields by name (lr, momentum, ...; absent ones keep loom's
+// defaults) and max_grad_norm. Returns the launches of the last step.
+template <class Opt, class Options>
+std::uint64_t run_optimizer(const py::capsule& w, const py::capsule& g, Options o, const py::dict& d) {
+  auto wt = loom_python::from_capsule<double, 1, loom::host>(w);
+  const auto gt = loom_python::from_capsule<const double, 2, loom::host>(g);
+  loom::host_tensor<double, 1> grad(wt.view().extents());
+  loom::optim::update_options u;
+  if (d.contains("max_grad_norm")) u.max_grad_norm = d["max_grad_norm"].cast<double>();
+  Opt opt(o, u);
+  opt.add(wt.view(), grad);
+  for (loom::index_t t = 0; t < gt.view().extent(0); ++t) {
+    grad = gt.view().slice(t);
+    opt.step();
+  }
+  return opt.last_step().kernels;
+}
+
+std::uint64_t optimizer_steps(const std::string& name, const py::capsule& w, const py::capsule& g, const py::dict& d) {
+  const auto get = [&d](const char* key, double fallback) { return d.contains(key) ? d[key].cast<double>() : fallback; };
+  if (name == "sgd") {
+    loom::optim::sgd_options o;
+    o = {get("lr", o.lr), get("momentum", o.momentum), get("dampening", o.dampening),
+         get("weight_decay", o.weight_decay), d.contains("nesterov") && d["nesterov"].cast<bool>()};
+    return run_optimizer<loom::optim::sgd<loom::host>>(w, g, o, d);
+  }
+  if (name == "adamw") {
+    loom::optim::adamw_options o;
+    o = {get("lr", o.lr), get("beta1", o.beta1), get("beta2", o.beta2), get("eps", o.eps),
+         get("weight_decay", o.weight_decay)};
+    return run_optimizer<loom::optim::adamw<loom::host>>(w, g, o, d);
+  }
+  if (name == "lion") {
+    loom::optim::lion_options o;
+    o = {get("lr", o.lr), get("beta1", o.beta1), get("beta2", o.beta2), get("weight_decay", o.weight_decay)};
+    return run_optimizer<loom::optim::lion<loom::host>>(w, g, o, d);
+  }
+  throw py::value_error("optimizer is sgd, adamw or lion, not " + name);
+}
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -116,4 +160,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("release_import", [] { held.reset(); });
   m.def("fp8_round_trip", &fp8_round_trip, py::arg("capsule"), py::arg("format"));
   m.def("fp8_rounded", &fp8_rounded, py::arg("capsule"), py::arg("format"));
+  m.def("optimizer_steps", &optimizer_steps, py::arg("name"), py::arg("w"), py::arg("g"), py::arg("options"),
+        "len(g) steps of loom::optim's optimizer `name` on the float64 vector w (in place), gradients by row of g");
 }

@@ -10,7 +10,8 @@ the C++ side ran on are the Python tensors'); one kernel forward; DLPack
 between loom and Python: loom's LoomTensor read by torch.from_dlpack and
 numpy.from_dlpack (versioned and legacy, each deleter called once, a capsule
 consumed once), torch's capsules read by loom, fp8 both ways; loom's errors as Python exceptions; torch's own
-custom-op checks (torch.library.opcheck).
+custom-op checks (torch.library.opcheck); loom::optim's SGD and AdamW against torch.optim (Lion against its
+formula), 3 steps in float64.
 
 Usage: test_torch_ext.py. Exits 0 when all pass, 1 when one fails, 77 when
 torch or NumPy cannot be imported (ctest: Skipped). Builds the extension first
@@ -384,6 +385,60 @@ def test_dlpack_fp8(ext):
            lambda: ext.fp8_round_trip(x.__dlpack__(max_version=(1, 0)), "e4m3"), "an e5m2 tensor imported as e4m3")
 
 
+def lion_reference(w, grads, lr, beta1, beta2, weight_decay):
+    """Lion (Chen et al. 2023, Algorithm 2) in float64; torch.optim has no Lion."""
+    w = w.clone()
+    m = torch.zeros_like(w)
+    for g in grads:
+        c = beta1 * m + (1 - beta1) * g
+        w = w * (1 - lr * weight_decay) - lr * torch.sign(c)
+        m = beta2 * m + (1 - beta2) * g
+    return w
+
+
+def test_optimizers(ext):
+    """loom::optim against torch.optim (SGD, AdamW; Lion against its formula): 3 steps in float64, 1e-10 relative."""
+    gen = torch.Generator().manual_seed(57)
+    cases = [
+        ("sgd", dict(lr=0.1, weight_decay=0.01), None),
+        ("sgd", dict(lr=0.1, momentum=0.9, dampening=0.1), None),
+        ("sgd", dict(lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=True), 1.0),
+        ("adamw", dict(lr=0.01, weight_decay=0.05), None),
+        ("adamw", dict(lr=0.02, beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.1), 2.0),
+        ("lion", dict(lr=0.01, beta1=0.95, beta2=0.98, weight_decay=0.1), None),
+    ]
+    for name, opts, max_norm in cases:
+        w0 = torch.rand(257, dtype=torch.float64, generator=gen) * 2 - 1
+        grads = torch.randn(3, 257, dtype=torch.float64, generator=gen)
+        if name == "lion":
+            ref = lion_reference(w0, grads, opts["lr"], opts["beta1"], opts["beta2"], opts["weight_decay"])
+        else:
+            p = torch.nn.Parameter(w0.clone())
+            if name == "sgd":
+                opt = torch.optim.SGD([p], **opts)
+            else:
+                opt = torch.optim.AdamW([p], lr=opts["lr"], betas=(opts.get("beta1", 0.9), opts.get("beta2", 0.999)),
+                                        eps=opts.get("eps", 1e-8), weight_decay=opts["weight_decay"])
+            for g in grads:
+                p.grad = g.clone()
+                if max_norm is not None:
+                    torch.nn.utils.clip_grad_norm_([p], max_norm)
+                opt.step()
+            ref = p.detach()
+        w = w0.clone()
+        d = dict(opts)
+        if max_norm is not None:
+            d["max_grad_norm"] = max_norm
+        kernels = ext.optimizer_steps(name, torch.utils.dlpack.to_dlpack(w), torch.utils.dlpack.to_dlpack(grads), d)
+        err = ((w - ref).abs() / ref.abs().clamp_min(1e-3)).max().item()
+        what = f"loom::optim::{name} {opts}{' clipped to ' + str(max_norm) if max_norm else ''}"
+        against = "its formula" if name == "lion" else "torch.optim"
+        check(err <= 1e-10, f"{what}: 3 steps match {against} (max relative error {err:.1e})")
+        # The update is one kernel; clipping one parameter adds 2 K + 2 = 4.
+        want = 5 if max_norm is not None else 1
+        check(kernels == want, f"{what}: {want} kernel(s) in a step ({kernels})")
+
+
 def main():
     start = time.perf_counter()
     ext = loom_torch.load()
@@ -404,6 +459,7 @@ def main():
         test_dlpack_cuda_export(ext)
     test_dlpack_import(ext)
     test_dlpack_fp8(ext)
+    test_optimizers(ext)
     print(f"{passed} passed, {len(failures)} failed")
     return 1 if failures else 0
 
