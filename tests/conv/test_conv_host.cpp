@@ -1,0 +1,562 @@
+// SPDX-License-Identifier: Apache-2.0
+// Convolution and pooling on the host executor against direct loops in
+// double written here, over seeded random sweeps of the options; gradients
+// also against central finite differences. Outputs are poisoned: the test
+// main fills every loom allocation with NaN bytes, and the *_into outputs
+// are filled with NaN before each call.
+#include "loom_test.hpp"
+
+#include <loom/nn/conv.hpp>
+#include <loom/nn/pool.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace {
+using Catch::Matchers::Contains;
+using loom::index_t;
+using vec = std::vector<double>;
+
+// One convolution: x [n, c, h, w], weight [cout, c / groups, kh, kw].
+struct conv_case {
+  index_t n = 1, c = 1, h = 1, w = 1, cout = 1, kh = 1, kw = 1;
+  loom::conv2d_options o;
+  index_t span(int a) const { return ((a == 0 ? kh : kw) - 1) * o.dilation[a] + 1; }
+  index_t out(int a) const {
+    return ((a == 0 ? h : w) + 2 * o.padding[a] - span(a)) / o.stride[a] + 1;
+  }
+  bool convolves() const { return span(0) <= h + 2 * o.padding[0] && span(1) <= w + 2 * o.padding[1]; }
+  loom::shape<4> x_shape() const { return {n, c, h, w}; }
+  loom::shape<4> w_shape() const { return {cout, c / o.groups, kh, kw}; }
+  loom::shape<4> y_shape() const { return {n, cout, out(0), out(1)}; }
+};
+
+// Calls f(n, o, ci, ki, kj, oy, ox, iy, ix) for every product term of the
+// convolution: output (n, o, oy, ox) += x(n, group's channel ci, iy, ix) w(o, ci, ki, kj).
+template <class F>
+void for_each_term(const conv_case& k, F f) {
+  const index_t cin = k.c / k.o.groups, cog = k.cout / k.o.groups;
+  for (index_t n = 0; n < k.n; ++n)
+    for (index_t o = 0; o < k.cout; ++o)
+      for (index_t oy = 0; oy < k.out(0); ++oy)
+        for (index_t ox = 0; ox < k.out(1); ++ox)
+          for (index_t ci = 0; ci < cin; ++ci)
+            for (index_t ki = 0; ki < k.kh; ++ki)
+              for (index_t kj = 0; kj < k.kw; ++kj) {
+                const index_t iy = oy * k.o.stride[0] - k.o.padding[0] + ki * k.o.dilation[0];
+                const index_t ix = ox * k.o.stride[1] - k.o.padding[1] + kj * k.o.dilation[1];
+                if (iy < 0 || iy >= k.h || ix < 0 || ix >= k.w) continue;
+                const index_t c = o / cog * cin + ci;
+                f(((n * k.cout + o) * k.out(0) + oy) * k.out(1) + ox, ((n * k.c + c) * k.h + iy) * k.w + ix,
+                  ((o * cin + ci) * k.kh + ki) * k.kw + kj);
+              }
+}
+
+vec ref_forward(const conv_case& k, const vec& x, const vec& w, const vec* b) {
+  vec y(static_cast<std::size_t>(loom::shape_size(k.y_shape())), 0.0);
+  if (b)
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = (*b)[i / static_cast<std::size_t>(k.out(0) * k.out(1)) %
+                                                          static_cast<std::size_t>(k.cout)];
+  for_each_term(k, [&](index_t yi, index_t xi, index_t wi) { y[yi] += x[xi] * w[wi]; });
+  return y;
+}
+vec ref_backward_input(const conv_case& k, const vec& dy, const vec& w) {
+  vec dx(static_cast<std::size_t>(loom::shape_size(k.x_shape())), 0.0);
+  for_each_term(k, [&](index_t yi, index_t xi, index_t wi) { dx[xi] += dy[yi] * w[wi]; });
+  return dx;
+}
+vec ref_backward_weight(const conv_case& k, const vec& dy, const vec& x) {
+  vec dw(static_cast<std::size_t>(loom::shape_size(k.w_shape())), 0.0);
+  for_each_term(k, [&](index_t yi, index_t xi, index_t wi) { dw[wi] += dy[yi] * x[xi]; });
+  return dw;
+}
+vec ref_backward_bias(const conv_case& k, const vec& dy) {
+  vec db(static_cast<std::size_t>(k.cout), 0.0);
+  const index_t plane = k.out(0) * k.out(1);
+  for (std::size_t i = 0; i < dy.size(); ++i) db[i / static_cast<std::size_t>(plane) % db.size()] += dy[i];
+  return db;
+}
+
+// Random values in a fresh host tensor and as doubles (row-major).
+template <class T, std::size_t R>
+loom::host_tensor<T, R> random_tensor(const loom::shape<R>& s, std::mt19937_64& g, vec& values) {
+  loom::host_tensor<T, R> t(s);
+  values.resize(static_cast<std::size_t>(t.size()));
+  std::uniform_real_distribution<double> d(-1, 1);
+  for (index_t i = 0; i < t.size(); ++i) {
+    t.data()[i] = static_cast<T>(d(g));
+    values[static_cast<std::size_t>(i)] = static_cast<double>(t.data()[i]);
+  }
+  return t;
+}
+
+// The elements of v (any strides) in row-major order.
+template <class V>
+vec values_of(const V& v) {
+  vec out(static_cast<std::size_t>(v.size()));
+  for (index_t i = 0; i < v.size(); ++i) out[static_cast<std::size_t>(i)] = static_cast<double>(v.data()[v.offset_of(i)]);
+  return out;
+}
+
+// got and want agree within tol relative to the magnitude `scale` (the sum
+// of the absolute terms bounds the rounding); NaN never passes.
+void require_close(const vec& got, const vec& want, double tol, const char* what) {
+  REQUIRE(got.size() == want.size());
+  double worst = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(got[i] - want[i]) / (1 + std::abs(want[i]));
+    if (!(err <= worst)) {
+      worst = err;
+      at = i;
+    }
+  }
+  INFO(what << ": worst element " << at << " of " << got.size() << ": " << (got.empty() ? 0 : got[at]) << " vs "
+            << (want.empty() ? 0 : want[at]));
+  REQUIRE(worst <= tol);
+}
+
+conv_case random_case(std::mt19937_64& g) {
+  const auto pick = [&](index_t lo, index_t hi) { return std::uniform_int_distribution<index_t>(lo, hi)(g); };
+  for (;;) {
+    conv_case k;
+    k.n = pick(1, 3);
+    const index_t mode = pick(0, 3);  // 0: groups 1, 1: 2 or 3 groups, 2: depthwise, 3: depthwise with a multiplier
+    const index_t groups = mode == 0 ? 1 : mode == 1 ? pick(2, 3) : pick(1, 5);
+    k.o.groups = groups;
+    k.c = groups * (mode >= 2 ? 1 : pick(1, 3));
+    k.cout = groups * (mode == 2 ? 1 : pick(1, 3));
+    k.h = pick(1, 9);
+    k.w = pick(1, 9);
+    k.kh = pick(1, 4);
+    k.kw = pick(1, 4);
+    for (int a = 0; a < 2; ++a) {
+      k.o.stride[a] = pick(1, 3);
+      k.o.padding[a] = pick(0, 2);
+      k.o.dilation[a] = pick(1, 3);
+    }
+    if (k.convolves()) return k;
+  }
+}
+
+void fill_nan(float* p, index_t n) { std::fill(p, p + n, std::numeric_limits<float>::quiet_NaN()); }
+}  // namespace
+
+TEST_CASE("conv2d forward and gradients match a direct loop over a random sweep of options", "[nn][conv]") {
+  std::mt19937_64 g(loom_test::seed_for("conv2d sweep"));
+  constexpr int cases = 640;
+  for (int i = 0; i < cases; ++i) {
+    const conv_case k = random_case(g);
+    INFO("case " << i << ": x " << loom::shape_string(k.x_shape()) << " w " << loom::shape_string(k.w_shape())
+                 << " stride {" << k.o.stride[0] << ", " << k.o.stride[1] << "} padding {" << k.o.padding[0] << ", "
+                 << k.o.padding[1] << "} dilation {" << k.o.dilation[0] << ", " << k.o.dilation[1] << "} groups "
+                 << k.o.groups);
+    vec xv, wv, bv, dyv;
+    auto w = random_tensor<float>(k.w_shape(), g, wv);
+    auto b = random_tensor<float>(loom::shape<1>{k.cout}, g, bv);
+    auto dy = random_tensor<float>(k.y_shape(), g, dyv);
+    // x dense, or every other column of a wider tensor (strided).
+    const bool strided = i % 3 == 1;
+    loom::shape<4> wide = k.x_shape();
+    wide[3] = strided ? 2 * k.w : k.w;
+    vec wide_values;
+    auto x_store = random_tensor<float>(wide, g, wide_values);
+    const auto x = x_store.view().slice(loom::range(0, k.n), loom::range(0, k.c), loom::range(0, k.h),
+                                        loom::range(0, wide[3], strided ? 2 : 1));
+    xv = values_of(x);
+    const double tol = 1e-5;
+    const bool with_bias = i % 2 == 0;
+
+    // Forward: into a NaN-filled output, or a new tensor.
+    loom::host_tensor<float, 4> y(k.y_shape());
+    fill_nan(y.data(), y.size());
+    if (i % 4 < 2) {
+      if (with_bias)
+        loom::conv2d_into(y, x, w, b, k.o);
+      else
+        loom::conv2d_into(y, x, w, k.o);
+    } else {
+      y = with_bias ? loom::conv2d(x, w, b, k.o) : loom::conv2d(x, w, k.o);
+    }
+    require_close(values_of(y.view()), ref_forward(k, xv, wv, with_bias ? &bv : nullptr), tol, "y");
+
+    // Gradients.
+    loom::host_tensor<float, 4> dx(k.x_shape()), dw(k.w_shape());
+    fill_nan(dx.data(), dx.size());
+    fill_nan(dw.data(), dw.size());
+    if (i % 2 == 0) {
+      loom::conv2d_backward_input_into(dx, dy, w, k.o);
+      loom::conv2d_backward_weight_into(dw, dy, x, k.o);
+    } else {
+      dx = loom::conv2d_backward_input(dy, w, k.x_shape(), k.o);
+      dw = loom::conv2d_backward_weight(dy, x, k.w_shape(), k.o);
+    }
+    require_close(values_of(dx.view()), ref_backward_input(k, dyv, wv), tol, "dx");
+    require_close(values_of(dw.view()), ref_backward_weight(k, dyv, xv), tol, "dw");
+    require_close(values_of(loom::conv2d_backward_bias(dy).view()), ref_backward_bias(k, dyv), tol, "db");
+  }
+}
+
+TEST_CASE("conv2d cut into chunks of images equals conv2d of each image", "[nn][conv]") {
+  // Columns of 16 x 3 x 3 rows by 128 x 129 positions per image, above the
+  // elements of a chunk: one image per chunk. Each image alone is one chunk,
+  // checked against the direct loop by the sweep above. The weight and dy
+  // are transposed views (copied to contiguous memory inside).
+  std::mt19937_64 g(loom_test::seed_for("conv2d chunks"));
+  const conv_case k{.n = 2, .c = 16, .h = 128, .w = 129, .cout = 1, .kh = 3, .kw = 3, .o = {.padding = {1, 1}}};
+  REQUIRE(k.c * k.kh * k.kw * k.out(0) * k.out(1) > loom::detail::conv::column_budget);
+  vec v;
+  auto x = random_tensor<double>(k.x_shape(), g, v);
+  auto w_t = random_tensor<double>(loom::shape<4>{k.cout, k.c, k.kw, k.kh}, g, v);
+  const auto w = w_t.view().transpose(2, 3);
+  auto dy_t = random_tensor<double>(loom::shape<4>{k.n, k.cout, k.out(1), k.out(0)}, g, v);
+  const auto dy = dy_t.view().transpose(2, 3);
+  const auto y = loom::conv2d(x, w, k.o);
+  const auto dx = loom::conv2d_backward_input(dy, w, k.x_shape(), k.o);
+  const auto dw = loom::conv2d_backward_weight(dy, x, k.w_shape(), k.o);
+  vec y_each, dx_each, dw_each(static_cast<std::size_t>(dw.size()), 0.0);
+  for (index_t n = 0; n < k.n; ++n) {
+    const auto image = x.view().slice(loom::range(n, n + 1), loom::range(0, k.c), loom::range(0, k.h),
+                                      loom::range(0, k.w));
+    const auto dy_image = dy.slice(loom::range(n, n + 1), loom::range(0, k.cout), loom::range(0, k.out(0)),
+                                   loom::range(0, k.out(1)));
+    const vec yn = values_of(loom::conv2d(image, w, k.o).view());
+    const vec dxn = values_of(loom::conv2d_backward_input(dy_image, w, image.extents(), k.o).view());
+    const vec dwn = values_of(loom::conv2d_backward_weight(dy_image, image, k.w_shape(), k.o).view());
+    y_each.insert(y_each.end(), yn.begin(), yn.end());
+    dx_each.insert(dx_each.end(), dxn.begin(), dxn.end());
+    for (std::size_t i = 0; i < dwn.size(); ++i) dw_each[i] += dwn[i];
+  }
+  require_close(values_of(y.view()), y_each, 1e-13, "y");
+  require_close(values_of(dx.view()), dx_each, 1e-13, "dx");
+  require_close(values_of(dw.view()), dw_each, 1e-13, "dw");
+}
+
+TEST_CASE("conv2d gradients equal central finite differences in double", "[nn][conv]") {
+  std::mt19937_64 g(loom_test::seed_for("conv2d finite differences"));
+  const conv_case k{.n = 2, .c = 4, .h = 5, .w = 6, .cout = 6, .kh = 3, .kw = 2,
+                    .o = {.stride = {2, 1}, .padding = {1, 1}, .dilation = {1, 2}, .groups = 2}};
+  vec xv, wv, bv, rv;
+  auto x = random_tensor<double>(k.x_shape(), g, xv);
+  auto w = random_tensor<double>(k.w_shape(), g, wv);
+  auto b = random_tensor<double>(loom::shape<1>{k.cout}, g, bv);
+  auto r = random_tensor<double>(k.y_shape(), g, rv);  // loss = sum(conv2d(x, w, b) * r), so dy = r
+  const auto loss = [&] {
+    const auto y = loom::conv2d(x, w, b, k.o);
+    double s = 0;
+    for (index_t i = 0; i < y.size(); ++i) s += y.data()[i] * rv[static_cast<std::size_t>(i)];
+    return s;
+  };
+  const auto numeric = [&](double* p, index_t count) {
+    vec out(static_cast<std::size_t>(count));
+    const double eps = 1e-6;
+    for (index_t i = 0; i < count; ++i) {
+      const double keep = p[i];
+      p[i] = keep + eps;
+      const double up = loss();
+      p[i] = keep - eps;
+      const double down = loss();
+      p[i] = keep;
+      out[static_cast<std::size_t>(i)] = (up - down) / (2 * eps);
+    }
+    return out;
+  };
+  require_close(values_of(loom::conv2d_backward_input(r, w, k.x_shape(), k.o).view()), numeric(x.data(), x.size()),
+                1e-7, "dx");
+  require_close(values_of(loom::conv2d_backward_weight(r, x, k.w_shape(), k.o).view()), numeric(w.data(), w.size()),
+                1e-7, "dw");
+  require_close(values_of(loom::conv2d_backward_bias(r).view()), numeric(b.data(), b.size()), 1e-7, "db");
+}
+
+TEST_CASE("conv2d gives the same bits run to run, and an empty batch", "[nn][conv]") {
+  std::mt19937_64 g(loom_test::seed_for("conv2d determinism"));
+  vec v;
+  auto x = random_tensor<float>(loom::shape<4>{5, 6, 17, 13}, g, v);
+  auto w = random_tensor<float>(loom::shape<4>{9, 2, 3, 3}, g, v);
+  const loom::conv2d_options o{.stride = {1, 2}, .padding = {1, 1}, .groups = 3};
+  auto dy = random_tensor<float>(loom::conv2d_output_shape(x.extents(), w.extents(), o), g, v);
+  const auto same = [](const auto& a, const auto& b) {
+    return std::equal(a.data(), a.data() + a.size(), b.data(), [](float p, float q) {
+      return loom_test::same_bits(p, q);
+    });
+  };
+  CHECK(same(loom::conv2d(x, w, o), loom::conv2d(x, w, o)));
+  CHECK(same(loom::conv2d_backward_input(dy, w, x.extents(), o), loom::conv2d_backward_input(dy, w, x.extents(), o)));
+  CHECK(same(loom::conv2d_backward_weight(dy, x, w.extents(), o), loom::conv2d_backward_weight(dy, x, w.extents(), o)));
+
+  loom::host_tensor<float, 4> none(loom::shape<4>{0, 6, 17, 13}), dy0(loom::shape<4>{0, 9, 17, 7});
+  CHECK(loom::conv2d(none, w, o).extents() == loom::shape<4>{0, 9, 17, 7});
+  const auto dw = loom::conv2d_backward_weight(dy0, none, w.extents(), o);
+  CHECK(std::all_of(dw.data(), dw.data() + dw.size(), [](float e) { return e == 0; }));
+}
+
+TEST_CASE("conv1d equals conv2d of height 1", "[nn][conv]") {
+  std::mt19937_64 g(loom_test::seed_for("conv1d"));
+  const conv_case k{.n = 3, .c = 6, .w = 23, .cout = 4, .kw = 3,
+                    .o = {.stride = {1, 2}, .padding = {0, 2}, .dilation = {1, 2}, .groups = 2}};
+  const loom::conv1d_options o1{.stride = 2, .padding = 2, .dilation = 2, .groups = 2};
+  vec xv, wv, bv, dyv;
+  auto x = random_tensor<double>(loom::shape<3>{k.n, k.c, k.w}, g, xv);
+  auto w = random_tensor<double>(loom::shape<3>{k.cout, k.c / 2, k.kw}, g, wv);
+  auto b = random_tensor<double>(loom::shape<1>{k.cout}, g, bv);
+  auto dy = random_tensor<double>(loom::shape<3>{k.n, k.cout, k.out(1)}, g, dyv);
+  const auto y = loom::conv1d(x, w, b, o1);
+  CHECK(y.extents() == loom::shape<3>{k.n, k.cout, k.out(1)});
+  require_close(values_of(y.view()), ref_forward(k, xv, wv, &bv), 1e-12, "y");
+  require_close(values_of(loom::conv1d(x, w, o1).view()), ref_forward(k, xv, wv, nullptr), 1e-12, "y");
+  require_close(values_of(loom::conv1d_backward_input(dy, w, x.extents(), o1).view()), ref_backward_input(k, dyv, wv),
+                1e-12, "dx");
+  require_close(values_of(loom::conv1d_backward_weight(dy, x, w.extents(), o1).view()),
+                ref_backward_weight(k, dyv, xv), 1e-12, "dw");
+  require_close(values_of(loom::conv2d_backward_bias(dy).view()), ref_backward_bias(k, dyv), 1e-12, "db");
+}
+
+TEST_CASE("conv2d names the operand that does not convolve", "[nn][conv][errors]") {
+  loom::host_tensor<float, 4> x(loom::shape<4>{2, 6, 8, 8}), w(loom::shape<4>{4, 3, 3, 3});
+  loom::host_tensor<float, 1> b(loom::shape<1>{5});
+  const loom::conv2d_options two{.groups = 2};
+  loom::fill(x, 1.0f);
+  loom::fill(w, 1.0f);
+  loom::fill(b, 1.0f);
+  REQUIRE_THROWS_AS(loom::conv2d(x, w, {.groups = 4}), loom::shape_error);
+  REQUIRE_THROWS_WITH(loom::conv2d(x, w, {.groups = 4}),
+                      Contains("loom: conv2d: groups (4) does not divide the 6 channels of input x [2, 6, 8, 8]"));
+  REQUIRE_THROWS_WITH(loom::conv2d(x, loom::host_tensor<float, 4>(loom::shape<4>{5, 2, 3, 3}), {.groups = 3}),
+                      Contains("does not divide the 5 output channels of weight w [5, 2, 3, 3]"));
+  REQUIRE_THROWS_WITH(loom::conv2d(x, w), Contains("weight w [4, 3, 3, 3] takes 3 channels per group") &&
+                                              Contains("input x [2, 6, 8, 8] has 6"));
+  REQUIRE_THROWS_AS(loom::conv2d(x, w, {.groups = 0}), loom::value_error);
+  REQUIRE_THROWS_WITH(loom::conv2d(x, w, {.stride = {1, 0}, .groups = 2}), Contains("stride must be at least 1"));
+  REQUIRE_THROWS_WITH(loom::conv2d(x, w, {.dilation = {0, 1}, .groups = 2}), Contains("dilation must be at least 1"));
+  REQUIRE_THROWS_WITH(loom::conv2d(x, w, {.padding = {-1, 0}, .groups = 2}), Contains("padding must not be negative"));
+  REQUIRE_THROWS_AS(loom::conv2d(x, w, {.dilation = {4, 1}, .groups = 2}), loom::shape_error);
+  REQUIRE_THROWS_WITH(loom::conv2d(x, w, {.dilation = {4, 1}, .groups = 2}),
+                      Contains("spans 9 x 3") && Contains("padded to 8 x 8"));
+  REQUIRE_THROWS_WITH(loom::conv2d(x, loom::host_tensor<float, 4>(loom::shape<4>{4, 3, 0, 3}), two),
+                      Contains("empty kernel"));
+  REQUIRE_THROWS_WITH(loom::conv2d(x, w, b, two), Contains("bias [5]") && Contains("(4)"));
+
+  // Outputs of the *_into forms and the gradients' dy.
+  loom::host_tensor<float, 4> y(loom::shape<4>{2, 4, 6, 6}), dx(x.extents()), dw(w.extents());
+  REQUIRE_THROWS_WITH(loom::conv2d_into(y, x, w, {.padding = {1, 1}, .groups = 2}),
+                      Contains("output y has shape [2, 4, 6, 6]; the result has shape [2, 4, 8, 8]"));
+  loom::host_tensor<float, 4> wide(loom::shape<4>{2, 4, 6, 12});
+  REQUIRE_THROWS_AS(loom::conv2d_into(wide.view().slice(loom::range(0, 2), loom::range(0, 4), loom::range(0, 6),
+                                                        loom::range(0, 12, 2)),
+                                      x, w, two),
+                    loom::value_error);
+  loom::host_tensor<float, 4> flat(loom::shape<4>{2, 4, 6, 6});
+  const auto x_alias = loom::view<const float, 4, loom::host>(flat.data(), loom::shape<4>{2, 6, 8, 8},
+                                                             loom::shape<4>{0, 0, 0, 0});
+  REQUIRE_THROWS_AS(loom::conv2d_into(flat, x_alias, w, two), loom::aliasing_error);
+  REQUIRE_THROWS_WITH(loom::conv2d_backward_input_into(dx, y, w, {.padding = {1, 1}, .groups = 2}),
+                      Contains("dy has shape [2, 4, 6, 6]; the convolution's output has shape [2, 4, 8, 8]"));
+  REQUIRE_THROWS_WITH(loom::conv2d_backward_weight(y, x, w.extents(), {.padding = {1, 1}, .groups = 2}),
+                      Contains("conv2d_backward_weight: the output gradient dy"));
+  REQUIRE_THROWS_WITH(loom::conv2d_backward_input(y, w, loom::shape<4>{2, 5, 8, 8}, two), Contains("input x [2, 5, 8, 8]"));
+  REQUIRE_THROWS_WITH(loom::conv2d_output_shape({1, 3, 2, 2}, {1, 3, 3, 3}), Contains("no output position"));
+  REQUIRE_THROWS_WITH(loom::conv1d(loom::host_tensor<float, 3>(loom::shape<3>{1, 3, 5}),
+                                   loom::host_tensor<float, 3>(loom::shape<3>{2, 2, 3})),
+                      Contains("loom: conv1d:"));
+}
+
+namespace {
+// One pooling: x [n, c, h, w].
+struct pool_case {
+  index_t n = 1, c = 1, h = 1, w = 1;
+  loom::pool2d_options o;
+  index_t stride(int a) const { return o.stride[a] ? o.stride[a] : o.kernel[a]; }
+  index_t out(int a) const {
+    const index_t in = a == 0 ? h : w, p = o.padding[a], s = stride(a);
+    const index_t span = (o.kernel[a] - 1) * o.dilation[a] + 1;
+    index_t r = (in + 2 * p - span + (o.ceil_mode ? s - 1 : 0)) / s + 1;
+    if (o.ceil_mode && (r - 1) * s >= in + p) --r;
+    return r;
+  }
+  loom::shape<4> x_shape() const { return {n, c, h, w}; }
+  loom::shape<4> y_shape() const { return {n, c, out(0), out(1)}; }
+};
+
+// Max pooling by direct loops: values and the flat index of the first maximum (NaN wins).
+void ref_max(const pool_case& k, const vec& x, vec& values, std::vector<std::int64_t>& indices) {
+  values.assign(static_cast<std::size_t>(loom::shape_size(k.y_shape())), 0);
+  indices.assign(values.size(), -1);
+  std::size_t i = 0;
+  for (index_t p = 0; p < k.n * k.c; ++p)
+    for (index_t oy = 0; oy < k.out(0); ++oy)
+      for (index_t ox = 0; ox < k.out(1); ++ox, ++i) {
+        double best = -INFINITY;
+        for (index_t ki = 0; ki < k.o.kernel[0]; ++ki)
+          for (index_t kj = 0; kj < k.o.kernel[1]; ++kj) {
+            const index_t iy = oy * k.stride(0) - k.o.padding[0] + ki * k.o.dilation[0];
+            const index_t ix = ox * k.stride(1) - k.o.padding[1] + kj * k.o.dilation[1];
+            if (iy < 0 || iy >= k.h || ix < 0 || ix >= k.w) continue;
+            const double v = x[static_cast<std::size_t>((p * k.h + iy) * k.w + ix)];
+            if (v > best || std::isnan(v)) {
+              best = v;
+              indices[i] = iy * k.w + ix;
+            }
+          }
+        values[i] = best;
+      }
+}
+
+// Average pooling's windows as PyTorch defines them, over the unpadded input.
+template <class F>
+void for_each_average_term(const pool_case& k, F f) {
+  std::size_t i = 0;
+  for (index_t p = 0; p < k.n * k.c; ++p)
+    for (index_t oy = 0; oy < k.out(0); ++oy)
+      for (index_t ox = 0; ox < k.out(1); ++ox, ++i) {
+        const index_t y0 = oy * k.stride(0) - k.o.padding[0], x0 = ox * k.stride(1) - k.o.padding[1];
+        const index_t y1 = std::min(y0 + k.o.kernel[0], k.h + k.o.padding[0]);
+        const index_t x1 = std::min(x0 + k.o.kernel[1], k.w + k.o.padding[1]);
+        index_t inside = 0;
+        for (index_t iy = std::max<index_t>(y0, 0); iy < std::min(y1, k.h); ++iy)
+          for (index_t ix = std::max<index_t>(x0, 0); ix < std::min(x1, k.w); ++ix) ++inside;
+        const double divisor = k.o.count_include_pad ? double((y1 - y0) * (x1 - x0)) : double(inside);
+        for (index_t iy = std::max<index_t>(y0, 0); iy < std::min(y1, k.h); ++iy)
+          for (index_t ix = std::max<index_t>(x0, 0); ix < std::min(x1, k.w); ++ix)
+            f(i, static_cast<std::size_t>((p * k.h + iy) * k.w + ix), 1 / divisor);
+      }
+}
+
+pool_case random_pool_case(std::mt19937_64& g, bool dilation) {
+  const auto pick = [&](index_t lo, index_t hi) { return std::uniform_int_distribution<index_t>(lo, hi)(g); };
+  for (;;) {
+    pool_case k;
+    k.n = pick(1, 2);
+    k.c = pick(1, 3);
+    k.h = pick(1, 9);
+    k.w = pick(1, 9);
+    for (int a = 0; a < 2; ++a) {
+      k.o.kernel[a] = pick(1, 4);
+      k.o.stride[a] = pick(0, 3);
+      k.o.padding[a] = pick(0, k.o.kernel[a] / 2);
+      k.o.dilation[a] = dilation ? pick(1, 2) : 1;
+    }
+    k.o.ceil_mode = pick(0, 1) == 1;
+    k.o.count_include_pad = pick(0, 1) == 1;
+    const index_t span0 = (k.o.kernel[0] - 1) * k.o.dilation[0] + 1, span1 = (k.o.kernel[1] - 1) * k.o.dilation[1] + 1;
+    if (span0 <= k.h + 2 * k.o.padding[0] && span1 <= k.w + 2 * k.o.padding[1] && k.out(0) > 0 && k.out(1) > 0)
+      return k;
+  }
+}
+}  // namespace
+
+TEST_CASE("max_pool2d and its backward match a direct loop over random windows", "[nn][pool]") {
+  std::mt19937_64 g(loom_test::seed_for("max_pool2d sweep"));
+  for (int i = 0; i < 300; ++i) {
+    const pool_case k = random_pool_case(g, true);
+    INFO("case " << i << ": x " << loom::shape_string(k.x_shape()) << " kernel {" << k.o.kernel[0] << ", "
+                 << k.o.kernel[1] << "} stride {" << k.o.stride[0] << ", " << k.o.stride[1] << "} padding {"
+                 << k.o.padding[0] << ", " << k.o.padding[1] << "} dilation {" << k.o.dilation[0] << ", "
+                 << k.o.dilation[1] << "} ceil " << k.o.ceil_mode);
+    vec xv, dyv;
+    auto x = random_tensor<float>(k.x_shape(), g, xv);
+    if (i % 5 == 0 && x.size() > 2) {  // a NaN, and ties
+      x.data()[1] = std::numeric_limits<float>::quiet_NaN();
+      xv[1] = NAN;
+      x.data()[2] = x.data()[0];
+      xv[2] = xv[0];
+    }
+    vec want;
+    std::vector<std::int64_t> want_at;
+    ref_max(k, xv, want, want_at);
+    auto [y, at] = loom::max_pool2d(x, k.o);
+    REQUIRE(y.extents() == k.y_shape());
+    for (std::size_t e = 0; e < want.size(); ++e) {
+      INFO("element " << e);
+      REQUIRE(at.data()[e] == want_at[e]);
+      REQUIRE((std::isnan(want[e]) ? std::isnan(y.data()[e]) : y.data()[e] == static_cast<float>(want[e])));
+    }
+    auto dy = random_tensor<float>(k.y_shape(), g, dyv);
+    vec dx_want(xv.size(), 0.0);
+    for (std::size_t e = 0; e < want.size(); ++e)
+      if (want_at[e] >= 0)
+        dx_want[e / static_cast<std::size_t>(k.out(0) * k.out(1)) * static_cast<std::size_t>(k.h * k.w) +
+                static_cast<std::size_t>(want_at[e])] += dyv[e];
+    require_close(values_of(loom::max_pool2d_backward(dy, at, k.x_shape()).view()), dx_want, 1e-6, "dx");
+  }
+}
+
+TEST_CASE("avg_pool2d and its backward match a direct loop over random windows", "[nn][pool]") {
+  std::mt19937_64 g(loom_test::seed_for("avg_pool2d sweep"));
+  for (int i = 0; i < 300; ++i) {
+    const pool_case k = random_pool_case(g, false);
+    INFO("case " << i << ": x " << loom::shape_string(k.x_shape()) << " kernel {" << k.o.kernel[0] << ", "
+                 << k.o.kernel[1] << "} stride {" << k.o.stride[0] << ", " << k.o.stride[1] << "} padding {"
+                 << k.o.padding[0] << ", " << k.o.padding[1] << "} ceil " << k.o.ceil_mode << " count_include_pad "
+                 << k.o.count_include_pad);
+    vec xv, dyv;
+    auto x = random_tensor<double>(k.x_shape(), g, xv);
+    auto dy = random_tensor<double>(k.y_shape(), g, dyv);
+    vec want(static_cast<std::size_t>(loom::shape_size(k.y_shape())), 0.0), dx_want(xv.size(), 0.0);
+    for_each_average_term(k, [&](std::size_t yi, std::size_t xi, double scale) {
+      want[yi] += xv[xi] * scale;
+      dx_want[xi] += dyv[yi] * scale;
+    });
+    require_close(values_of(loom::avg_pool2d(x, k.o).view()), want, 1e-12, "y");
+    require_close(values_of(loom::avg_pool2d_backward(dy, k.x_shape(), k.o).view()), dx_want, 1e-12, "dx");
+  }
+}
+
+TEST_CASE("adaptive_avg_pool2d and its backward average PyTorch's bins", "[nn][pool]") {
+  std::mt19937_64 g(loom_test::seed_for("adaptive_avg_pool2d"));
+  for (int i = 0; i < 60; ++i) {
+    const auto pick = [&](index_t lo, index_t hi) { return std::uniform_int_distribution<index_t>(lo, hi)(g); };
+    const index_t n = pick(1, 2), c = pick(1, 3), h = pick(1, 11), w = pick(1, 11), oh = pick(1, 7), ow = pick(1, 7);
+    vec xv, dyv;
+    auto x = random_tensor<double>(loom::shape<4>{n, c, h, w}, g, xv);
+    auto dy = random_tensor<double>(loom::shape<4>{n, c, oh, ow}, g, dyv);
+    vec want(static_cast<std::size_t>(n * c * oh * ow), 0.0), dx_want(xv.size(), 0.0);
+    std::size_t e = 0;
+    for (index_t p = 0; p < n * c; ++p)
+      for (index_t i0 = 0; i0 < oh; ++i0)
+        for (index_t j0 = 0; j0 < ow; ++j0, ++e) {
+          const auto lo = [](index_t o, index_t in, index_t out) { return index_t(std::floor(double(o) * in / out)); };
+          const auto hi = [](index_t o, index_t in, index_t out) {
+            return index_t(std::ceil(double(o + 1) * in / out));
+          };
+          const index_t y0 = lo(i0, h, oh), y1 = hi(i0, h, oh), x0 = lo(j0, w, ow), x1 = hi(j0, w, ow);
+          const double count = double((y1 - y0) * (x1 - x0));
+          for (index_t iy = y0; iy < y1; ++iy)
+            for (index_t ix = x0; ix < x1; ++ix) {
+              const std::size_t xi = static_cast<std::size_t>((p * h + iy) * w + ix);
+              want[e] += xv[xi] / count;
+              dx_want[xi] += dyv[e] / count;
+            }
+        }
+    require_close(values_of(loom::adaptive_avg_pool2d(x, {oh, ow}).view()), want, 1e-12, "y");
+    require_close(values_of(loom::adaptive_avg_pool2d_backward(dy, x.extents()).view()), dx_want, 1e-12, "dx");
+  }
+}
+
+TEST_CASE("pooling names the option or operand that does not fit", "[nn][pool][errors]") {
+  loom::host_tensor<float, 4> x(loom::shape<4>{1, 2, 5, 5});
+  loom::fill(x, 1.0f);
+  REQUIRE_THROWS_WITH(loom::max_pool2d(x, {.kernel = {0, 2}}), Contains("loom: max_pool2d: kernel must be at least 1"));
+  REQUIRE_THROWS_AS(loom::max_pool2d(x, {.kernel = {2, 2}, .padding = {2, 0}}), loom::value_error);
+  REQUIRE_THROWS_WITH(loom::max_pool2d(x, {.kernel = {2, 2}, .stride = {-1, 1}}), Contains("stride must be at least 1"));
+  REQUIRE_THROWS_WITH(loom::max_pool2d(x, {.kernel = {2, 2}, .dilation = {0, 1}}), Contains("dilation must be at least 1"));
+  REQUIRE_THROWS_WITH(loom::avg_pool2d(x, {.kernel = {2, 2}, .dilation = {2, 1}}),
+                      Contains("loom: avg_pool2d: takes no dilation"));
+  REQUIRE_THROWS_AS(loom::avg_pool2d(x, {.kernel = {6, 2}}), loom::shape_error);
+  REQUIRE_THROWS_WITH(loom::avg_pool2d(x, {.kernel = {6, 2}}), Contains("input x [1, 2, 5, 5] padded to 5"));
+
+  auto [y, at] = loom::max_pool2d(x, {.kernel = {2, 2}});
+  REQUIRE_THROWS_AS(loom::max_pool2d_backward(y, at, loom::shape<4>{1, 3, 5, 5}), loom::shape_error);
+  at.data()[0] = 25;
+  REQUIRE_THROWS_AS(loom::max_pool2d_backward(y, at, x.extents()), loom::index_error);
+  REQUIRE_THROWS_WITH(loom::max_pool2d_backward(y, at, x.extents()), Contains("indices hold 25, outside the 25"));
+  REQUIRE_THROWS_WITH(loom::avg_pool2d_backward(y, x.extents(), {.kernel = {3, 3}}),
+                      Contains("dy has shape [1, 2, 2, 2]; the pooling's output has shape [1, 2, 1, 1]"));
+  REQUIRE_THROWS_AS(loom::adaptive_avg_pool2d(x, {0, 2}), loom::value_error);
+  REQUIRE_THROWS_AS(loom::adaptive_avg_pool2d(loom::host_tensor<float, 4>(loom::shape<4>{1, 1, 0, 3}), {1, 1}),
+                    loom::shape_error);
+  REQUIRE_THROWS_AS(loom::adaptive_avg_pool2d_backward(y, loom::shape<4>{2, 2, 5, 5}), loom::shape_error);
+}
