@@ -48,14 +48,16 @@ std::vector<double> values_of(const V& v) {
 }
 
 // Relative and absolute tolerance of a parameter of T against the double
-// reference (bf16: the master weights are float, the parameter their
-// rounding to 8 bits).
+// reference (bf16 and half: the master weights are float, the parameter
+// their rounding to 8 or 11 bits).
 template <class T>
 double rtol() {
   if constexpr (std::is_same_v<T, double>)
     return 1e-12;
   else if constexpr (std::is_same_v<T, float>)
     return 2e-5;
+  else if constexpr (std::is_same_v<T, loom::half>)
+    return 1e-3;
   else
     return 5e-3;
 }
@@ -193,7 +195,7 @@ TEMPLATE_TEST_CASE("sgd matches torch.optim.SGD's update in double over four ste
 }
 
 TEMPLATE_TEST_CASE("adamw matches torch.optim.AdamW's update in double over four steps", "[optim]" LOOM_TEST_TAG,
-                   float, double, loom::bf16) {
+                   float, double, loom::bf16, loom::half) {
   const auto seed = loom_test::seed_for("optim adamw");
   SECTION("defaults but the learning rate") {
     check_steps<TestType, optim::adamw<space_t>>(optim::adamw_options{.lr = 0.01}, {}, ref_adamw, seed);

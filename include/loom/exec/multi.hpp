@@ -335,7 +335,7 @@ class batches {
     for (auto& x : list_)
       if (x.f == f) b = &x;
     if (!b) {
-      list_.push_back({f, sizeof(Item), {}, 0});
+      list_.push_back({f, {}, 0});
       b = &list_.back();
     }
     const std::size_t units = ((b->count + 1) * sizeof(Item) + sizeof(unit) - 1) / sizeof(unit);
@@ -366,7 +366,6 @@ class batches {
   };
   struct one {
     launcher f;
-    std::size_t size;
     std::vector<unit> store;
     std::size_t count;
   };
