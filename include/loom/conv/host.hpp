@@ -49,6 +49,19 @@ struct geometry {
   }
 };
 
+// The output positions [lo, hi) along one axis whose input position
+// o * stride + offset lies in [0, in), for a kernel tap at `offset`
+// (tap * dilation - pad).
+struct tap_range {
+  index_t lo = 0, hi = 0;
+};
+inline tap_range valid_outputs(index_t offset, index_t stride, index_t in, index_t out) {
+  const index_t lo = offset >= 0 ? 0 : (stride - 1 - offset) / stride;
+  const index_t last = in - 1 - offset;  // o * stride <= last
+  const index_t hi = last < 0 ? 0 : std::min(out, last / stride + 1);
+  return {std::min(lo, out), std::max(std::min(lo, out), hi)};
+}
+
 // col[(n - n0) * image_stride + r * row_stride + l] for images [n0, n0 + count),
 // patch rows r = (c, ki, kj) and output positions l = (oy, ox): x at the
 // position row r reads for l, 0 in the padding. One parallel pass.
@@ -61,60 +74,52 @@ void im2col(const view<const T, 4, host>& x, const geometry& g, index_t n0, inde
       [&](index_t i) {
         const index_t n = n0 + i / g.rows(), r = i % g.rows();
         const index_t c = r / khw, ki = r % khw / g.kernel_w, kj = r % g.kernel_w;
+        const index_t off_y = ki * g.dilation_h - g.pad_h, off_x = kj * g.dilation_w - g.pad_w;
+        const tap_range ys = valid_outputs(off_y, g.stride_h, g.height, g.out_h);
+        const tap_range xs = valid_outputs(off_x, g.stride_w, g.width, g.out_w);
         const T* plane = x.data() + n * x.stride(0) + c * x.stride(1);
         T* out = col + (i / g.rows()) * image_stride + r * row_stride;
-        for (index_t oy = 0; oy < g.out_h; ++oy, out += g.out_w) {
-          const index_t iy = oy * g.stride_h - g.pad_h + ki * g.dilation_h;
-          if (iy < 0 || iy >= g.height) {
-            std::fill(out, out + g.out_w, T(0));
-            continue;
-          }
-          const T* src = plane + iy * x.stride(2);
-          for (index_t ox = 0; ox < g.out_w; ++ox) {
-            const index_t ix = ox * g.stride_w - g.pad_w + kj * g.dilation_w;
-            out[ox] = ix >= 0 && ix < g.width ? src[ix * x.stride(3)] : T(0);
-          }
+        std::fill(out, out + ys.lo * g.out_w, T(0));
+        for (index_t oy = ys.lo; oy < ys.hi; ++oy) {
+          T* row = out + oy * g.out_w;
+          const T* src = plane + (oy * g.stride_h + off_y) * x.stride(2);
+          std::fill(row, row + xs.lo, T(0));
+          for (index_t ox = xs.lo; ox < xs.hi; ++ox) row[ox] = src[(ox * g.stride_w + off_x) * x.stride(3)];
+          std::fill(row + xs.hi, row + g.out_w, T(0));
         }
+        std::fill(out + ys.hi * g.out_w, out + g.positions(), T(0));
       },
       g.positions());
 }
 
-// The output position (o) whose window reads input position i at kernel tap k
-// along one axis, or -1: i = o * stride - pad + k * dilation.
-inline index_t source_position(index_t i, index_t k, index_t stride, index_t pad, index_t dilation, index_t out) {
-  const index_t t = i + pad - k * dilation;
-  if (t < 0 || t % stride != 0) return -1;
-  const index_t o = t / stride;
-  return o < out ? o : -1;
-}
-
 // dx[n0 + i] (contiguous [N, C, H, W]) = the sum, over the column entries that
 // im2col would fill from each element, of dcol ([count, rows, L], contiguous).
-// Each element is gathered in the order (ki, kj) and written once. One parallel pass.
+// Each plane is one thread's: zeroed, then the rows added in the order
+// (ki, kj), so every element sums its terms in that order. One parallel pass.
 template <class T>
 void col2im(const T* dcol, const geometry& g, index_t n0, index_t count, T* dx) {
-  const index_t khw = g.kernel_h * g.kernel_w, positions = g.positions();
+  const index_t khw = g.kernel_h * g.kernel_w, positions = g.positions(), plane = g.height * g.width;
   host_for_each(
       count * g.channels,
       [&](index_t p) {
         const index_t i = p / g.channels, c = p % g.channels;
         const T* rows = dcol + (i * g.rows() + c * khw) * positions;
-        T* out = dx + ((n0 + i) * g.channels + c) * g.height * g.width;
-        for (index_t iy = 0; iy < g.height; ++iy)
-          for (index_t ix = 0; ix < g.width; ++ix) {
-            T sum = 0;
-            for (index_t ki = 0; ki < g.kernel_h; ++ki) {
-              const index_t oy = source_position(iy, ki, g.stride_h, g.pad_h, g.dilation_h, g.out_h);
-              if (oy < 0) continue;
-              for (index_t kj = 0; kj < g.kernel_w; ++kj) {
-                const index_t ox = source_position(ix, kj, g.stride_w, g.pad_w, g.dilation_w, g.out_w);
-                if (ox >= 0) sum += rows[(ki * g.kernel_w + kj) * positions + oy * g.out_w + ox];
-              }
+        T* out = dx + ((n0 + i) * g.channels + c) * plane;
+        std::fill(out, out + plane, T(0));
+        for (index_t ki = 0; ki < g.kernel_h; ++ki)
+          for (index_t kj = 0; kj < g.kernel_w; ++kj) {
+            const index_t off_y = ki * g.dilation_h - g.pad_h, off_x = kj * g.dilation_w - g.pad_w;
+            const tap_range ys = valid_outputs(off_y, g.stride_h, g.height, g.out_h);
+            const tap_range xs = valid_outputs(off_x, g.stride_w, g.width, g.out_w);
+            const T* row = rows + (ki * g.kernel_w + kj) * positions;
+            for (index_t oy = ys.lo; oy < ys.hi; ++oy) {
+              T* dst = out + (oy * g.stride_h + off_y) * g.width;
+              const T* src = row + oy * g.out_w;
+              for (index_t ox = xs.lo; ox < xs.hi; ++ox) dst[ox * g.stride_w + off_x] += src[ox];
             }
-            out[iy * g.width + ix] = sum;
           }
       },
-      g.height * g.width * g.kernel_h * g.kernel_w);
+      plane * khw);
 }
 
 // y (contiguous [N, Cout, oh, ow]) = conv(x, w) + bias; w contiguous, bias
