@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <numbers>
 #include <random>
 #include <vector>
 
@@ -143,6 +144,16 @@ conv_case random_case(std::mt19937_64& g) {
   }
 }
 
+// The reference output after the options' activation (relu, or GELU's tanh form).
+vec activated(const conv_case& k, vec y) {
+  for (double& v : y) {
+    if (k.o.activation == loom::matmul_activation::relu) v = std::max(v, 0.0);
+    if (k.o.activation == loom::matmul_activation::gelu_tanh)
+      v = 0.5 * v * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (v + 0.044715 * v * v * v)));
+  }
+  return y;
+}
+
 void fill_nan(float* p, index_t n) { std::fill(p, p + n, std::numeric_limits<float>::quiet_NaN()); }
 }  // namespace
 
@@ -150,11 +161,14 @@ TEST_CASE("conv2d forward and gradients match a direct loop over a random sweep 
   std::mt19937_64 g(loom_test::seed_for("conv2d sweep"));
   constexpr int cases = 640;
   for (int i = 0; i < cases; ++i) {
-    const conv_case k = random_case(g);
+    conv_case k = random_case(g);
+    k.o.activation = i % 5 == 3   ? loom::matmul_activation::relu
+                     : i % 5 == 4 ? loom::matmul_activation::gelu_tanh
+                                  : loom::matmul_activation::none;
     INFO("case " << i << ": x " << loom::shape_string(k.x_shape()) << " w " << loom::shape_string(k.w_shape())
                  << " stride {" << k.o.stride[0] << ", " << k.o.stride[1] << "} padding {" << k.o.padding[0] << ", "
                  << k.o.padding[1] << "} dilation {" << k.o.dilation[0] << ", " << k.o.dilation[1] << "} groups "
-                 << k.o.groups);
+                 << k.o.groups << " activation " << int(k.o.activation));
     vec xv, wv, bv, dyv;
     auto w = random_tensor<float>(k.w_shape(), g, wv);
     auto b = random_tensor<float>(loom::shape<1>{k.cout}, g, bv);
@@ -182,7 +196,7 @@ TEST_CASE("conv2d forward and gradients match a direct loop over a random sweep 
     } else {
       y = with_bias ? loom::conv2d(x, w, b, k.o) : loom::conv2d(x, w, k.o);
     }
-    require_close(values_of(y.view()), ref_forward(k, xv, wv, with_bias ? &bv : nullptr), tol, "y");
+    require_close(values_of(y.view()), activated(k, ref_forward(k, xv, wv, with_bias ? &bv : nullptr)), tol, "y");
 
     // Gradients.
     loom::host_tensor<float, 4> dx(k.x_shape()), dw(k.w_shape());
@@ -307,6 +321,12 @@ TEST_CASE("conv1d equals conv2d of height 1", "[nn][conv]") {
   const auto y = loom::conv1d(x, w, b, o1);
   CHECK(y.extents() == loom::shape<3>{k.n, k.cout, k.out(1)});
   require_close(values_of(y.view()), ref_forward(k, xv, wv, &bv), 1e-12, "y");
+  conv_case relu = k;
+  relu.o.activation = loom::matmul_activation::relu;
+  loom::conv1d_options o1_relu = o1;
+  o1_relu.activation = loom::matmul_activation::relu;
+  require_close(values_of(loom::conv1d(x, w, b, o1_relu).view()), activated(relu, ref_forward(k, xv, wv, &bv)), 1e-12,
+                "relu(y)");
   require_close(values_of(loom::conv1d(x, w, o1).view()), ref_forward(k, xv, wv, nullptr), 1e-12, "y");
   require_close(values_of(loom::conv1d_backward_input(dy, w, x.extents(), o1).view()), ref_backward_input(k, dyv, wv),
                 1e-12, "dx");

@@ -122,11 +122,11 @@ void col2im(const T* dcol, const geometry& g, index_t n0, index_t count, T* dx) 
       plane * khw);
 }
 
-// y (contiguous [N, Cout, oh, ow]) = conv(x, w) + bias; w contiguous, bias
-// null or a [Cout] vector of stride bias_stride.
+// y (contiguous [N, Cout, oh, ow]) = act(conv(x, w) + bias); w contiguous,
+// bias null or a [Cout] vector of stride bias_stride.
 template <class T>
 void forward(const view<const T, 4, host>& x, const view<const T, 4, host>& w, const T* bias, index_t bias_stride,
-             const geometry& g, T* y) {
+             matmul_activation act, const geometry& g, T* y) {
   const index_t G = g.groups, K = g.patch(), L = g.positions(), M = g.out_per_group(), chunk = g.chunk();
   tensor<T, 1, host> col(shape<1>{chunk * g.rows() * L});
   for (index_t n0 = 0; n0 < g.batch; n0 += chunk) {
@@ -136,6 +136,7 @@ void forward(const view<const T, 4, host>& x, const view<const T, 4, host>& w, c
     const view<const T, 4, host> b(col.data(), shape<4>{count, G, K, L});
     const view<T, 4, host> d(y + n0 * g.out_channels * L, shape<4>{count, G, M, L});
     gemm_epilogue<T, 4> ep;
+    ep.act = act;
     if (bias)
       ep.bias = view<const T, 4, host>(bias, d.extents(), shape<4>{0, M * bias_stride, bias_stride, 0});
     host_gemm<T, T, 4>(a, b, d, ep);

@@ -25,12 +25,15 @@ namespace loom {
 //! stride, the zero padding on both sides, and the dilation; and the number
 //! of groups (channels split into `groups` independent convolutions;
 //! depthwise: groups equal to the input channels).
-//! Example: `loom::conv2d(x, w, {.stride = {2, 2}, .padding = {1, 1}})`
+//! Example: `loom::conv2d(x, w, b, {.padding = {1, 1}, .activation = loom::matmul_activation::relu})`
 struct conv2d_options {
   std::array<index_t, 2> stride{1, 1};    //!< step of the window, at least 1
   std::array<index_t, 2> padding{0, 0};   //!< zeros added on each side, at least 0
   std::array<index_t, 2> dilation{1, 1};  //!< spacing of the kernel taps, at least 1
   index_t groups = 1;                     //!< divides the input and the output channels
+  //! applied to each output element after the bias, in the GEMM's epilogue
+  //! (forward only: the gradients take dy of the convolution's own output)
+  matmul_activation activation = matmul_activation::none;
 };
 
 //! The 1-D form of conv2d_options: a convolution over the last axis.
@@ -40,6 +43,7 @@ struct conv1d_options {
   index_t padding = 0;   //!< zeros added on each side, at least 0
   index_t dilation = 1;  //!< spacing of the kernel taps, at least 1
   index_t groups = 1;    //!< divides the input and the output channels
+  matmul_activation activation = matmul_activation::none;  //!< as conv2d_options::activation
 };
 
 namespace detail::conv {
@@ -153,7 +157,7 @@ shape<4> as_2d(const shape<R>& s) {
 }
 inline const conv2d_options& as_2d(const conv2d_options& o) { return o; }
 inline conv2d_options as_2d(const conv1d_options& o) {
-  return {{1, o.stride}, {0, o.padding}, {1, o.dilation}, o.groups};
+  return {{1, o.stride}, {0, o.padding}, {1, o.dilation}, o.groups, o.activation};
 }
 template <class T, std::size_t R>
 view<const T, 4, host> as_2d(const view<const T, R, host>& v) {
@@ -198,7 +202,7 @@ void run_forward(const char* op, const view<const T, R, host>& x, const view<con
   else
     check_output(op, "y", y, from_2d<R>(output_shape(g)), x, w);
   tensor<T, R, host> w_store;
-  forward(as_2d(x), as_2d(contiguous_or_copy(w, w_store)), b, bias_stride, g, y.data());
+  forward(as_2d(x), as_2d(contiguous_or_copy(w, w_store)), b, bias_stride, as_2d(o).activation, g, y.data());
 }
 template <class T, std::size_t R, class Options>
 void run_backward_input(const char* op, const view<const T, R, host>& dy, const view<const T, R, host>& w,
