@@ -9,7 +9,10 @@
 #     loop and op by op, derived backward passes (loom::grad) vs the
 #     built-in ones, the embedding's forward and backward vs hand loops,
 #     per-row fp8 quantization of bf16 vs a hand loop, float32 matmul on
-#     the BLAS and on loom's own kernel,
+#     the BLAS and on loom's own kernel, loom beside PyTorch
+#     (bench/cpu/vs_torch.py: with --quick on python3, where the torch side
+#     is skipped unless it imports torch, and without torch.compile; else on
+#     the venv of scripts/test_torch.sh when there is one, --no-compile --runs 3),
 #     and the reduction bench when it is there; the
 #     machine (CPU model, cores, ISA extensions) and compiler flags are
 #     recorded with them;
@@ -22,7 +25,8 @@
 #   --quick   tiny sizes and one run (the CI smoke run; the figures mean
 #             nothing), compile-time bench with g++ only, no pip install
 #   OUT_DIR   or LOOM_BENCH_OUT; default: bench-results/ in the build directory
-# Settings: LOOM_BUILD_DIR, LOOM_CUDA_ARCH, LOOM_JOBS (see scripts/common.sh).
+# Settings: LOOM_BUILD_DIR, LOOM_CUDA_ARCH, LOOM_JOBS (see scripts/common.sh);
+#   LOOM_TORCH_DIR (the torch venv's folder, default <build dir>/torch).
 # Exits non-zero when a benchmark's check or the static report fails.
 set -euo pipefail
 # shellcheck source=scripts/common.sh
@@ -33,7 +37,7 @@ out="${LOOM_BENCH_OUT:-}"
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=1 ;;
-    -h|--help) sed -n '3,23p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '3,31p' "${BASH_SOURCE[0]}"; exit 0 ;;
     -*) die "unknown option $arg (usage: bench/run_cpu.sh [--quick] [OUT_DIR])" ;;
     *) out="$arg" ;;
   esac
@@ -56,7 +60,8 @@ if [[ ! -f "$LOOM_BUILD_DIR/CMakeCache.txt" ]]; then
     -DCMAKE_CUDA_ARCHITECTURES="$LOOM_CUDA_ARCH" \
     -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_EXAMPLES=OFF -DLOOM_BUILD_BENCH=ON
 fi
-targets=(bench_fused_cpu bench_dropout_cpu bench_grad_cpu bench_embedding_cpu bench_quantize_cpu bench_matmul_cpu)
+targets=(bench_fused_cpu bench_dropout_cpu bench_grad_cpu bench_embedding_cpu bench_quantize_cpu bench_matmul_cpu
+         bench_vs_torch_cpu)
 # The reductions bench (another issue's) joins in when it exists.
 [[ -f "$LOOM_ROOT/bench/cpu/bench_reduce_cpu.cpp" ]] && targets+=(bench_reduce_cpu)
 cmake --build "$LOOM_BUILD_DIR" -j "$LOOM_JOBS" --target "${targets[@]}"
@@ -86,6 +91,17 @@ stage "float32 matmul on the BLAS and on loom's own kernel (bench_matmul_cpu; be
   failures+=("bench_matmul_cpu")
 
 logs=()
+stage "loom beside PyTorch eager (bench/cpu/vs_torch.py; torch.compile: run it alone, docs/performance.md)"
+vs_python=python3
+vs_args=(--quick)
+if ! ((quick)); then
+  vs_args=(--no-compile --runs 3 --plot)
+  [[ -x "${LOOM_TORCH_DIR:-$LOOM_BUILD_DIR/torch}/venv/bin/python" ]] && vs_python="${LOOM_TORCH_DIR:-$LOOM_BUILD_DIR/torch}/venv/bin/python"
+fi
+"$vs_python" "$LOOM_ROOT/bench/cpu/vs_torch.py" --bench "$LOOM_BUILD_DIR/bench/bench_vs_torch_cpu" --threads "$(nproc)" \
+  "${vs_args[@]}" --out "$out" | tee "$out/vs_torch.log" || failures+=("vs_torch")
+logs+=(--log "loom beside PyTorch (bench/cpu/vs_torch.py)=$out/vs_torch.md")
+
 if [[ " ${targets[*]} " == *" bench_reduce_cpu "* ]]; then
   stage "reductions on the host executor (bench_reduce_cpu)"
   reduce_args=()

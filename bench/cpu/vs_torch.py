@@ -305,6 +305,8 @@ def main():
     p.add_argument("--quick", action="store_true", help="tiny sizes, one repetition, no torch.compile (a smoke run)")
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out (it compiles for 14-34 s a case)")
     p.add_argument("--no-torch", action="store_true", help="loom's side only")
+    p.add_argument("--commit", default="", help="the commit the loom program was built from, as the report records it "
+                   "(default: this checkout's HEAD, marked when its tracked files are modified)")
     p.add_argument("--note", default="", help="a note on the run recorded in the report (e.g. 'machine busy')")
     p.add_argument("--out", default="", help="folder for vs_torch.json, vs_torch.md and vs_torch.png")
     p.add_argument("--plot", action="store_true", help="also draw vs_torch.png (installs matplotlib with pip if needed)")
@@ -386,7 +388,7 @@ def main():
     copy_gbps = copy_bytes / copy_ms / 1e6
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": git_commit(),
+        "commit": a.commit or git_commit(),
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "machine": dict(loom.machine, cpu_model=cpu_model(), logical_cores=os.cpu_count()),
         "threads": a.threads, "runs": a.runs, "quick": a.quick, "note": a.note, "torch_note": torch_note,
@@ -438,8 +440,8 @@ def markdown(rep, impls):
         f"- loom: {m['compiler']}, flags `{m['flags']}` (compiled for {m['compiled_for']}); host matmul: "
         f"{m['host_matmul']}",
         f"- torch: {rep['torch'] or '-'}" + (f" ({rep['torch_note']})" if rep["torch_note"] else ""),
-        f"- copy bandwidth (parallel copy of {rep['copy']['bytes'] / 2**21:.0f} MiB, read + write, same run): "
-        f"{rep['copy']['gbps']:.1f} GB/s",
+        f"- copy bandwidth (parallel copy of {rep['copy']['bytes'] / 2**21:.3g} MiB, read + write, same run): "
+        f"{rep['copy']['gbps']:.3g} GB/s",
         f"- median of {rep['runs']} interleaved repetitions; `command`: {rep['command']}",
         "- ms: median (fastest); speed: torch's time / loom's (above 1: loom faster); % copy: the bytes the case "
         "must move / time, against the copy's (and GFLOP/s for products)",
