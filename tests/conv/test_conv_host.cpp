@@ -4,11 +4,6 @@
 // also against central finite differences. Outputs are poisoned: the test
 // main fills every loom allocation with NaN bytes, and the *_into outputs
 // are filled with NaN before each call.
-#include "loom_test.hpp"
-
-#include <loom/nn/conv.hpp>
-#include <loom/nn/pool.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +11,12 @@
 #include <numbers>
 #include <random>
 #include <vector>
+
+#include <loom/nn/conv.hpp>
+#include <loom/nn/conv_transpose.hpp>
+#include <loom/nn/pool.hpp>
+
+#include "loom_test.hpp"
 
 namespace {
 using Catch::Matchers::Contains;
@@ -27,9 +28,7 @@ struct conv_case {
   index_t n = 1, c = 1, h = 1, w = 1, cout = 1, kh = 1, kw = 1;
   loom::conv2d_options o;
   index_t span(int a) const { return ((a == 0 ? kh : kw) - 1) * o.dilation[a] + 1; }
-  index_t out(int a) const {
-    return ((a == 0 ? h : w) + 2 * o.padding[a] - span(a)) / o.stride[a] + 1;
-  }
+  index_t out(int a) const { return ((a == 0 ? h : w) + 2 * o.padding[a] - span(a)) / o.stride[a] + 1; }
   bool convolves() const { return span(0) <= h + 2 * o.padding[0] && span(1) <= w + 2 * o.padding[1]; }
   loom::shape<4> x_shape() const { return {n, c, h, w}; }
   loom::shape<4> w_shape() const { return {cout, c / o.groups, kh, kw}; }
@@ -60,8 +59,8 @@ void for_each_term(const conv_case& k, F f) {
 vec ref_forward(const conv_case& k, const vec& x, const vec& w, const vec* b) {
   vec y(static_cast<std::size_t>(loom::shape_size(k.y_shape())), 0.0);
   if (b)
-    for (std::size_t i = 0; i < y.size(); ++i) y[i] = (*b)[i / static_cast<std::size_t>(k.out(0) * k.out(1)) %
-                                                          static_cast<std::size_t>(k.cout)];
+    for (std::size_t i = 0; i < y.size(); ++i)
+      y[i] = (*b)[i / static_cast<std::size_t>(k.out(0) * k.out(1)) % static_cast<std::size_t>(k.cout)];
   for_each_term(k, [&](index_t yi, index_t xi, index_t wi) { y[yi] += x[xi] * w[wi]; });
   return y;
 }
@@ -99,7 +98,8 @@ loom::host_tensor<T, R> random_tensor(const loom::shape<R>& s, std::mt19937_64& 
 template <class V>
 vec values_of(const V& v) {
   vec out(static_cast<std::size_t>(v.size()));
-  for (index_t i = 0; i < v.size(); ++i) out[static_cast<std::size_t>(i)] = static_cast<double>(v.data()[v.offset_of(i)]);
+  for (index_t i = 0; i < v.size(); ++i)
+    out[static_cast<std::size_t>(i)] = static_cast<double>(v.data()[v.offset_of(i)]);
   return out;
 }
 
@@ -234,10 +234,10 @@ TEST_CASE("conv2d cut into chunks of images equals conv2d of each image", "[nn][
   const auto dw = loom::conv2d_backward_weight(dy, x, k.w_shape(), k.o);
   vec y_each, dx_each, dw_each(static_cast<std::size_t>(dw.size()), 0.0);
   for (index_t n = 0; n < k.n; ++n) {
-    const auto image = x.view().slice(loom::range(n, n + 1), loom::range(0, k.c), loom::range(0, k.h),
-                                      loom::range(0, k.w));
-    const auto dy_image = dy.slice(loom::range(n, n + 1), loom::range(0, k.cout), loom::range(0, k.out(0)),
-                                   loom::range(0, k.out(1)));
+    const auto image =
+        x.view().slice(loom::range(n, n + 1), loom::range(0, k.c), loom::range(0, k.h), loom::range(0, k.w));
+    const auto dy_image =
+        dy.slice(loom::range(n, n + 1), loom::range(0, k.cout), loom::range(0, k.out(0)), loom::range(0, k.out(1)));
     const vec yn = values_of(loom::conv2d(image, w, k.o).view());
     const vec dxn = values_of(loom::conv2d_backward_input(dy_image, w, image.extents(), k.o).view());
     const vec dwn = values_of(loom::conv2d_backward_weight(dy_image, image, k.w_shape(), k.o).view());
@@ -252,7 +252,13 @@ TEST_CASE("conv2d cut into chunks of images equals conv2d of each image", "[nn][
 
 TEST_CASE("conv2d gradients equal central finite differences in double", "[nn][conv]") {
   std::mt19937_64 g(loom_test::seed_for("conv2d finite differences"));
-  const conv_case k{.n = 2, .c = 4, .h = 5, .w = 6, .cout = 6, .kh = 3, .kw = 2,
+  const conv_case k{.n = 2,
+                    .c = 4,
+                    .h = 5,
+                    .w = 6,
+                    .cout = 6,
+                    .kh = 3,
+                    .kw = 2,
                     .o = {.stride = {2, 1}, .padding = {1, 1}, .dilation = {1, 2}, .groups = 2}};
   vec xv, wv, bv, rv;
   auto x = random_tensor<double>(k.x_shape(), g, xv);
@@ -294,9 +300,8 @@ TEST_CASE("conv2d gives the same bits run to run, and an empty batch", "[nn][con
   const loom::conv2d_options o{.stride = {1, 2}, .padding = {1, 1}, .groups = 3};
   auto dy = random_tensor<float>(loom::conv2d_output_shape(x.extents(), w.extents(), o), g, v);
   const auto same = [](const auto& a, const auto& b) {
-    return std::equal(a.data(), a.data() + a.size(), b.data(), [](float p, float q) {
-      return loom_test::same_bits(p, q);
-    });
+    return std::equal(a.data(), a.data() + a.size(), b.data(),
+                      [](float p, float q) { return loom_test::same_bits(p, q); });
   };
   CHECK(same(loom::conv2d(x, w, o), loom::conv2d(x, w, o)));
   CHECK(same(loom::conv2d_backward_input(dy, w, x.extents(), o), loom::conv2d_backward_input(dy, w, x.extents(), o)));
@@ -310,7 +315,11 @@ TEST_CASE("conv2d gives the same bits run to run, and an empty batch", "[nn][con
 
 TEST_CASE("conv1d equals conv2d of height 1", "[nn][conv]") {
   std::mt19937_64 g(loom_test::seed_for("conv1d"));
-  const conv_case k{.n = 3, .c = 6, .w = 23, .cout = 4, .kw = 3,
+  const conv_case k{.n = 3,
+                    .c = 6,
+                    .w = 23,
+                    .cout = 4,
+                    .kw = 3,
                     .o = {.stride = {1, 2}, .padding = {0, 2}, .dilation = {1, 2}, .groups = 2}};
   const loom::conv1d_options o1{.stride = 2, .padding = 2, .dilation = 2, .groups = 2};
   vec xv, wv, bv, dyv;
@@ -330,8 +339,8 @@ TEST_CASE("conv1d equals conv2d of height 1", "[nn][conv]") {
   require_close(values_of(loom::conv1d(x, w, o1).view()), ref_forward(k, xv, wv, nullptr), 1e-12, "y");
   require_close(values_of(loom::conv1d_backward_input(dy, w, x.extents(), o1).view()), ref_backward_input(k, dyv, wv),
                 1e-12, "dx");
-  require_close(values_of(loom::conv1d_backward_weight(dy, x, w.extents(), o1).view()),
-                ref_backward_weight(k, dyv, xv), 1e-12, "dw");
+  require_close(values_of(loom::conv1d_backward_weight(dy, x, w.extents(), o1).view()), ref_backward_weight(k, dyv, xv),
+                1e-12, "dw");
   require_close(values_of(loom::conv2d_backward_bias(dy).view()), ref_backward_bias(k, dyv), 1e-12, "db");
 }
 
@@ -365,23 +374,125 @@ TEST_CASE("conv2d names the operand that does not convolve", "[nn][conv][errors]
   REQUIRE_THROWS_WITH(loom::conv2d_into(y, x, w, {.padding = {1, 1}, .groups = 2}),
                       Contains("output y has shape [2, 4, 6, 6]; the result has shape [2, 4, 8, 8]"));
   loom::host_tensor<float, 4> wide(loom::shape<4>{2, 4, 6, 12});
-  REQUIRE_THROWS_AS(loom::conv2d_into(wide.view().slice(loom::range(0, 2), loom::range(0, 4), loom::range(0, 6),
-                                                        loom::range(0, 12, 2)),
-                                      x, w, two),
-                    loom::value_error);
+  REQUIRE_THROWS_AS(
+      loom::conv2d_into(
+          wide.view().slice(loom::range(0, 2), loom::range(0, 4), loom::range(0, 6), loom::range(0, 12, 2)), x, w, two),
+      loom::value_error);
   loom::host_tensor<float, 4> flat(loom::shape<4>{2, 4, 6, 6});
-  const auto x_alias = loom::view<const float, 4, loom::host>(flat.data(), loom::shape<4>{2, 6, 8, 8},
-                                                             loom::shape<4>{0, 0, 0, 0});
+  const auto x_alias =
+      loom::view<const float, 4, loom::host>(flat.data(), loom::shape<4>{2, 6, 8, 8}, loom::shape<4>{0, 0, 0, 0});
   REQUIRE_THROWS_AS(loom::conv2d_into(flat, x_alias, w, two), loom::aliasing_error);
   REQUIRE_THROWS_WITH(loom::conv2d_backward_input_into(dx, y, w, {.padding = {1, 1}, .groups = 2}),
                       Contains("dy has shape [2, 4, 6, 6]; the convolution's output has shape [2, 4, 8, 8]"));
   REQUIRE_THROWS_WITH(loom::conv2d_backward_weight(y, x, w.extents(), {.padding = {1, 1}, .groups = 2}),
                       Contains("conv2d_backward_weight: the output gradient dy"));
-  REQUIRE_THROWS_WITH(loom::conv2d_backward_input(y, w, loom::shape<4>{2, 5, 8, 8}, two), Contains("input x [2, 5, 8, 8]"));
+  REQUIRE_THROWS_WITH(loom::conv2d_backward_input(y, w, loom::shape<4>{2, 5, 8, 8}, two),
+                      Contains("input x [2, 5, 8, 8]"));
   REQUIRE_THROWS_WITH(loom::conv2d_output_shape({1, 3, 2, 2}, {1, 3, 3, 3}), Contains("no output position"));
   REQUIRE_THROWS_WITH(loom::conv1d(loom::host_tensor<float, 3>(loom::shape<3>{1, 3, 5}),
                                    loom::host_tensor<float, 3>(loom::shape<3>{2, 2, 3})),
                       Contains("loom: conv1d:"));
+}
+
+namespace {
+// One transposed convolution: x [n, cin, h, w], weight [cin, cout / groups, kh, kw].
+struct transpose_case {
+  index_t n = 1, cin = 1, h = 1, w = 1, cout = 1, kh = 1, kw = 1;
+  loom::conv_transpose2d_options o;
+  index_t out(int a) const {
+    return ((a == 0 ? h : w) - 1) * o.stride[a] - 2 * o.padding[a] + ((a == 0 ? kh : kw) - 1) * o.dilation[a] + 1 +
+           o.output_padding[a];
+  }
+  loom::shape<4> x_shape() const { return {n, cin, h, w}; }
+  loom::shape<4> w_shape() const { return {cin, cout / o.groups, kh, kw}; }
+  loom::shape<4> y_shape() const { return {n, cout, out(0), out(1)}; }
+};
+
+// Calls f(y index, x index, w index) for every term of the transposed
+// convolution: x(n, c, iy, ix) w(c, oc, ki, kj) adds to y(n, group's oc,
+// iy stride - padding + ki dilation, ...).
+template <class F>
+void for_each_transpose_term(const transpose_case& k, F f) {
+  const index_t cig = k.cin / k.o.groups, cog = k.cout / k.o.groups;
+  for (index_t n = 0; n < k.n; ++n)
+    for (index_t c = 0; c < k.cin; ++c)
+      for (index_t iy = 0; iy < k.h; ++iy)
+        for (index_t ix = 0; ix < k.w; ++ix)
+          for (index_t oc = 0; oc < cog; ++oc)
+            for (index_t ki = 0; ki < k.kh; ++ki)
+              for (index_t kj = 0; kj < k.kw; ++kj) {
+                const index_t oy = iy * k.o.stride[0] - k.o.padding[0] + ki * k.o.dilation[0];
+                const index_t ox = ix * k.o.stride[1] - k.o.padding[1] + kj * k.o.dilation[1];
+                if (oy < 0 || oy >= k.out(0) || ox < 0 || ox >= k.out(1)) continue;
+                const index_t o = c / cig * cog + oc;
+                f(((n * k.cout + o) * k.out(0) + oy) * k.out(1) + ox, ((n * k.cin + c) * k.h + iy) * k.w + ix,
+                  ((c * cog + oc) * k.kh + ki) * k.kw + kj);
+              }
+}
+}  // namespace
+
+TEST_CASE("conv_transpose2d and its gradients match a direct loop over a random sweep of options", "[nn][conv]") {
+  std::mt19937_64 g(loom_test::seed_for("conv_transpose2d sweep"));
+  for (int i = 0; i < 200; ++i) {
+    const auto pick = [&](index_t lo, index_t hi) { return std::uniform_int_distribution<index_t>(lo, hi)(g); };
+    transpose_case k;
+    k.n = pick(1, 2);
+    k.o.groups = pick(1, 3);
+    k.cin = k.o.groups * pick(1, 2);
+    k.cout = k.o.groups * pick(1, 3);
+    k.h = pick(1, 6);
+    k.w = pick(1, 6);
+    k.kh = pick(1, 4);
+    k.kw = pick(1, 4);
+    for (int a = 0; a < 2; ++a) {
+      k.o.stride[a] = pick(1, 3);
+      k.o.dilation[a] = pick(1, 2);
+      k.o.padding[a] = pick(0, 2);
+      k.o.output_padding[a] = pick(0, k.o.stride[a] - 1);
+    }
+    if (k.out(0) < 1 || k.out(1) < 1) continue;
+    INFO("case " << i << ": x " << loom::shape_string(k.x_shape()) << " w " << loom::shape_string(k.w_shape()) << " -> "
+                 << loom::shape_string(k.y_shape()));
+    vec xv, wv, bv, dyv;
+    auto x = random_tensor<double>(k.x_shape(), g, xv);
+    auto w = random_tensor<double>(k.w_shape(), g, wv);
+    auto b = random_tensor<double>(loom::shape<1>{k.cout}, g, bv);
+    auto dy = random_tensor<double>(k.y_shape(), g, dyv);
+    vec y_want(static_cast<std::size_t>(loom::shape_size(k.y_shape())), 0.0), dx_want(xv.size(), 0.0),
+        dw_want(wv.size(), 0.0);
+    for_each_transpose_term(k, [&](index_t yi, index_t xi, index_t wi) {
+      y_want[yi] += xv[xi] * wv[wi];
+      dx_want[xi] += dyv[yi] * wv[wi];
+      dw_want[wi] += dyv[yi] * xv[xi];
+    });
+    REQUIRE(loom::conv_transpose2d_output_shape(k.x_shape(), k.w_shape(), k.o) == k.y_shape());
+    require_close(values_of(loom::conv_transpose2d(x, w, k.o).view()), y_want, 1e-12, "y");
+    const std::size_t plane = static_cast<std::size_t>(k.out(0) * k.out(1));
+    for (std::size_t e = 0; e < y_want.size(); ++e) y_want[e] += bv[e / plane % bv.size()];
+    require_close(values_of(loom::conv_transpose2d(x, w, b, k.o).view()), y_want, 1e-12, "y + bias");
+    require_close(values_of(loom::conv_transpose2d_backward_input(dy, w, k.x_shape(), k.o).view()), dx_want, 1e-12,
+                  "dx");
+    require_close(values_of(loom::conv_transpose2d_backward_weight(dy, x, k.w_shape(), k.o).view()), dw_want, 1e-12,
+                  "dw");
+  }
+}
+
+TEST_CASE("conv_transpose2d names the operand that does not fit", "[nn][conv][errors]") {
+  loom::host_tensor<float, 4> x(loom::shape<4>{2, 4, 3, 3}), w(loom::shape<4>{4, 3, 3, 3});
+  loom::fill(x, 1.0f);
+  loom::fill(w, 1.0f);
+  REQUIRE_THROWS_WITH(loom::conv_transpose2d(x, loom::host_tensor<float, 4>(loom::shape<4>{5, 3, 3, 3})),
+                      Contains("loom: conv_transpose2d: weight w [5, 3, 3, 3] takes 5 input channels (axis 0), but "
+                               "input x [2, 4, 3, 3] has 4"));
+  REQUIRE_THROWS_AS(loom::conv_transpose2d(x, w, {.groups = 3}), loom::shape_error);
+  REQUIRE_THROWS_WITH(loom::conv_transpose2d(x, w, {.stride = {2, 2}, .output_padding = {2, 0}}),
+                      Contains("output_padding must lie in 0 to stride - 1"));
+  REQUIRE_THROWS_WITH(loom::conv_transpose2d(x, w, {.padding = {3, 0}}), Contains("no output position"));
+  REQUIRE_THROWS_AS(loom::conv_transpose2d(x, w, loom::host_tensor<float, 1>(loom::shape<1>{2})), loom::shape_error);
+  REQUIRE_THROWS_WITH(
+      loom::conv_transpose2d_backward_input(x, w, x.extents()),
+      Contains("dy has shape [2, 4, 3, 3]; the transposed convolution's output has shape [2, 3, 5, 5]"));
+  REQUIRE_THROWS_AS(loom::conv_transpose2d_backward_weight(x, x, w.extents()), loom::shape_error);
 }
 
 namespace {
@@ -561,8 +672,10 @@ TEST_CASE("pooling names the option or operand that does not fit", "[nn][pool][e
   loom::fill(x, 1.0f);
   REQUIRE_THROWS_WITH(loom::max_pool2d(x, {.kernel = {0, 2}}), Contains("loom: max_pool2d: kernel must be at least 1"));
   REQUIRE_THROWS_AS(loom::max_pool2d(x, {.kernel = {2, 2}, .padding = {2, 0}}), loom::value_error);
-  REQUIRE_THROWS_WITH(loom::max_pool2d(x, {.kernel = {2, 2}, .stride = {-1, 1}}), Contains("stride must be at least 1"));
-  REQUIRE_THROWS_WITH(loom::max_pool2d(x, {.kernel = {2, 2}, .dilation = {0, 1}}), Contains("dilation must be at least 1"));
+  REQUIRE_THROWS_WITH(loom::max_pool2d(x, {.kernel = {2, 2}, .stride = {-1, 1}}),
+                      Contains("stride must be at least 1"));
+  REQUIRE_THROWS_WITH(loom::max_pool2d(x, {.kernel = {2, 2}, .dilation = {0, 1}}),
+                      Contains("dilation must be at least 1"));
   REQUIRE_THROWS_WITH(loom::avg_pool2d(x, {.kernel = {2, 2}, .dilation = {2, 1}}),
                       Contains("loom: avg_pool2d: takes no dilation"));
   REQUIRE_THROWS_AS(loom::avg_pool2d(x, {.kernel = {6, 2}}), loom::shape_error);

@@ -39,8 +39,8 @@ struct geometry {
   index_t out_h = 0, out_w = 0;
 
   index_t patch() const { return channels / groups * kernel_h * kernel_w; }  // K
-  index_t positions() const { return out_h * out_w; }                       // L
-  index_t rows() const { return channels * kernel_h * kernel_w; }          // G * K
+  index_t positions() const { return out_h * out_w; }                        // L
+  index_t rows() const { return channels * kernel_h * kernel_w; }            // G * K
   index_t out_per_group() const { return out_channels / groups; }
   // Images per chunk: the column matrix of a chunk stays within column_budget.
   index_t chunk() const {
@@ -66,8 +66,8 @@ inline tap_range valid_outputs(index_t offset, index_t stride, index_t in, index
 // patch rows r = (c, ki, kj) and output positions l = (oy, ox): x at the
 // position row r reads for l, 0 in the padding. One parallel pass.
 template <class T>
-void im2col(const view<const T, 4, host>& x, const geometry& g, index_t n0, index_t count, T* col,
-            index_t image_stride, index_t row_stride) {
+void im2col(const view<const T, 4, host>& x, const geometry& g, index_t n0, index_t count, T* col, index_t image_stride,
+            index_t row_stride) {
   const index_t khw = g.kernel_h * g.kernel_w;
   host_for_each(
       count * g.rows(),
@@ -137,8 +137,7 @@ void forward(const view<const T, 4, host>& x, const view<const T, 4, host>& w, c
     const view<T, 4, host> d(y + n0 * g.out_channels * L, shape<4>{count, G, M, L});
     gemm_epilogue<T, 4> ep;
     ep.act = act;
-    if (bias)
-      ep.bias = view<const T, 4, host>(bias, d.extents(), shape<4>{0, M * bias_stride, bias_stride, 0});
+    if (bias) ep.bias = view<const T, 4, host>(bias, d.extents(), shape<4>{0, M * bias_stride, bias_stride, 0});
     host_gemm<T, T, 4>(a, b, d, ep);
   }
 }
@@ -177,7 +176,8 @@ void backward_weight(const view<const T, 4, host>& dy, const view<const T, 4, ho
           const T* src = dy.data() + (n0 + i) * dy.stride(0) + o * dy.stride(1);
           T* out = grad.data() + o * columns + i * L;
           for (index_t oy = 0; oy < g.out_h; ++oy)
-            for (index_t ox = 0; ox < g.out_w; ++ox) out[oy * g.out_w + ox] = src[oy * dy.stride(2) + ox * dy.stride(3)];
+            for (index_t ox = 0; ox < g.out_w; ++ox)
+              out[oy * g.out_w + ox] = src[oy * dy.stride(2) + ox * dy.stride(3)];
         },
         L);
     const view<const T, 3, host> a(grad.data(), shape<3>{G, M, columns});

@@ -39,10 +39,10 @@ struct conv2d_options {
 //! The 1-D form of conv2d_options: a convolution over the last axis.
 //! Example: `loom::conv1d(x, w, {.stride = 2, .padding = 1})`
 struct conv1d_options {
-  index_t stride = 1;    //!< step of the window, at least 1
-  index_t padding = 0;   //!< zeros added on each side, at least 0
-  index_t dilation = 1;  //!< spacing of the kernel taps, at least 1
-  index_t groups = 1;    //!< divides the input and the output channels
+  index_t stride = 1;                                      //!< step of the window, at least 1
+  index_t padding = 0;                                     //!< zeros added on each side, at least 0
+  index_t dilation = 1;                                    //!< spacing of the kernel taps, at least 1
+  index_t groups = 1;                                      //!< divides the input and the output channels
   matmul_activation activation = matmul_activation::none;  //!< as conv2d_options::activation
 };
 
@@ -57,8 +57,9 @@ constexpr void require_host_operand() {
   static_assert(std::is_same_v<typename V::space, host>,
                 "loom: convolution and pooling on device tensors are not built yet (no cuDNN path); copy the "
                 "operands with loom::to_host and run them on the host executor");
-  static_assert(V::rank == Rank, "loom: convolution and pooling take NCHW tensors (rank 4; rank 3 for conv1d's NCL, "
-                                 "rank 1 for a bias)");
+  static_assert(V::rank == Rank,
+                "loom: convolution and pooling take NCHW tensors (rank 4; rank 3 for conv1d's NCL, "
+                "rank 1 for a bias)");
   static_assert(std::is_same_v<typename V::value_type, float> || std::is_same_v<typename V::value_type, double>,
                 "loom: convolution and pooling take float or double elements; convert half/bf16 with loom::cast");
 }
@@ -72,16 +73,24 @@ inline std::string axis_pair(const std::array<index_t, 2>& v) {
   return std::to_string(v[0]) + ", " + std::to_string(v[1]);
 }
 
+// Throws value_error (message prefix `at`) for a stride or dilation below 1,
+// a negative padding or groups below 1.
+inline void check_options(const std::string& at, const std::array<index_t, 2>& stride,
+                          const std::array<index_t, 2>& padding, const std::array<index_t, 2>& dilation,
+                          index_t groups) {
+  for (int a = 0; a < 2; ++a) {
+    if (stride[a] < 1) throw value_error(at + "stride must be at least 1; got {" + axis_pair(stride) + "}");
+    if (dilation[a] < 1) throw value_error(at + "dilation must be at least 1; got {" + axis_pair(dilation) + "}");
+    if (padding[a] < 0) throw value_error(at + "padding must not be negative; got {" + axis_pair(padding) + "}");
+  }
+  if (groups < 1) throw value_error(at + "groups must be at least 1; got " + std::to_string(groups));
+}
+
 // The geometry of conv(x, w) after checking that it convolves; `op` names
 // the call in messages.
 inline geometry checked_geometry(const char* op, const shape<4>& xs, const shape<4>& ws, const conv2d_options& o) {
   const std::string at = std::string("loom: ") + op + ": ";
-  for (int a = 0; a < 2; ++a) {
-    if (o.stride[a] < 1) throw value_error(at + "stride must be at least 1; got {" + axis_pair(o.stride) + "}");
-    if (o.dilation[a] < 1) throw value_error(at + "dilation must be at least 1; got {" + axis_pair(o.dilation) + "}");
-    if (o.padding[a] < 0) throw value_error(at + "padding must not be negative; got {" + axis_pair(o.padding) + "}");
-  }
-  if (o.groups < 1) throw value_error(at + "groups must be at least 1; got " + std::to_string(o.groups));
+  check_options(at, o.stride, o.padding, o.dilation, o.groups);
   const std::string x_is = "input x " + shape_string(xs), w_is = "weight w " + shape_string(ws);
   if (xs[1] % o.groups != 0)
     throw shape_error(at + "groups (" + std::to_string(o.groups) + ") does not divide the " + std::to_string(xs[1]) +
@@ -142,8 +151,9 @@ view<const T, R, host> contiguous_or_copy(const view<const T, R, host>& v, tenso
 template <class T>
 const T* checked_bias(const char* op, const view<const T, 1, host>& b, const shape<4>& ws, index_t& stride) {
   if (b.extent(0) != ws[0])
-    throw shape_error(std::string("loom: ") + op + ": bias " + shape_string(b.extents()) + " must have one element per " +
-                      "output channel of weight w " + shape_string(ws) + " (" + std::to_string(ws[0]) + ")");
+    throw shape_error(std::string("loom: ") + op + ": bias " + shape_string(b.extents()) +
+                      " must have one element per " + "output channel of weight w " + shape_string(ws) + " (" +
+                      std::to_string(ws[0]) + ")");
   stride = b.stride(0);
   return b.data();
 }
@@ -241,8 +251,7 @@ void forward_into(const char* op, const out_view_of<R, X>& y, const X& x, const 
               static_cast<const const_view_of<1, X>*>(nullptr), o, y);
 }
 template <std::size_t R, class X, class W, class B, class Options>
-void forward_into(const char* op, const out_view_of<R, X>& y, const X& x, const W& w, const B& bias,
-                  const Options& o) {
+void forward_into(const char* op, const out_view_of<R, X>& y, const X& x, const W& w, const B& bias, const Options& o) {
   require_host_operand<R, X>();
   require_host_operand<R, W>();
   require_host_operand<1, B>();

@@ -40,8 +40,8 @@ struct pool2d_options {
 //! iy * W + ix in its input plane (-1 for a window wholly in the padding).
 template <class T>
 struct max_pool2d_result {
-  tensor<T, 4, host> values;                //!< [N, C, oh, ow]
-  tensor<std::int64_t, 4, host> indices;    //!< [N, C, oh, ow]
+  tensor<T, 4, host> values;              //!< [N, C, oh, ow]
+  tensor<std::int64_t, 4, host> indices;  //!< [N, C, oh, ow]
 };
 
 namespace detail::pool {
@@ -71,8 +71,8 @@ inline std::array<axis, 2> checked_axes(const char* op, const shape<4>& xs, cons
     if (o.ceil_mode && ax.out > 0 && (ax.out - 1) * ax.stride >= ax.in + ax.pad) --ax.out;
     if (ax.out < 1)
       throw shape_error(at + "the window spans " + std::to_string(span) + " along axis " + std::to_string(2 + d) +
-                        ", more than input x " + shape_string(xs) + " padded to " +
-                        std::to_string(ax.in + 2 * ax.pad) + ": no output position");
+                        ", more than input x " + shape_string(xs) + " padded to " + std::to_string(ax.in + 2 * ax.pad) +
+                        ": no output position");
   }
   return a;
 }
