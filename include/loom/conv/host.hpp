@@ -159,28 +159,35 @@ void backward_input(const view<const T, 4, host>& dy, const view<const T, 4, hos
 }
 
 // dw (contiguous [Cout, C/G, kh, kw]) from dy (4-D, any strides) and x.
+// A chunk of one image reads dy in place when its positions merge into one
+// axis; otherwise the chunk's dy is copied to [Cout, count * L] first.
 template <class T>
 void backward_weight(const view<const T, 4, host>& dy, const view<const T, 4, host>& x, const geometry& g, T* dw) {
   const index_t G = g.groups, K = g.patch(), L = g.positions(), M = g.out_per_group(), chunk = g.chunk();
+  const bool dy_in_place = chunk == 1 && (g.out_h == 1 || dy.stride(2) == g.out_w * dy.stride(3));
   tensor<T, 1, host> col(shape<1>{chunk * g.rows() * L});
-  tensor<T, 1, host> grad(shape<1>{chunk * g.out_channels * L});
+  tensor<T, 1, host> grad(shape<1>{dy_in_place ? 0 : chunk * g.out_channels * L});
   const view<T, 3, host> d(dw, shape<3>{G, M, K});
   for (index_t n0 = 0; n0 < g.batch; n0 += chunk) {
     const index_t count = std::min(chunk, g.batch - n0), columns = count * L;
     im2col(x, g, n0, count, col.data(), L, columns);
     // dy of the chunk as [Cout, count * L]: image i at columns [i L, (i + 1) L).
-    host_for_each(
-        g.out_channels * count,
-        [&](index_t p) {
-          const index_t o = p / count, i = p % count;
-          const T* src = dy.data() + (n0 + i) * dy.stride(0) + o * dy.stride(1);
-          T* out = grad.data() + o * columns + i * L;
-          for (index_t oy = 0; oy < g.out_h; ++oy)
-            for (index_t ox = 0; ox < g.out_w; ++ox)
-              out[oy * g.out_w + ox] = src[oy * dy.stride(2) + ox * dy.stride(3)];
-        },
-        L);
-    const view<const T, 3, host> a(grad.data(), shape<3>{G, M, columns});
+    if (!dy_in_place)
+      host_for_each(
+          g.out_channels * count,
+          [&](index_t p) {
+            const index_t o = p / count, i = p % count;
+            const T* src = dy.data() + (n0 + i) * dy.stride(0) + o * dy.stride(1);
+            T* out = grad.data() + o * columns + i * L;
+            for (index_t oy = 0; oy < g.out_h; ++oy)
+              for (index_t ox = 0; ox < g.out_w; ++ox)
+                out[oy * g.out_w + ox] = src[oy * dy.stride(2) + ox * dy.stride(3)];
+          },
+          L);
+    const view<const T, 3, host> a =
+        dy_in_place ? view<const T, 3, host>(dy.data() + n0 * dy.stride(0), shape<3>{G, M, L},
+                                             shape<3>{M * dy.stride(1), dy.stride(1), dy.stride(3)})
+                    : view<const T, 3, host>(grad.data(), shape<3>{G, M, columns});
     const view<const T, 3, host> b(col.data(), shape<3>{G, columns, K}, shape<3>{K * columns, 1, columns});
     gemm_epilogue<T, 3> ep;
     if (n0 > 0) {
