@@ -7,15 +7,12 @@
 // the expressions) under the same index map: an optimizer's update of a
 // parameter and its state (optim/).
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "loom/config.hpp"
 #include "loom/core/error.hpp"
@@ -52,11 +49,9 @@ LOOM_HD void at_linear(const tuple<P...>& parts, index_t i, std::index_sequence<
   ((get<K>(parts).p[i] = convert<typename P::out_type>(get<K>(v))), ...);
 }
 
-// The same by coordinates, from the output shape's divisors; each output
-// stored through its own strides.
-template <std::size_t R, class... P, std::size_t... K>
-LOOM_HD void at_coords(const tuple<P...>& parts, const fast_divmod* div, index_t i, std::index_sequence<K...>) {
-  index_t idx[R > 0 ? R : 1] = {};
+// The coordinates of row-major element i of a shape, from its divisors.
+template <std::size_t R>
+LOOM_HD void coords_of(const fast_divmod* div, index_t i, index_t* idx) {
   std::uint64_t rest = static_cast<std::uint64_t>(i);
   for (std::size_t d = R; d-- > 0;) {
     std::uint64_t q, r;
@@ -64,6 +59,14 @@ LOOM_HD void at_coords(const tuple<P...>& parts, const fast_divmod* div, index_t
     idx[d] = static_cast<index_t>(r);
     rest = q;
   }
+}
+
+// The same by coordinates, from the output shape's divisors; each output
+// stored through its own strides.
+template <std::size_t R, class... P, std::size_t... K>
+LOOM_HD void at_coords(const tuple<P...>& parts, const fast_divmod* div, index_t i, std::index_sequence<K...>) {
+  index_t idx[R > 0 ? R : 1] = {};
+  coords_of<R>(div, i, idx);
   const tuple<decltype(get<K>(parts).b.at(idx))...> v(get<K>(parts).b.at(idx)...);
   const auto offset = [&idx](const auto& st) {
     index_t off = 0;
@@ -238,139 +241,6 @@ eval_info run(const Views& vs, const Nodes& ns, std::index_sequence<K...> seq) {
       seq);
   return last_eval_slot() = info;
 }
-
-// Many items launched together (multi-tensor): each item is cut into
-// chunks of elements; one host loop over all chunks, or on the device one
-// kernel per group_args, a block per chunk.
-inline constexpr index_t host_chunk = 16384;
-inline constexpr index_t device_chunk = 4096;
-
-template <class Item, int N>
-struct group_args {
-  Item items[N];
-  index_t first_chunk[N + 1];  // chunk c belongs to item j when first_chunk[j] <= c < first_chunk[j + 1]
-  int count;
-};
-
-#if LOOM_CUDA_COMPILER
-template <class Item, int N>
-__global__ void __launch_bounds__(256) group_kernel(group_args<Item, N> g) {
-  const index_t chunks = g.first_chunk[g.count];
-#pragma unroll 1
-  for (index_t c = blockIdx.x; c < chunks; c += gridDim.x) {
-    int j = 0;
-    while (c >= g.first_chunk[j + 1]) ++j;
-    const index_t begin = (c - g.first_chunk[j]) * device_chunk;
-    const index_t end = begin + device_chunk < g.items[j].n ? begin + device_chunk : g.items[j].n;
-    run_range(g.items[j], begin + static_cast<index_t>(threadIdx.x), end, static_cast<index_t>(blockDim.x));
-  }
-}
-#endif
-
-// Items per device launch: as many as fit the 32 KiB of a kernel's
-// parameters (CUDA 12.1 and newer, Volta and newer), at most 64.
-template <class Item>
-inline constexpr int group_size = sizeof(Item) * 64 + 1024 <= 30000 ? 64
-                                  : static_cast<int>((30000 - 1024) / sizeof(Item)) > 1
-                                      ? static_cast<int>((30000 - 1024) / sizeof(Item))
-                                      : 1;
-
-// Launches `count` items of one type; returns the launches.
-template <class S, class Item>
-std::size_t launch_items(const Item* items, std::size_t count) {
-  if (count == 0) return 0;
-  if constexpr (std::is_same_v<S, host>) {
-    std::vector<index_t> first(count + 1, 0);
-    for (std::size_t j = 0; j != count; ++j) first[j + 1] = first[j] + (items[j].n + host_chunk - 1) / host_chunk;
-    host_for_each(
-        first[count],
-        [&](index_t c) {
-          const std::size_t j = static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), c) -
-                                                          first.begin()) - 1;
-          const index_t begin = (c - first[j]) * host_chunk;
-          run_range(items[j], begin, std::min(begin + host_chunk, items[j].n), 1);
-        },
-        host_chunk);
-    return 1;
-  } else {
-    std::size_t launched = 0;
-#if LOOM_CUDA_COMPILER
-    constexpr int N = group_size<Item>;
-    using args_t = group_args<Item, N>;
-    static_assert(sizeof(args_t) <= 32764, "loom: internal error: a multi-tensor launch exceeds a kernel's parameters");
-    const stream_ref s = current_stream();
-    // Items need not be default-constructible: the arguments are built in
-    // raw storage (every member trivially copyable).
-    alignas(args_t) unsigned char raw[sizeof(args_t)];
-    args_t& g = *reinterpret_cast<args_t*>(raw);
-    for (std::size_t j0 = 0; j0 < count; j0 += N) {
-      g.count = static_cast<int>(std::min<std::size_t>(N, count - j0));
-      g.first_chunk[0] = 0;
-      for (int j = 0; j != g.count; ++j) {
-        std::memcpy(static_cast<void*>(&g.items[j]), static_cast<const void*>(&items[j0 + j]), sizeof(Item));
-        g.first_chunk[j + 1] = g.first_chunk[j] + (items[j0 + j].n + device_chunk - 1) / device_chunk;
-      }
-      launch_kernel(group_kernel<Item, N>, grid_size(g.first_chunk[g.count], 8, s.device()), 256, 0, s.get(), g);
-      ++launched;
-    }
-#else
-    (void)items;
-#endif
-    return launched;
-  }
-}
-
-// Items of any types gathered for launching together: one batch per item
-// type (a type is one set of outputs' and expressions' types: an
-// optimizer's dtype group), launched by flush(). Items are trivially
-// copyable and kept as bytes.
-template <class S>
-class batches {
- public:
-  template <class Item>
-  void add(const Item& it) {
-    static_assert(std::is_trivially_copyable_v<Item>);
-    const launcher f = &launch_erased<Item>;
-    one* b = nullptr;
-    for (auto& x : list_)
-      if (x.f == f) b = &x;
-    if (!b) {
-      list_.push_back({f, {}, 0});
-      b = &list_.back();
-    }
-    const std::size_t units = ((b->count + 1) * sizeof(Item) + sizeof(unit) - 1) / sizeof(unit);
-    b->store.resize(units);
-    std::memcpy(reinterpret_cast<unsigned char*>(b->store.data()) + b->count * sizeof(Item),
-                static_cast<const void*>(&it), sizeof(Item));
-    ++b->count;
-  }
-  //! Launches every batch; returns the launches. The batches are then empty.
-  std::size_t flush() {
-    std::size_t n = 0;
-    for (auto& b : list_) n += b.f(b.store.data(), b.count);
-    list_.clear();
-    return n;
-  }
-  std::size_t size() const { return list_.size(); }
-
- private:
-  using launcher = std::size_t (*)(const void*, std::size_t);
-  template <class Item>
-  static std::size_t launch_erased(const void* p, std::size_t count) {
-    return launch_items<S>(static_cast<const Item*>(p), count);
-  }
-  // Storage aligned for any item (std::max_align_t itself is an unnamed
-  // struct under g++, which nvcc's front end fails to destroy in a vector).
-  struct alignas(std::max_align_t) unit {
-    unsigned char bytes[alignof(std::max_align_t)];
-  };
-  struct one {
-    launcher f;
-    std::vector<unit> store;
-    std::size_t count;
-  };
-  std::vector<one> list_;
-};
 
 template <class Args, std::size_t... K>
 auto output_views(const Args& args, std::index_sequence<K...>) {

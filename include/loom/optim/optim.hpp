@@ -7,10 +7,10 @@
 // parameter, its gradient and its state and writes the parameter and its
 // state together (and, for bf16/half parameters, the float master weights);
 // the updates of all parameters of one dtype run as ONE launch
-// (multi-tensor: exec/multi.hpp's batches). Global-norm
-// gradient clipping reduces every gradient's sum of squares on the device
-// (no host synchronization) and the updates read the clipping factor from
-// there. Learning rate and step count are run-time values: the kernels are
+// (multi-tensor: exec/batches.hpp). Global-norm gradient clipping sums the
+// squares of all gradients on the device (one launch per dtype group and
+// one reduction; no host synchronization) and the updates read the
+// clipping factor from there. Learning rate and step count are run-time values: the kernels are
 // compiled once per parameter type, not per step.
 
 #include <cmath>
@@ -27,6 +27,7 @@
 #include "loom/core/launch.hpp"
 #include "loom/core/space.hpp"
 #include "loom/exec/assign.hpp"
+#include "loom/exec/batches.hpp"
 #include "loom/exec/multi.hpp"
 #include "loom/ops/arithmetic.hpp"
 #include "loom/ops/math.hpp"
@@ -184,7 +185,9 @@ struct lion_rule {
 template <class Rule, class S>
 struct entry_base {
   virtual ~entry_base() = default;
-  virtual void sum_squares(const view<double, 1, S>& out) const = 0;
+  // Adds the sum of the gradient's squares (in double) to `b`.
+  virtual void sum_squares(loom::detail::multi::batches<S>& b) const = 0;
+  virtual index_t elements() const = 0;
   // Adds the parameter's update to its batch (launched with the others of
   // its type by the optimizer).
   virtual void update(const typename Rule::scalars& c, const view<const double, 0, S>& coef, std::uint64_t step,
@@ -221,10 +224,11 @@ struct entry final : entry_base<Rule, S> {
     }
   }
 
-  void sum_squares(const view<double, 1, S>& out) const override {
-    const auto x = cast<W>(g);
-    assign(out, sum(x * x));
+  void sum_squares(loom::detail::multi::batches<S>& b) const override {
+    const auto x = cast<double>(g);
+    loom::detail::multi::prepare_sum(x * x, [&b](const auto& it) { b.add(it); });
   }
+  index_t elements() const override { return p.size(); }
 
   void update(const typename Rule::scalars& c, const view<const double, 0, S>& coef, std::uint64_t step,
               const update_options& u, std::size_t k, loom::detail::multi::batches<S>& b) override {
@@ -342,7 +346,9 @@ class optimizer {
         entries_.push_back(std::make_unique<detail::entry<Rule, T, GR, S>>(
             detail::with_rank<GR>(pv), detail::with_rank<GR>(view<const T, R, S>(gv)), upd_.master_weights,
             Rule::states(Rule::prepare(opts_, 1))));
-        parts_ = tensor<double, 1, S>(shape<1>{static_cast<index_t>(entries_.size())});
+        index_t chunks = 0;
+        for (const auto& e : entries_) chunks += loom::detail::multi::sum_chunks<S>(e->elements());
+        parts_ = tensor<double, 1, S>(shape<1>{chunks > 0 ? chunks : 1});
       }
     }
     return k;
@@ -388,11 +394,14 @@ class optimizer {
 
  private:
   void clip_gradients() {
-    // One sum of squares per gradient into its slot, then their sum in
-    // a fixed order and the factor, in one launch: deterministic.
-    for (std::size_t k = 0; k != entries_.size(); ++k)
-      entries_[k]->sum_squares(parts_.slice(range(static_cast<index_t>(k), static_cast<index_t>(k) + 1)));
-    const auto total = sum(parts_);
+    // The squares of all gradients of one dtype summed by chunks in one
+    // launch (exec/batches.hpp), the partial sums added by one reduction,
+    // then the norm and the factor in one launch: each in a fixed order,
+    // so deterministic.
+    for (const auto& e : entries_) e->sum_squares(sums_);
+    double* cursor = parts_.data();
+    sums_.flush(&cursor);
+    const auto total = sum(parts_.slice(range(0, static_cast<index_t>(cursor - parts_.data()))));
     const auto n = sqrt(total);
     assign_many(norm_, n, coef_, minimum(1.0, upd_.max_grad_norm / (n + 1e-6)));
   }
@@ -409,6 +418,7 @@ class optimizer {
   bool clipping_ = false;
   step_info info_;
   loom::detail::multi::batches<S> batches_;
+  loom::detail::multi::batches<S> sums_;
 };
 
 //! SGD with momentum, dampening, Nesterov and weight decay (sgd_options).
