@@ -26,27 +26,22 @@
 #include "loom/expr/traverse.hpp"
 
 namespace loom::detail {
-// The distinct tags of the tagged leaves of expression tree N that the
-// sharing reaches (through maps and broadcasts), in pre-order. A tag names
-// the layer's body type, which a kernel's template arguments cannot hold
-// (a host lambda's closure type): the shared tree numbers them instead.
-template <class List, class N>
+// The distinct tags of the tagged leaves of an expression tree that the
+// sharing reaches (through maps and broadcasts), in pre-order
+// (tree_fold_t<expr_tags, type_list<>, N>). A tag names the layer's body
+// type, which a kernel's template arguments cannot hold (a host lambda's
+// closure type): the shared tree numbers them instead. Other node kinds
+// load their leaves themselves: the walk stops there.
 struct expr_tags {
-  using type = List;
+  template <class S, class N>
+  struct pre : fold_step<S, elementwise_inner<N>::value> {};
+  template <class S, class T, std::size_t R, class Sp, class Tag>
+  struct pre<S, leaf_node<T, R, Sp, Tag>>
+      : fold_step<typename std::conditional_t<std::is_void_v<Tag>, std::type_identity<S>, append_unique<S, Tag>>::type,
+                  false> {};
+  template <class S, class N>
+  using post = fold_keep<S, N>;
 };
-template <class List, class T, std::size_t R, class S, class Tag>
-struct expr_tags<List, leaf_node<T, R, S, Tag>> {
-  using type = std::conditional_t<std::is_void_v<Tag>, List, typename append_unique<List, Tag>::type>;
-};
-template <class List, class E, std::size_t R>
-struct expr_tags<List, broadcast_node<E, R>> : expr_tags<List, E> {};
-template <class List, class F>
-struct expr_tags<List, map_node<F>> {
-  using type = List;
-};
-template <class List, class F, class C, class... Rest>
-struct expr_tags<List, map_node<F, C, Rest...>>
-    : expr_tags<typename expr_tags<List, C>::type, map_node<F, Rest...>> {};
 
 //! The parameter that stands for every use of expression node N bound as B
 //! in an expression without layer calls: an untagged leaf, or a subtree of
@@ -62,38 +57,33 @@ struct plain_param {};
 //! and counting them as one subtree would fail the run-time check; the walk
 //! enters such subtrees and shares what repeats inside.
 template <class B>
-struct pure_map : std::false_type {};
+struct not_leaf_or_map : std::true_type {};
 template <class T, std::size_t R>
-struct pure_map<bound_leaf<T, R>> : std::true_type {};
+struct not_leaf_or_map<bound_leaf<T, R>> : std::false_type {};
 template <class F, class Cin, class... B>
-struct pure_map<bound_map<F, Cin, B...>> : std::bool_constant<(pure_map<B>::value && ...)> {};
+struct not_leaf_or_map<bound_map<F, Cin, B...>> : std::false_type {};
+template <class B>
+struct pure_map : std::bool_constant<!tree_any_v<B, not_leaf_or_map>> {};
 
-// The plain_params of the untagged leaves and the pure map subtrees of
-// expression tree N (bound as B) that the sharing reaches, with repeats,
-// appended to List in pre-order (a map before its children).
-template <class List, class N, class B>
+// The plain_params of the untagged leaves and the pure map subtrees of an
+// expression tree N (bound as B) that the sharing reaches, with repeats, in
+// pre-order (a map before its children): zip_fold_t<plain_nodes,
+// type_list<>, N, B>.
 struct plain_nodes {
-  using type = List;
+  template <class S, class N, class B>
+  struct pre : fold_step<S, false> {};
+  template <class... L, class T, std::size_t R, class Sp, class BT, std::size_t BR>
+  struct pre<type_list<L...>, leaf_node<T, R, Sp, void>, bound_leaf<BT, BR>>
+      : fold_step<type_list<L..., plain_param<leaf_node<T, R, Sp, void>, bound_leaf<BT, BR>>>, false> {};
+  template <class... L, class F, class... Ch, class Cin, class... B>
+  struct pre<type_list<L...>, map_node<F, Ch...>, bound_map<F, Cin, B...>>
+      : fold_step<std::conditional_t<pure_map<bound_map<F, Cin, B...>>::value,
+                                     type_list<L..., plain_param<map_node<F, Ch...>, bound_map<F, Cin, B...>>>,
+                                     type_list<L...>>,
+                  true> {};
+  template <class S, class N, class B>
+  using post = fold_keep<S, N>;
 };
-template <class... L, class T, std::size_t R, class S, class BT, std::size_t BR>
-struct plain_nodes<type_list<L...>, leaf_node<T, R, S, void>, bound_leaf<BT, BR>> {
-  using type = type_list<L..., plain_param<leaf_node<T, R, S, void>, bound_leaf<BT, BR>>>;
-};
-template <class List, class E, std::size_t R, class B>
-struct plain_nodes<List, broadcast_node<E, R>, B> : plain_nodes<List, E, B> {};
-template <class List, class NL, class BL>
-struct plain_children {
-  using type = List;
-};
-template <class List, class C, class... Rest, class BC, class... BRest>
-struct plain_children<List, type_list<C, Rest...>, type_list<BC, BRest...>>
-    : plain_children<typename plain_nodes<List, C, BC>::type, type_list<Rest...>, type_list<BRest...>> {};
-template <class... L, class F, class... Ch, class Cin, class... B>
-struct plain_nodes<type_list<L...>, map_node<F, Ch...>, bound_map<F, Cin, B...>>
-    : plain_children<std::conditional_t<pure_map<bound_map<F, Cin, B...>>::value,
-                                        type_list<L..., plain_param<map_node<F, Ch...>, bound_map<F, Cin, B...>>>,
-                                        type_list<L...>>,
-                     type_list<Ch...>, type_list<B...>> {};
 
 template <class T, class... L>
 constexpr int count_in(type_list<L...>) {
@@ -138,33 +128,24 @@ inline constexpr int plain_subtree_slots = 2;
 template <class Key, class All, int most>
 using plain_group =
     param_group<Key, static_cast<std::size_t>(count_in<Key>(All{}) < most ? count_in<Key>(All{}) : most)>;
-template <class Out, class All, class N, class B>
+template <class All>
 struct plain_params {
-  using type = Out;
-};
-template <class Out, class All, class T, std::size_t R, class S, class BT, std::size_t BR>
-struct plain_params<Out, All, leaf_node<T, R, S, void>, bound_leaf<BT, BR>> {
-  using key = plain_param<leaf_node<T, R, S, void>, bound_leaf<BT, BR>>;
-  using type = std::conditional_t<(count_in<key>(All{}) >= 2),
-                                  typename append_unique<Out, plain_group<key, All, plain_param_slots>>::type, Out>;
-};
-template <class Out, class All, class E, std::size_t R, class B>
-struct plain_params<Out, All, broadcast_node<E, R>, B> : plain_params<Out, All, E, B> {};
-template <class Out, class All, class NL, class BL>
-struct plain_params_each {
-  using type = Out;
-};
-template <class Out, class All, class C, class... Rest, class BC, class... BRest>
-struct plain_params_each<Out, All, type_list<C, Rest...>, type_list<BC, BRest...>>
-    : plain_params_each<typename plain_params<Out, All, C, BC>::type, All, type_list<Rest...>, type_list<BRest...>> {
-};
-template <class Out, class All, class F, class... Ch, class Cin, class... B>
-struct plain_params<Out, All, map_node<F, Ch...>, bound_map<F, Cin, B...>> {
-  using key = plain_param<map_node<F, Ch...>, bound_map<F, Cin, B...>>;
-  using type = typename std::conditional_t<
-      (count_in<key>(All{}) >= 2),
-      std::type_identity<typename append_unique<Out, plain_group<key, All, plain_subtree_slots>>::type>,
-      plain_params_each<Out, All, type_list<Ch...>, type_list<B...>>>::type;
+  template <class Key, class Out, int most>
+  using add = std::conditional_t<(count_in<Key>(All{}) >= 2),
+                                 typename append_unique<Out, plain_group<Key, All, most>>::type, Out>;
+  template <class S, class N, class B>
+  struct pre : fold_step<S, false> {};
+  template <class S, class T, std::size_t R, class Sp, class BT, std::size_t BR>
+  struct pre<S, leaf_node<T, R, Sp, void>, bound_leaf<BT, BR>>
+      : fold_step<add<plain_param<leaf_node<T, R, Sp, void>, bound_leaf<BT, BR>>, S, plain_param_slots>, false> {};
+  template <class S, class F, class... Ch, class Cin, class... B>
+  struct pre<S, map_node<F, Ch...>, bound_map<F, Cin, B...>> {
+    using key = plain_param<map_node<F, Ch...>, bound_map<F, Cin, B...>>;
+    static constexpr bool enter = count_in<key>(All{}) < 2;
+    using type = add<key, S, plain_subtree_slots>;
+  };
+  template <class S, class N, class B>
+  using post = fold_keep<S, N>;
 };
 
 //! Below this many 16-byte loads per vector step (leaves of the bound tree) a
@@ -175,7 +156,7 @@ inline constexpr int plain_sharing_min_loads = 8;
 
 template <class N, class B>
 struct plain_sharing {
-  using type = typename plain_params<type_list<>, typename plain_nodes<type_list<>, N, B>::type, N, B>::type;
+  using type = zip_fold_t<plain_params<zip_fold_t<plain_nodes, type_list<>, N, B>>, type_list<>, N, B>;
 };
 template <class List>
 struct layer_groups;
@@ -190,7 +171,7 @@ struct layer_groups<type_list<Tag...>> {
 //! outermost leaf or subtree of maps over leaves that occurs twice or more.
 template <class N, class B>
 struct sharing_tags {
-  using layer_tags = typename expr_tags<type_list<>, N>::type;
+  using layer_tags = tree_fold_t<expr_tags, type_list<>, N>;
   using type = typename std::conditional_t<
       (layer_tags::size > 0), layer_groups<layer_tags>,
       std::conditional_t<(tree_sum_v<B, is_bound_leaf> >= plain_sharing_min_loads), plain_sharing<N, B>,
@@ -256,42 +237,39 @@ struct param_is {
 // The tree of bound tree b (bound from expression n) with every leaf or
 // subtree reached through maps (and broadcasts) whose tag, or plain_param
 // of its types, has a param_group in Groups made a bound_param numbered by
-// its place there. Other node kinds keep their leaves as leaves: they load
-// them themselves.
+// its place there (share, a zip_rewrite). Other node
+// kinds load their leaves themselves: the walk stops there.
 template <class Groups>
 struct param_sharer {
-  template <class Key, class L>
-  static auto param_or(const L& b, auto otherwise) {
-    constexpr std::size_t k = group_index<Key>(Groups{});
-    if constexpr (k < Groups::size) {
-      return bound_param<k, L, group_slots<Key>(Groups{})>{b};
-    } else {
-      return otherwise();
-    }
+  template <class N, class B>
+  struct key_of {
+    using type = void;  // not a parameter, and the walk does not enter it
+  };
+  template <class T, std::size_t R, class S, class Tag, class BT, std::size_t BR>
+  struct key_of<leaf_node<T, R, S, Tag>, bound_leaf<BT, BR>> {
+    using type = std::conditional_t<std::is_void_v<Tag>, plain_param<leaf_node<T, R, S, Tag>, bound_leaf<BT, BR>>, Tag>;
+  };
+  template <class F, class... Ch, class Cin, class... B>
+  struct key_of<map_node<F, Ch...>, bound_map<F, Cin, B...>> {
+    using type = plain_param<map_node<F, Ch...>, bound_map<F, Cin, B...>>;
+  };
+  template <class N, class B>
+  static constexpr std::size_t group = group_index<typename key_of<N, B>::type>(Groups{});
+  // A leaf, a parameter or a node kind the walk does not enter ends it; a map
+  // that is no parameter is entered.
+  template <class N, class B>
+  static constexpr bool stops = !is_bound_map_node<B>::value || group<N, B> < Groups::size;
+  //! The shared tree of b, bound from n.
+  template <class N, class B>
+  static auto share(const N& n, const B& b) {
+    return zip_rewrite<param_sharer>(n, b);
   }
   template <class N, class B>
-  static B share(const N&, const B& b) {
-    return b;
-  }
-  template <class T, std::size_t R, class S, class Tag, class BT, std::size_t BR>
-  static auto share(const leaf_node<T, R, S, Tag>&, const bound_leaf<BT, BR>& b) {
-    using key = std::conditional_t<std::is_void_v<Tag>, plain_param<leaf_node<T, R, S, Tag>, bound_leaf<BT, BR>>, Tag>;
-    return param_or<key>(b, [&] { return b; });
-  }
-  template <class E, std::size_t R, class B>
-  static auto share(const broadcast_node<E, R>& n, const B& b) {
-    return share(n.e, b);
-  }
-  template <class F, class... Ch, class Cin, class... B>
-  static auto share(const map_node<F, Ch...>& n, const bound_map<F, Cin, B...>& b) {
-    using key = plain_param<map_node<F, Ch...>, bound_map<F, Cin, B...>>;
-    return param_or<key>(b, [&] { return share_map(n, b, std::index_sequence_for<B...>{}); });
-  }
-  template <class F, class... Ch, class Cin, class... B, std::size_t... I>
-  static auto share_map(const map_node<F, Ch...>& n, const bound_map<F, Cin, B...>& b, std::index_sequence<I...>) {
-    using result = bound_map<F, Cin, decltype(share(detail::get<I>(n.children), detail::get<I>(b.ch)))...>;
-    using children = tuple<decltype(share(detail::get<I>(n.children), detail::get<I>(b.ch)))...>;
-    return result{b.f, children(share(detail::get<I>(n.children), detail::get<I>(b.ch))...)};
+  static auto stop(const N&, const B& b) {
+    if constexpr (group<N, B> < Groups::size)
+      return bound_param<group<N, B>, B, group_slots<typename key_of<N, B>::type>(Groups{})>{b};
+    else
+      return b;
   }
 };
 

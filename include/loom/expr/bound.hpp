@@ -291,6 +291,11 @@ struct children_of<bound_map<F, Cin, B...>> {
     return {n.f, tuple<C...>(c...)};
   }
 };
+//! Whether bound node kind N is a map.
+template <class N>
+struct is_bound_map_node : std::false_type {};
+template <class F, class Cin, class... B>
+struct is_bound_map_node<bound_map<F, Cin, B...>> : std::true_type {};
 
 // The index of the child of bound node kind B whose slot range holds `slot`
 // (B itself not that slot's node), its number of children if none.

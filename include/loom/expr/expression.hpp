@@ -357,6 +357,18 @@ struct children_of<broadcast_node<E, R>> : one_child_e<E> {
     return broadcast_node<C, R>(c, n.ext);
   }
 };
+// The binder binds a broadcast as its operand (broadcast to the output).
+template <class E, std::size_t R>
+struct bound_as_child<broadcast_node<E, R>> : std::true_type {};
+//! Whether node kind N computes each element from its children's elements
+//! at the same coordinates: a map or a broadcast (the walks that follow
+//! values element by element enter these and stop at other kinds).
+template <class N>
+struct elementwise_inner : std::false_type {};
+template <class F, class... C>
+struct elementwise_inner<map_node<F, C...>> : std::true_type {};
+template <class E, std::size_t R>
+struct elementwise_inner<broadcast_node<E, R>> : std::true_type {};
 
 //! Calls g(leaf) for every leaf_node (a view of memory) of a tree, under
 //! every node kind, row reductions included.

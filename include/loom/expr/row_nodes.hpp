@@ -98,6 +98,10 @@ struct children_of<bound_row_reduce<Op, A, Slot, B>> {
   }
   template <class C>
   using rebind = bound_row_reduce<Op, A, Slot, C>;
+  template <class C>
+  static bound_row_reduce<Op, A, Slot, C> rebuild(const bound_row_reduce<Op, A, Slot, B>& n, const C& c) {
+    return {c, n.cols};
+  }
 };
 template <class Op, class A, std::size_t Slot, class B>
 struct is_bound_row_reduce<bound_row_reduce<Op, A, Slot, B>> : std::true_type {};

@@ -38,6 +38,7 @@ inline std::uint64_t next_derivation() {
 //! derivation `origin`: copies with the same Id and origin are computed once.
 template <class Id, class N>
 struct shared_row_node : detail::node_tag {
+  using id = Id;
   using value_type = typename N::value_type;
   using space = typename N::space;
   static constexpr std::size_t rank = N::rank;
@@ -146,17 +147,12 @@ struct append<seen_list<E...>, Id, Slot> {
   using type = seen_list<E..., seen_entry<Id, Slot>>;
 };
 
-// A resolved subtree and the state after it.
-template <class N, std::size_t Next, class Seen>
-struct walked {
+// The walk's state: the slot the next row reduction gets and the Ids seen.
+template <std::size_t Next, class Seen>
+struct resolve_state {
   static constexpr std::size_t next = Next;
   using seen = Seen;
-  N node;
 };
-template <std::size_t Next, class Seen, class N>
-walked<N, Next, Seen> make_walked(const N& n) {
-  return walked<N, Next, Seen>{n};
-}
 
 // The origin every shared node of one resolved tree must have.
 struct origin_check {
@@ -170,48 +166,47 @@ struct origin_check {
   }
 };
 
-template <std::size_t Next, class Seen, class N>
-auto resolve(const N& n, origin_check& check);
-
-template <std::size_t K, std::size_t Next, class Seen, class N, class... Done>
-auto resolve_children(const N& n, origin_check& check, const Done&... done) {
-  if constexpr (K == child_count_v<N>) {
-    constexpr std::size_t next = Next + (is_row_reduction<N>::value ? 1 : 0);
-    return make_walked<next, Seen>(children_of<N>::rebuild(n, done.node...));
-  } else {
-    const auto c = resolve<Next, Seen>(child<K>(n), check);
-    using C = std::remove_cvref_t<decltype(c)>;
-    return resolve_children<K + 1, C::next, typename C::seen>(n, check, done..., c);
+// Resolves shared row reductions (rewrite_along, post-order, children left
+// to right: the order in which the binder numbers row-reduction slots, so
+// the state's `next` is the slot the next reduction gets). A subtree without
+// shared reductions is kept whole; a shared reduction already seen becomes
+// a slot_ref_node; the first copy of one is kept, unwrapped, and its slot
+// recorded.
+struct resolver {
+  template <class N, class S>
+  static constexpr bool seen_before = [] {
+    if constexpr (is_shared_row<N>::value)
+      return lookup<typename N::id, typename S::seen>::value != ~std::size_t{0};
+    else
+      return false;
+  }();
+  template <class N, class S>
+  static constexpr bool stops = !has_shared_rows<N> || seen_before<N, S>;
+  template <class S, class N>
+  static auto stop(const N& n, origin_check& check) {
+    if constexpr (!has_shared_rows<N>) {
+      return thread_on<resolve_state<S::next + tree_sum_v<N, is_row_reduction>, typename S::seen>>(n);
+    } else {
+      using M = std::remove_cvref_t<decltype(n.n)>;
+      static_assert(is_row_reduction<M>::value, "loom: internal error: shared_row_node wraps a row reduction");
+      check(n.origin);
+      using A = row_acc_t<typename std::remove_cvref_t<decltype(n.n.e)>::value_type>;
+      using ref = slot_ref_node<typename M::value_type, A, M::rank, typename M::space,
+                                lookup<typename N::id, typename S::seen>::value>;
+      return thread_on<S>(ref(n.extents()));
+    }
   }
-}
-
-template <std::size_t Next, class Seen, class Id, class M>
-auto resolve_shared(const shared_row_node<Id, M>& s, origin_check& check) {
-  static_assert(is_row_reduction<M>::value, "loom: internal error: shared_row_node wraps a row reduction");
-  check(s.origin);
-  constexpr std::size_t at = lookup<Id, Seen>::value;
-  if constexpr (at != ~std::size_t{0}) {
-    using A = row_acc_t<typename std::remove_cvref_t<decltype(s.n.e)>::value_type>;
-    using ref = slot_ref_node<typename M::value_type, A, M::rank, typename M::space, at>;
-    return make_walked<Next, Seen>(ref(s.extents()));
-  } else {
-    const auto c = resolve<Next, Seen>(s.n, check);
-    using C = std::remove_cvref_t<decltype(c)>;
-    return make_walked<C::next, typename append<typename C::seen, Id, C::next - 1>::type>(c.node);
+  template <class S, class N, class M>
+  static auto finish(const N& n, const M& m, origin_check& check) {
+    if constexpr (is_shared_row<N>::value) {
+      check(n.origin);
+      return thread_on<resolve_state<S::next, typename append<typename S::seen, typename N::id, S::next - 1>::type>>(
+          m.n);
+    } else {
+      return thread_on<resolve_state<S::next + (is_row_reduction<N>::value ? 1 : 0), typename S::seen>>(m);
+    }
   }
-}
-
-// Post-order, children left to right: the order in which the binder numbers
-// row-reduction slots, so `Next` is the slot the next reduction gets.
-template <std::size_t Next, class Seen, class N>
-auto resolve(const N& n, origin_check& check) {
-  if constexpr (!has_shared_rows<N>)
-    return make_walked<Next + tree_sum_v<N, is_row_reduction>, Seen>(n);
-  else if constexpr (is_shared_row<N>::value)
-    return resolve_shared<Next, Seen>(n, check);
-  else
-    return resolve_children<0, Next, Seen>(n, check);
-}
+};
 }  // namespace detail::shared
 
 namespace detail {
@@ -221,7 +216,7 @@ namespace detail {
 template <class N>
 auto resolve_shared_rows(const N& n) {
   shared::origin_check check;
-  return shared::resolve<0, shared::seen_list<>>(n, check).node;
+  return rewrite_along<shared::resolver, shared::resolve_state<0, shared::seen_list<>>>(n, check).node;
 }
 
 //! Binds the whole tree of a kernel: binder::bind<0> after resolving shared

@@ -22,6 +22,17 @@ template <class... T>
 struct type_list {
   static constexpr std::size_t size = sizeof...(T);
 };
+template <std::size_t I, class T, class... Rest>
+struct nth_type : nth_type<I - 1, Rest...> {};
+template <class T, class... Rest>
+struct nth_type<0, T, Rest...> {
+  using type = T;
+};
+//! The I-th type of type_list List.
+template <class List, std::size_t I>
+struct list_at;
+template <class... T, std::size_t I>
+struct list_at<type_list<T...>, I> : nth_type<I, T...> {};
 //! Whether type_list List holds T.
 template <class List, class T>
 struct list_has;
@@ -251,6 +262,172 @@ auto transform_impl(const N& n, const F& f, std::index_sequence<I...>) {
     return f(n);
   else
     return f(children_of<N>::rebuild(n, transform(child<I>(n), f)...));
+}
+
+// ---------------------------------------------------------------------------
+// Walks that thread something through the tree: a context handed down, a
+// state handed along (pre- or post-order), a second tree walked alongside.
+// Each enters every node kind through children_of unless the walk stops at
+// it, so a walk states what it does with a node kind or what stops it;
+// nothing is skipped by omission.
+
+//! Rebuilds tree n top-down with a compile-time context (a value of an
+//! empty type, such as std::integral_constant): each node's children are
+//! rebuilt with the context `W::inner<N>(ctx)`, then `W::finish(n, m, ctx)`
+//! gives the node's image from the original node n and m, n rebuilt over
+//! the children's images. A node with no children is its own m.
+template <class W, class N, class Ctx>
+auto rewrite_down(const N& n, Ctx ctx);
+template <class W, class N, class Ctx, std::size_t... I>
+auto rewrite_down_impl(const N& n, Ctx ctx, std::index_sequence<I...>) {
+  if constexpr (sizeof...(I) == 0) {
+    return W::finish(n, n, ctx);
+  } else {
+    constexpr auto inner = W::template inner<N>(Ctx{});
+    return W::finish(n, children_of<N>::rebuild(n, rewrite_down<W>(child<I>(n), inner)...), ctx);
+  }
+}
+template <class W, class N, class Ctx>
+auto rewrite_down(const N& n, Ctx ctx) {
+  return rewrite_down_impl<W>(n, ctx, child_indices<N>{});
+}
+
+//! A rewritten subtree and the walk's state after it (a type).
+template <class Node, class State>
+struct threaded {
+  using state = State;
+  Node node;
+};
+//! Makes threaded<Node, State>.
+template <class State, class Node>
+threaded<Node, State> thread_on(const Node& n) {
+  return {n};
+}
+
+template <class W, class State, class N, class X>
+auto rewrite_along(const N& n, X& x);
+template <class W, std::size_t K, class State, class N, class X, class... Done>
+auto rewrite_along_children(const N& n, X& x, const Done&... done) {
+  if constexpr (K == child_count_v<N>) {
+    return W::template finish<State>(n, children_of<N>::rebuild(n, done.node...), x);
+  } else {
+    const auto c = rewrite_along<W, State>(child<K>(n), x);
+    return rewrite_along_children<W, K + 1, typename std::remove_cvref_t<decltype(c)>::state>(n, x, done..., c);
+  }
+}
+//! Rebuilds tree n post-order (children left to right, then the node) with
+//! a compile-time state threaded along (a type) and a run-time companion x
+//! (such as a check shared by the whole walk). At each node `W::stops<N,
+//! State>` says whether the walk keeps it whole: then `W::stop<State>(n, x)`
+//! gives its threaded image; else the children are rewritten in order and
+//! `W::finish<State after them>(n, m, x)` gives it from n and m, n rebuilt
+//! over the children's images. Returns threaded<image, final state>.
+template <class W, class State, class N, class X>
+auto rewrite_along(const N& n, X& x) {
+  if constexpr (W::template stops<N, State>)
+    return W::template stop<State>(n, x);
+  else
+    return rewrite_along_children<W, 0, State>(n, x);
+}
+
+//! The state after a type-level walk over tree N from state State:
+//! `W::pre<State, N>` gives `type` (the state before N's children) and
+//! `enter` (whether to walk them); `W::post<State, N>::type` the state after
+//! N from the state after its children.
+template <class W, class State, class N>
+struct tree_fold;
+template <class W, class State, class List>
+struct tree_fold_list {
+  using type = State;
+};
+template <class W, class State, class C, class... Rest>
+struct tree_fold_list<W, State, type_list<C, Rest...>>
+    : tree_fold_list<W, typename tree_fold<W, State, C>::type, type_list<Rest...>> {};
+template <class W, class State, class N>
+struct tree_fold {
+  using pre = typename W::template pre<State, N>;
+  using inner = typename std::conditional_t<pre::enter, tree_fold_list<W, typename pre::type, child_types_t<N>>,
+                                            std::type_identity<typename pre::type>>::type;
+  using type = typename W::template post<inner, N>::type;
+};
+template <class W, class State, class N>
+using tree_fold_t = typename tree_fold<W, State, N>::type;
+
+//! A pre step of tree_fold: state S before the children, entering them or not.
+template <class S, bool Enter>
+struct fold_step {
+  using type = S;
+  static constexpr bool enter = Enter;
+};
+//! A post step of tree_fold that keeps the state.
+template <class S, class>
+struct fold_keep {
+  using type = S;
+};
+
+//! A node kind the binder does not keep: binding a node tree gives a bound
+//! tree of the same shape except that such a node is bound as its one
+//! child (a broadcast_node binds as its operand, broadcast to the output).
+template <class N>
+struct bound_as_child : std::false_type {};
+
+//! tree_fold over an expression tree N and its bound tree B side by side:
+//! W::pre<State, N, B> and W::post<State, N, B> as in tree_fold; where the
+//! walk enters, N's children pair with B's in order (a bound_as_child node
+//! of N pairs its child with B itself, with no step of its own), and their
+//! numbers must match.
+template <class W, class State, class N, class B>
+struct zip_fold;
+template <class W, class State, class NL, class BL>
+struct zip_fold_list {
+  static_assert(NL::size == BL::size,
+                "loom: internal error: a walk of an expression tree and its bound tree entered nodes whose numbers "
+                "of children differ; the walk must stop at such a node kind");
+  using type = State;
+};
+template <class W, class State, class C, class... Rest, class BC, class... BRest>
+struct zip_fold_list<W, State, type_list<C, Rest...>, type_list<BC, BRest...>>
+    : zip_fold_list<W, typename zip_fold<W, State, C, BC>::type, type_list<Rest...>, type_list<BRest...>> {};
+template <class W, class State, class N, class B, bool = bound_as_child<N>::value>
+struct zip_fold_impl {
+  using pre = typename W::template pre<State, N, B>;
+  using inner = typename std::conditional_t<pre::enter,
+                                            zip_fold_list<W, typename pre::type, child_types_t<N>, child_types_t<B>>,
+                                            std::type_identity<typename pre::type>>::type;
+  using type = typename W::template post<inner, N, B>::type;
+};
+template <class W, class State, class N, class B>
+struct zip_fold_impl<W, State, N, B, true> : zip_fold<W, State, typename list_at<child_types_t<N>, 0>::type, B> {};
+template <class W, class State, class N, class B>
+struct zip_fold : zip_fold_impl<W, State, N, B> {};
+template <class W, class State, class N, class B>
+using zip_fold_t = typename zip_fold<W, State, N, B>::type;
+
+//! Rebuilds bound tree b bottom-up alongside the expression tree n it was
+//! bound from (pairing children as zip_fold does): at each pair
+//! `W::stops<N, B>` says whether the walk ends there, and then
+//! `W::stop(n, b)` is the image; otherwise b's children are rewritten and b
+//! is rebuilt over their images.
+template <class W, class N, class B>
+auto zip_rewrite(const N& n, const B& b);
+template <class W, class N, class B, std::size_t... I>
+auto zip_rewrite_impl(const N& n, const B& b, std::index_sequence<I...>) {
+  static_assert(child_count_v<N> == child_count_v<B>,
+                "loom: internal error: a rewrite of a bound tree beside its expression tree entered nodes whose "
+                "numbers of children differ; the walk must stop at such a node kind");
+  if constexpr (sizeof...(I) == 0)
+    return b;
+  else
+    return children_of<B>::rebuild(b, zip_rewrite<W>(child<I>(n), child<I>(b))...);
+}
+template <class W, class N, class B>
+auto zip_rewrite(const N& n, const B& b) {
+  if constexpr (bound_as_child<N>::value)
+    return zip_rewrite<W>(child<0>(n), b);
+  else if constexpr (W::template stops<N, B>)
+    return W::stop(n, b);
+  else
+    return zip_rewrite_impl<W>(n, b, child_indices<B>{});
 }
 
 //! The first node of tree n (pre-order) with Pred<node>::value; the tree must

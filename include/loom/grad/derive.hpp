@@ -75,19 +75,23 @@ struct row_op<row_reduce_node<Op, E>> {
 };
 
 // Whether expression N has one value per row: row reductions, scalars, and
-// maps and broadcasts of those only (a leaf may vary along the row).
+// maps and broadcasts of those only (a leaf, or any other node kind, may
+// vary along the row). A tree_fold whose state turns false at such a node.
+struct row_constancy {
+  template <class S, class N>
+  struct pre : fold_step<std::conditional_t<elementwise_inner<N>::value, S, std::false_type>,
+                         elementwise_inner<N>::value> {};
+  template <class S, class Op, class E>
+  struct pre<S, row_reduce_node<Op, E>> : fold_step<S, false> {};
+  template <class S, class Id, class N>
+  struct pre<S, shared_row_node<Id, N>> : fold_step<S, false> {};
+  template <class S, class C>
+  struct pre<S, scalar_node<C>> : fold_step<S, false> {};
+  template <class S, class N>
+  using post = fold_keep<S, N>;
+};
 template <class N>
-struct row_constant : std::false_type {};
-template <class Op, class E>
-struct row_constant<row_reduce_node<Op, E>> : std::true_type {};
-template <class Id, class N>
-struct row_constant<shared_row_node<Id, N>> : std::true_type {};
-template <class C>
-struct row_constant<scalar_node<C>> : std::true_type {};
-template <class E, std::size_t R>
-struct row_constant<broadcast_node<E, R>> : row_constant<E> {};
-template <class F, class... C>
-struct row_constant<map_node<F, C...>> : std::bool_constant<(row_constant<C>::value && ...)> {};
+struct row_constant : tree_fold_t<row_constancy, std::true_type, N> {};
 // A factor worth taking out of a row sum: one value per row that a row
 // reduction gives (a sum that holds it waits for that reduction's pass).
 template <class N>
@@ -160,41 +164,33 @@ struct rule_ids {
   using id = row_tag<P, K + 1>;
 };
 
-template <class N, std::size_t Next>
-struct tagged {
-  static constexpr std::size_t next = Next;
-  N node;
-};
-template <std::size_t Next, class N>
-tagged<N, Next> make_tagged(const N& n) {
-  return tagged<N, Next>{n};
-}
-
-template <class Ids, std::size_t K, class N>
-auto tag_rows(const N& n, std::uint64_t origin);
-
-template <class Ids, std::size_t J, std::size_t K, class N, class... Done>
-auto tag_children(const N& n, std::uint64_t origin, const Done&... done) {
-  if constexpr (J == child_count_v<N>) {
-    const auto m = children_of<N>::rebuild(n, done.node...);
-    if constexpr (is_row_reduction<N>::value)
-      return make_tagged<K + 1>(shared_row_node<typename Ids::template id<K>, std::remove_cvref_t<decltype(m)>>(m, origin));
-    else
-      return make_tagged<K>(m);
-  } else {
-    const auto c = tag_rows<Ids, K>(child<J>(n), origin);
-    return tag_children<Ids, J + 1, std::remove_cvref_t<decltype(c)>::next>(n, origin, done..., c);
+// Wraps every row reduction not yet shared in a shared_row_node named
+// Ids::id<k>, k counting them in post-order from the state's value
+// (rewrite_along; the run-time companion is the derivation's origin).
+template <class Ids>
+struct row_tagger {
+  template <class N, class K>
+  static constexpr bool stops = is_shared_row<N>::value || !tree_any_v<N, is_row_reduction>;
+  template <class K, class N>
+  static auto stop(const N& n, const std::uint64_t&) {
+    return thread_on<K>(n);
   }
-}
+  template <class K, class N, class M>
+  static auto finish(const N&, const M& m, const std::uint64_t& origin) {
+    if constexpr (is_row_reduction<N>::value)
+      return thread_on<std::integral_constant<std::size_t, K::value + 1>>(
+          shared_row_node<typename Ids::template id<K::value>, M>(m, origin));
+    else
+      return thread_on<K>(m);
+  }
+};
 
 //! Tree n with every row reduction not yet shared wrapped in a
-//! shared_row_node named Ids::id<k> (k counting them in post-order from K).
+//! shared_row_node named Ids::id<k> (k counting them in post-order from K),
+//! and the count after them.
 template <class Ids, std::size_t K, class N>
-auto tag_rows(const N& n, std::uint64_t origin) {
-  if constexpr (is_shared_row<N>::value || !tree_any_v<N, is_row_reduction>)
-    return make_tagged<K>(n);
-  else
-    return tag_children<Ids, 0, K>(n, origin);
+auto tag_rows(const N& n, const std::uint64_t& origin) {
+  return rewrite_along<row_tagger<Ids>, std::integral_constant<std::size_t, K>>(n, origin);
 }
 
 //! The adjoint of an input that an indexing node reads: the node (its

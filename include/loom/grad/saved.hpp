@@ -66,26 +66,22 @@ struct saved_operand<K, map_node<fn::saved<K>, E>> {
   using type = E;
 };
 
-template <std::size_t K, class N, class Acc>
-struct collect_saved;
-template <std::size_t K, class Acc, class L>
-struct collect_saved_list {
-  using type = Acc;
-};
-template <std::size_t K, class Acc, class C, class... Rest>
-struct collect_saved_list<K, Acc, type_list<C, Rest...>> {
-  using type = typename collect_saved_list<K, typename collect_saved<K, C, Acc>::type, type_list<Rest...>>::type;
-};
-template <std::size_t K, class N, class Acc>
-struct collect_saved {
-  using inner = typename collect_saved_list<K, Acc, child_types_t<N>>::type;
-  using E = typename saved_operand<K, N>::type;
-  using type = std::conditional_t<std::is_void_v<E>, inner, typename append_unique<inner, E>::type>;
+// tree_fold that appends the operand type of each loom::saved<K> after its
+// subtree (post-order), once per type.
+template <std::size_t K>
+struct saved_collector {
+  template <class S, class N>
+  using pre = fold_step<S, true>;
+  template <class S, class N>
+  struct post {
+    using E = typename saved_operand<K, N>::type;
+    using type = typename std::conditional_t<std::is_void_v<E>, std::type_identity<S>, append_unique<S, E>>::type;
+  };
 };
 //! The operand types of every loom::saved<K> in tree N (one per copy: the
 //! forward's row reductions carry their place in the tree), as a type_list.
 template <std::size_t K, class N>
-using saved_operands_t = typename collect_saved<K, N, type_list<>>::type;
+using saved_operands_t = tree_fold_t<saved_collector<K>, type_list<>, N>;
 
 //! A saved tensor's leaf and the operand types it stands for.
 template <class List, class Leaf>

@@ -70,6 +70,10 @@ struct children_of<rows::bound_row_value<B>> {
   }
   template <class C>
   using rebind = rows::bound_row_value<C>;
+  template <class C>
+  static rows::bound_row_value<C> rebuild(const rows::bound_row_value<B>&, const C& c) {
+    return {c};
+  }
 };
 }  // namespace loom::detail
 
@@ -90,38 +94,28 @@ constexpr bool per_row_candidate() {
 }
 
 // Rebuilds a bound row tree with its per-row maps wrapped in
-// bound_row_value: the outermost of each pass (Inside: an enclosing map of
-// the same pass is wrapped already). Node kinds other than maps, row
-// reductions and kept values are kept whole.
+// bound_row_value: the outermost of each pass. The context says where a
+// node is: outside any wrapped map of its pass, inside one, or the root
+// (never wrapped); a row reduction's argument is its own pass.
 struct row_value_wrapper {
-  template <bool Inside, class N>
-  static auto wrap(const N& n) {
-    if constexpr (!Inside && per_row_candidate<N>())
-      return bound_row_value<decltype(descend<true>(n))>{descend<true>(n)};
+  enum where : int { outside, inside, root };
+  template <class N, int At>
+  static constexpr bool wraps = At == outside && per_row_candidate<N>();
+  template <class N, int At>
+  static constexpr auto inner(std::integral_constant<int, At>) {
+    if constexpr (is_bound_row_reduce<N>::value || (At == root))
+      return std::integral_constant<int, outside>{};
+    else if constexpr (wraps<N, At>)
+      return std::integral_constant<int, inside>{};
     else
-      return descend<Inside>(n);
+      return std::integral_constant<int, At>{};
   }
-  template <bool Inside, class N>
-  static N descend(const N& n) {
-    return n;
-  }
-  template <bool Inside, class F, class Cin, class... B>
-  static auto descend(const bound_map<F, Cin, B...>& m) {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      using result = bound_map<F, Cin, decltype(wrap<Inside>(detail::get<I>(m.ch)))...>;
-      return result{m.f, tuple<decltype(wrap<Inside>(detail::get<I>(m.ch)))...>(wrap<Inside>(detail::get<I>(m.ch))...)};
-    }(std::index_sequence_for<B...>{});
-  }
-  template <bool Inside, class Op, class A, std::size_t Slot, class B>
-  static auto descend(const bound_row_reduce<Op, A, Slot, B>& r) {
-    // The reduction's argument is its own pass.
-    using W = decltype(wrap<false>(r.arg));
-    return bound_row_reduce<Op, A, Slot, W>{wrap<false>(r.arg), r.cols};
-  }
-  template <bool Inside, std::size_t R, class B>
-  static auto descend(const bound_kept<R, B>& k) {
-    using W = decltype(wrap<Inside>(k.in));
-    return bound_kept<R, W>{static_cast<const kept_state&>(k), wrap<Inside>(k.in)};
+  template <class N, class M, int At>
+  static auto finish(const N&, const M& m, std::integral_constant<int, At>) {
+    if constexpr (wraps<N, At>)
+      return bound_row_value<M>{m};
+    else
+      return m;
   }
 };
 
@@ -130,7 +124,7 @@ struct row_value_wrapper {
 //! the outputs' trees; a root with one value per row computes it once anyway).
 template <class B>
 auto wrap_row_values(const B& b) {
-  return row_value_wrapper::descend<false>(b);
+  return rewrite_down<row_value_wrapper>(b, std::integral_constant<int, row_value_wrapper::root>{});
 }
 
 //! The number of per-row values (occurrences) in bound tree B.

@@ -104,6 +104,10 @@ struct children_of<rows::bound_kept<R, B>> {
   }
   template <class C>
   using rebind = rows::bound_kept<R, C>;
+  template <class C>
+  static rows::bound_kept<R, C> rebuild(const rows::bound_kept<R, B>& n, const C& c) {
+    return {static_cast<const rows::kept_state&>(n), c};
+  }
 };
 }  // namespace loom::detail
 
@@ -113,11 +117,6 @@ template <class N>
 struct is_bound_kept : std::false_type {};
 template <std::size_t R, class B>
 struct is_bound_kept<bound_kept<R, B>> : std::true_type {};
-
-template <class N>
-struct is_bound_map_node : std::false_type {};
-template <class F, class Cin, class... B>
-struct is_bound_map_node<bound_map<F, Cin, B...>> : std::true_type {};
 
 // A node that reads something along the row: a node without children that
 // is not a scalar (a leaf, the column index, a random leaf).
@@ -235,34 +234,20 @@ constexpr bool value_candidate() {
 
 // Rebuilds a bound tree with its candidates wrapped in bound_kept, every
 // occurrence alike (also one inside another), so that equal subtrees keep
-// equal types and identical reductions are still found. Node kinds other
-// than maps and row reductions are kept whole.
+// equal types and identical reductions are still found:
+// rewrite_down<value_keeper<Root, R>>(b, std::true_type{}) (no context).
 template <class Root, std::size_t R>
 struct value_keeper {
-  template <class N>
-  static auto wrap(const N& n) {
+  template <class N, class C>
+  static constexpr C inner(C c) {
+    return c;
+  }
+  template <class N, class M, class C>
+  static auto finish(const N&, const M& m, C) {
     if constexpr (value_candidate<Root, N>())
-      return bound_kept<R, decltype(descend(n))>{{}, descend(n)};
+      return bound_kept<R, M>{{}, m};
     else
-      return descend(n);
-  }
-  template <class N>
-  static N descend(const N& n) {
-    return n;
-  }
-  template <class F, class Cin, class... B>
-  static auto descend(const bound_map<F, Cin, B...>& m) {
-    return descend_map(m, std::index_sequence_for<B...>{});
-  }
-  template <class Op, class A, std::size_t Slot, class B>
-  static auto descend(const bound_row_reduce<Op, A, Slot, B>& r) {
-    using W = decltype(wrap(r.arg));
-    return bound_row_reduce<Op, A, Slot, W>{wrap(r.arg), r.cols};
-  }
-  template <class F, class Cin, class... B, std::size_t... I>
-  static auto descend_map(const bound_map<F, Cin, B...>& m, std::index_sequence<I...>) {
-    using result = bound_map<F, Cin, decltype(wrap(detail::get<I>(m.ch)))...>;
-    return result{m.f, tuple<decltype(wrap(detail::get<I>(m.ch)))...>(wrap(detail::get<I>(m.ch))...)};
+      return m;
   }
 };
 
@@ -290,7 +275,7 @@ auto keep_values(const B& b) {
   if constexpr (tree_sum_v<B, is_bound_leaf> > MaxLeaves)
     return b;
   else
-    return value_keeper<B, R>::wrap(b);
+    return rewrite_down<value_keeper<B, R>>(b, std::true_type{});
 }
 
 // Whether computed values may be kept, from LOOM_ROW_CACHE_VALUES: unset,
