@@ -101,20 +101,32 @@ inline unsigned grid_for(index_t work, int device) { return grid_size((work + 25
 // leaf does; their values depend on the index through their offsets alone)
 // can be rebased to a block's first element. Any other node kind keeps the
 // per-element periodic path.
-template <class N>
-struct not_rebasable_node : std::bool_constant<!requires(N& n) { n.rebase_linear(index_t{}); }> {};
+namespace cap {
+struct rebasable {
+  template <class N>
+  using fallback = std::bool_constant<requires(N& n) { n.rebase_linear(index_t{}); }>;
+};
+}  // namespace cap
 template <class T, std::size_t R>
-struct not_rebasable_node<bound_leaf<T, R>> : std::false_type {};
+struct capability<cap::rebasable, bound_leaf<T, R>> : std::true_type {};
 template <class C>
-struct not_rebasable_node<bound_scalar<C>> : std::false_type {};
+struct capability<cap::rebasable, bound_scalar<C>> : std::true_type {};
 template <class F, class Cin, class... B>
-struct not_rebasable_node<bound_map<F, Cin, B...>> : std::false_type {};
+struct capability<cap::rebasable, bound_map<F, Cin, B...>> : std::true_type {};
+template <class N>
+struct not_rebasable_node : std::bool_constant<!capability<cap::rebasable, N>::value> {};
 
 // A node that computes several consecutive elements at once in load (a
 // random leaf: one Philox block per four elements); trees that hold one
 // take the host's run loop (host_run_loop) on the contiguous path.
+namespace cap {
+struct computes_blocks {
+  template <class N>
+  using fallback = std::bool_constant<requires { requires N::linear_blocks; }>;
+};
+}  // namespace cap
 template <class N>
-struct computes_blocks : std::bool_constant<requires { requires N::linear_blocks; }> {};
+using computes_blocks = capability<cap::computes_blocks, N>;
 
 // Periods shorter than this keep the per-element loop (a copy of the tree
 // per piece would cost more than the modulo it saves); longer ones are cut
@@ -147,8 +159,14 @@ B rebased_tree(const B& b, index_t start) {
 
 // A node the host's contiguous loop reads, row by row, as a dense operand
 // over a run of memory (an indexing node of a tensor: host_run).
+namespace cap {
+struct reads_host_runs {
+  template <class N>
+  using fallback = std::bool_constant<requires(const N& n, index_t& len) { n.host_run(len); }>;
+};
+}  // namespace cap
 template <class N>
-struct reads_host_runs : std::bool_constant<requires(const N& n, index_t& len) { n.host_run(len); }> {};
+using reads_host_runs = capability<cap::reads_host_runs, N>;
 // A node the run-by-run path (host_segments) cannot rebuild: one that
 // computes blocks (a random leaf) or holds children, other than maps and
 // the run readers.

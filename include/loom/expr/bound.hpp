@@ -72,12 +72,18 @@ struct no_ctx {};
 
 // Predicates over node kinds for the traversal's folds; the row nodes and
 // the bound row reduction specialize them where they are defined.
+namespace cap {
 //! The bits per element of a leaf that reads memory (4 for a packed 4-bit
 //! value read through unpack; 128, a whole vector, for every other node).
+struct leaf_bits {
+  template <class N>
+  using fallback = std::integral_constant<std::size_t, 128>;
+};
+}  // namespace cap
 template <class N>
-struct leaf_bits : std::integral_constant<std::size_t, 128> {};
+using leaf_bits = capability<cap::leaf_bits, N>;
 template <class T, std::size_t R, class S, class Tag>
-struct leaf_bits<leaf_node<T, R, S, Tag>> : std::integral_constant<std::size_t, 8 * sizeof(T)> {};
+struct capability<cap::leaf_bits, leaf_node<T, R, S, Tag>> : std::integral_constant<std::size_t, 8 * sizeof(T)> {};
 //! A row reduction of the user-facing tree.
 template <class N>
 struct is_row_reduction : std::false_type {};
@@ -179,7 +185,7 @@ struct bound_leaf {
 template <class T, std::size_t R>
 struct children_of<bound_leaf<T, R>> : no_children<bound_leaf<T, R>> {};
 template <class T, std::size_t R>
-struct leaf_bits<bound_leaf<T, R>> : std::integral_constant<std::size_t, 8 * sizeof(T)> {};
+struct capability<cap::leaf_bits, bound_leaf<T, R>> : std::integral_constant<std::size_t, 8 * sizeof(T)> {};
 template <class T, std::size_t R>
 struct is_bound_leaf<bound_leaf<T, R>> : std::true_type {};
 

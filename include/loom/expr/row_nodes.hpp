@@ -129,12 +129,18 @@ using erase_slots_t = typename tree_map<X, zero_slot>::type;
 // Whether a bound tree reads double leaves or reduces a row in double (a
 // double accumulator: `row_sum(cast<double>(x))` of float x): its row
 // results, and a row kernel's reduction scratch, are then double, else float.
+namespace cap {
+struct double_valued {
+  template <class N>
+  using fallback = std::false_type;
+};
+}  // namespace cap
 template <class N>
-struct double_valued : std::false_type {};
+using double_valued = capability<cap::double_valued, N>;
 template <std::size_t R>
-struct double_valued<bound_leaf<double, R>> : std::true_type {};
+struct capability<cap::double_valued, bound_leaf<double, R>> : std::true_type {};
 template <class Op, std::size_t Slot, class B>
-struct double_valued<bound_row_reduce<Op, double, Slot, B>> : std::true_type {};
+struct capability<cap::double_valued, bound_row_reduce<Op, double, Slot, B>> : std::true_type {};
 template <class B>
 inline constexpr bool uses_double = tree_any_v<B, double_valued>;
 }  // namespace detail

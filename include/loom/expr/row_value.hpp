@@ -26,11 +26,11 @@ struct bound_row_value_leaf : bound_leaf<T, R> {};
 template <class T, std::size_t R>
 struct children_of<bound_row_value_leaf<T, R>> : no_children<bound_row_value_leaf<T, R>> {};
 template <class T, std::size_t R>
-struct leaf_bits<bound_row_value_leaf<T, R>> : std::integral_constant<std::size_t, 8 * sizeof(T)> {};
+struct capability<cap::leaf_bits, bound_row_value_leaf<T, R>> : std::integral_constant<std::size_t, 8 * sizeof(T)> {};
 template <class T, std::size_t R>
 struct is_bound_leaf<bound_row_value_leaf<T, R>> : std::true_type {};
 template <std::size_t R>
-struct double_valued<bound_row_value_leaf<double, R>> : std::true_type {};
+struct capability<cap::double_valued, bound_row_value_leaf<double, R>> : std::true_type {};
 template <class T, std::size_t R>
 bound_row_value_leaf<T, R> as_row_value(const bound_leaf<T, R>& b) {
   return {b};

@@ -107,7 +107,7 @@ struct bound_slot_ref {
 template <class A, std::size_t Slot>
 struct children_of<bound_slot_ref<A, Slot>> : no_children<bound_slot_ref<A, Slot>> {};
 template <std::size_t Slot>
-struct double_valued<bound_slot_ref<double, Slot>> : std::true_type {};
+struct capability<cap::double_valued, bound_slot_ref<double, Slot>> : std::true_type {};
 
 template <class N>
 struct is_shared_row : std::false_type {};

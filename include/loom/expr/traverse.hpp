@@ -17,6 +17,14 @@
 #include "loom/config.hpp"
 
 namespace loom::detail {
+//! A node kind's answer to a question that walks and executors ask of
+//! every node kind (in the manner of MatX's get_capability):
+//! `capability<Cap, N>::value`. Each question Cap is a tag type (namespace
+//! cap) whose `fallback<N>` answers for node kinds that say nothing; a node
+//! kind that answers otherwise specializes capability<Cap, N> next to it.
+template <class Cap, class N>
+struct capability : Cap::template fallback<N> {};
+
 //! A list of types: the children of a node kind.
 template <class... T>
 struct type_list {

@@ -146,7 +146,7 @@ struct bound_unpack {
 template <class P, std::size_t R>
 struct children_of<bound_unpack<P, R>> : no_children<bound_unpack<P, R>> {};
 template <class P, std::size_t R>
-struct leaf_bits<bound_unpack<P, R>> : std::integral_constant<std::size_t, 4> {};
+struct capability<cap::leaf_bits, bound_unpack<P, R>> : std::integral_constant<std::size_t, 4> {};
 
 template <std::size_t R>
 LOOM_COLD void throw_split_bytes(const shape<R>& ext, const shape<R>& st) {
@@ -218,7 +218,7 @@ struct children_of<unpack_node<P, R, S>> : one_child_e<leaf_node<P, R, S>> {
   }
 };
 template <class P, std::size_t R, class S>
-struct leaf_bits<unpack_node<P, R, S>> : std::integral_constant<std::size_t, 4> {};
+struct capability<cap::leaf_bits, unpack_node<P, R, S>> : std::integral_constant<std::size_t, 4> {};
 }  // namespace detail
 
 //! Reads a packed 4-bit tensor or view (fp4x2, int4x2) of shape [..., K / 2]
