@@ -20,6 +20,7 @@
 #include "loom/grad/grad.hpp"
 #include "loom/interop/dlpack.hpp"
 #include "loom/linalg/matmul.hpp"
+#include "loom/linalg/matmul_backward.hpp"
 #include "loom/linalg/scaled_matmul.hpp"
 #include "loom/memory/memory.hpp"
 #include "loom/nn/conv.hpp"
