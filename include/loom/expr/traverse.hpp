@@ -279,6 +279,20 @@ auto transform_impl(const N& n, const F& f, std::index_sequence<I...>) {
 // it, so a walk states what it does with a node kind or what stops it;
 // nothing is skipped by omission.
 
+//! Whether node kind N can be rebuilt over children of its children's
+//! types (children_of<N>::rebuild): what the walks that rebuild a tree need
+//! of every node kind with children they enter.
+template <class N, class List = child_types_t<N>>
+struct rebuildable;
+template <class N, class... C>
+struct rebuildable<N, type_list<C...>>
+    : std::bool_constant<requires(const N& n, const C&... c) { children_of<N>::rebuild(n, c...); }> {};
+#define LOOM_REQUIRE_REBUILD(N)                                                                            \
+  static_assert(rebuildable<N>::value,                                                                      \
+                "loom: a walk that rebuilds trees entered a node kind whose children_of states no rebuild; " \
+                "give it `template <class... C> static auto rebuild(const N& n, const C&... c)` (docs/architecture.md, " \
+                "'adding a node kind')")
+
 //! Rebuilds tree n top-down with a compile-time context (a value of an
 //! empty type, such as std::integral_constant): each node's children are
 //! rebuilt with the context `W::inner<N>(ctx)`, then `W::finish(n, m, ctx)`
@@ -291,6 +305,7 @@ auto rewrite_down_impl(const N& n, Ctx ctx, std::index_sequence<I...>) {
   if constexpr (sizeof...(I) == 0) {
     return W::finish(n, n, ctx);
   } else {
+    LOOM_REQUIRE_REBUILD(N);
     constexpr auto inner = W::template inner<N>(Ctx{});
     return W::finish(n, children_of<N>::rebuild(n, rewrite_down<W>(child<I>(n), inner)...), ctx);
   }
@@ -317,6 +332,7 @@ auto rewrite_along(const N& n, X& x);
 template <class W, std::size_t K, class State, class N, class X, class... Done>
 auto rewrite_along_children(const N& n, X& x, const Done&... done) {
   if constexpr (K == child_count_v<N>) {
+    LOOM_REQUIRE_REBUILD(N);
     return W::template finish<State>(n, children_of<N>::rebuild(n, done.node...), x);
   } else {
     const auto c = rewrite_along<W, State>(child<K>(n), x);
@@ -423,10 +439,12 @@ auto zip_rewrite_impl(const N& n, const B& b, std::index_sequence<I...>) {
   static_assert(child_count_v<N> == child_count_v<B>,
                 "loom: internal error: a rewrite of a bound tree beside its expression tree entered nodes whose "
                 "numbers of children differ; the walk must stop at such a node kind");
-  if constexpr (sizeof...(I) == 0)
+  if constexpr (sizeof...(I) == 0) {
     return b;
-  else
+  } else {
+    LOOM_REQUIRE_REBUILD(B);
     return children_of<B>::rebuild(b, zip_rewrite<W>(child<I>(n), child<I>(b))...);
+  }
 }
 template <class W, class N, class B>
 auto zip_rewrite(const N& n, const B& b) {
@@ -458,4 +476,5 @@ const auto& find_node(const N& n) {
   else
     return find_node_in_children<Pred, 0>(n);
 }
+#undef LOOM_REQUIRE_REBUILD
 }  // namespace loom::detail
