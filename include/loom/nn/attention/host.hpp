@@ -1,0 +1,360 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The host executor's attention (docs/15_attention.md). Work is cut into
+// tiles of br query rows by bc key rows. The forward runs one task per
+// (batch, query head, query block): for each key block that the mask kind
+// does not classify as empty it computes the tile's scores (score_mod, the
+// mask by selection where the tile is partial) and folds them into a
+// running max and sum (online softmax), so no Sq x Skv matrix exists.
+// The backward recomputes each tile's probabilities from lse: one pass over
+// (batch, query head, query block) for dq and the extra arguments' partial
+// sums, one over (batch, key head, key block) for dk and dv (every query head
+// of the group, query blocks in order). No atomics: each output element is
+// one task's, and every sum runs in a fixed order.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "loom/core/launch.hpp"
+#include "loom/core/shape.hpp"
+#include "loom/core/space.hpp"
+#include "loom/nn/attention/mods.hpp"
+#include "loom/tensor/view.hpp"
+
+namespace loom::detail::attn {
+//! The accumulation type: float for float inputs, double for double.
+template <class T>
+using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+constexpr index_t br = 32;  // query rows of a tile
+constexpr index_t bc = 64;  // key rows of a tile
+
+struct geometry {
+  index_t batch = 0, heads = 0, kv_heads = 0, sq = 0, skv = 0, dim = 0;
+  double scale = 1;
+  index_t group() const { return heads / kv_heads; }
+  index_t q_blocks() const { return (sq + br - 1) / br; }
+  index_t k_blocks() const { return (skv + bc - 1) / bc; }
+};
+
+//! An extra argument seen by the score_mod: x[h] (a dual number with
+//! derivative 1 when the backward differentiates with respect to it).
+template <class A, class E, bool Dual>
+struct head_values {
+  const E* p;
+  index_t stride;
+  auto operator[](index_t h) const {
+    const A v = static_cast<A>(p[h * stride]);
+    if constexpr (Dual)
+      return dual<A>{v, A(1)};
+    else
+      return v;
+  }
+};
+template <class A, bool Dual, class V>
+auto accessor(const V& x) {
+  return head_values<A, std::remove_const_t<typename V::value_type>, Dual>{x.data(), x.stride(0)};
+}
+// The accessors of every extra argument, the J-th as a dual number (none for J = -1).
+template <class A, std::ptrdiff_t J, class Ex, std::size_t... I>
+auto accessors(const Ex& ex, std::index_sequence<I...>) {
+  return std::make_tuple(accessor<A, static_cast<std::ptrdiff_t>(I) == J>(std::get<I>(ex))...);
+}
+template <class A, std::ptrdiff_t J, class... V>
+auto accessors(const std::tuple<V...>& ex) {
+  return accessors<A, J>(ex, std::index_sequence_for<V...>{});
+}
+
+// Rows [r0, r0 + n) of head (b, h) of x into dst (n x D, contiguous), or
+// transposed (D x ld, columns beyond n zero) when Transposed.
+template <bool Transposed, class A, class T>
+void load_rows(const view<const T, 4, host>& x, index_t b, index_t h, index_t r0, index_t n, index_t dim, A* dst,
+               index_t ld = 0) {
+  const T* base = x.data() + b * x.stride(0) + h * x.stride(1);
+  for (index_t r = 0; r < n; ++r) {
+    const T* row = base + (r0 + r) * x.stride(2);
+    for (index_t d = 0; d < dim; ++d) {
+      const A v = static_cast<A>(row[d * x.stride(3)]);
+      if constexpr (Transposed)
+        dst[d * ld + r] = v;
+      else
+        dst[r * dim + d] = v;
+    }
+  }
+  if constexpr (Transposed)
+    for (index_t d = 0; d < dim; ++d) std::fill(dst + d * ld + n, dst + d * ld + ld, A(0));
+}
+
+// out (nq x bc) = a (nq x D) · bt (D x bc).
+template <class A>
+void tile_product(const A* a, const A* bt, index_t nq, index_t dim, A* out) {
+  for (index_t r = 0; r < nq; ++r) {
+    A* o = out + r * bc;
+    std::fill(o, o + bc, A(0));
+    for (index_t d = 0; d < dim; ++d) {
+      const A x = a[r * dim + d];
+      const A* col = bt + d * bc;
+      for (index_t c = 0; c < bc; ++c) o[c] += x * col[c];
+    }
+  }
+}
+
+// One tile's position and mask treatment.
+struct tile {
+  index_t b, h, q0, nq, k0, nk;
+  tile_kind kind;
+};
+
+// Calls the score_mod on s (plain or dual) at (b, h, q, kv) with the extra arguments ex.
+template <class S, class X, class Ex>
+auto apply_score(const S& score, X s, index_t b, index_t h, index_t q, index_t kv, const Ex& ex) {
+  return std::apply([&](const auto&... e) { return score.f(s, b, h, q, kv, e...); }, ex);
+}
+
+// Whether (q, kv) of tile t is attended: full tiles take no mask test.
+template <class M>
+bool attended(const M& mask, const tile& t, index_t q, index_t kv) {
+  return t.kind == tile_kind::full || mask(t.b, t.h, q, kv);
+}
+
+template <class T, class S, class M, class... X>
+void forward(const geometry& g, const S& score, const M& mask, const view<const T, 4, host>& q,
+             const view<const T, 4, host>& k, const view<const T, 4, host>& v, const std::tuple<X...>& extra, T* o,
+             acc_t<T>* lse) {
+  using A = acc_t<T>;
+  constexpr A neg_inf = -std::numeric_limits<A>::infinity();
+  const index_t tasks = g.batch * g.heads * g.q_blocks(), dim = g.dim;
+  host_for_each(
+      tasks,
+      [&](index_t task) {
+        const index_t b = task / (g.heads * g.q_blocks()), h = task / g.q_blocks() % g.heads;
+        const index_t q0 = task % g.q_blocks() * br, nq = std::min(br, g.sq - q0), hk = h / g.group();
+        const auto ex = accessors<A, -1>(extra);
+        std::vector<A> qt(static_cast<std::size_t>(br * dim)), kt(static_cast<std::size_t>(dim * bc)),
+            vt(static_cast<std::size_t>(bc * dim)), st(static_cast<std::size_t>(br * bc)),
+            ot(static_cast<std::size_t>(br * dim), A(0)), m(br, neg_inf), l(br, A(0));
+        load_rows<false>(q, b, h, q0, nq, dim, qt.data());
+        for (index_t k0 = 0; k0 < g.skv; k0 += bc) {
+          const index_t nk = std::min(bc, g.skv - k0);
+          const tile t{b, h, q0, nq, k0, nk, mask.classify(q0, q0 + nq, k0, k0 + nk)};
+          if (t.kind == tile_kind::empty) continue;
+          load_rows<true>(k, b, hk, k0, nk, dim, kt.data(), bc);
+          load_rows<false>(v, b, hk, k0, nk, dim, vt.data());
+          tile_product(qt.data(), kt.data(), nq, dim, st.data());
+          for (index_t r = 0; r < nq; ++r) {
+            A* s = st.data() + r * bc;
+            A mx = neg_inf;
+            for (index_t c = 0; c < nk; ++c) {
+              const index_t qi = q0 + r, ki = k0 + c;
+              s[c] = attended(mask, t, qi, ki)
+                         ? static_cast<A>(apply_score(score, static_cast<A>(g.scale * s[c]), b, h, qi, ki, ex))
+                         : neg_inf;
+              mx = s[c] > mx ? s[c] : mx;
+            }
+            const A m_new = std::max(m[r], mx);
+            if (m_new == neg_inf) continue;  // every key so far masked
+            const A alpha = std::exp(m[r] - m_new);
+            A* orow = ot.data() + r * dim;
+            l[r] *= alpha;
+            for (index_t d = 0; d < dim; ++d) orow[d] *= alpha;
+            for (index_t c = 0; c < nk; ++c) {
+              const A p = std::exp(s[c] - m_new);
+              l[r] += p;
+              const A* vrow = vt.data() + c * dim;
+              for (index_t d = 0; d < dim; ++d) orow[d] += p * vrow[d];
+            }
+            m[r] = m_new;
+          }
+        }
+        const index_t row0 = (b * g.heads + h) * g.sq + q0;
+        for (index_t r = 0; r < nq; ++r) {
+          T* out = o + (row0 + r) * dim;
+          const bool empty = m[r] == neg_inf;
+          const A inv = empty ? A(0) : A(1) / l[r];
+          for (index_t d = 0; d < dim; ++d) out[d] = static_cast<T>(empty ? A(0) : ot[r * dim + d] * inv);
+          lse[row0 + r] = empty ? neg_inf : m[r] + std::log(l[r]);
+        }
+      },
+      g.sq * g.skv / std::max<index_t>(g.q_blocks(), 1) * dim);
+}
+
+// The backward's view of one tile: P and dS = f'(s) P (dP - D) (both 0 where
+// masked or where the row is fully masked), and G = P (dP - D), the
+// gradient of the modified score (for the extra arguments).
+template <class A>
+struct tile_grads {
+  std::vector<A> qt, dot, kt, vt, p, ds, gs;
+  explicit tile_grads(index_t dim)
+      : qt(static_cast<std::size_t>(br * dim)), dot(static_cast<std::size_t>(br * dim)),
+        kt(static_cast<std::size_t>(dim * bc)), vt(static_cast<std::size_t>(dim * bc)),
+        p(static_cast<std::size_t>(br * bc)), ds(static_cast<std::size_t>(br * bc)),
+        gs(static_cast<std::size_t>(br * bc)) {}
+};
+
+// Fills tg.p, tg.ds, tg.gs for tile t from the loaded qt, dot, kt, vt
+// (kt and vt transposed), each row's lse and D (rows_lse, rows_d: nq values).
+template <class A, class S, class M, class Ex>
+void tile_backward(const geometry& g, const S& score, const M& mask, const tile& t, const A* rows_lse,
+                   const A* rows_d, const Ex& ex, tile_grads<A>& tg) {
+  tile_product(tg.qt.data(), tg.kt.data(), t.nq, g.dim, tg.p.data());
+  tile_product(tg.dot.data(), tg.vt.data(), t.nq, g.dim, tg.ds.data());  // dP
+  for (index_t r = 0; r < t.nq; ++r) {
+    A *p = tg.p.data() + r * bc, *ds = tg.ds.data() + r * bc, *gs = tg.gs.data() + r * bc;
+    const A lse = rows_lse[r];
+    for (index_t c = 0; c < bc; ++c) {
+      const index_t qi = t.q0 + r, ki = t.k0 + c;
+      if (c >= t.nk || std::isinf(lse) || !attended(mask, t, qi, ki)) {
+        p[c] = ds[c] = gs[c] = A(0);
+        continue;
+      }
+      const auto f = apply_score(score, dual<A>{static_cast<A>(g.scale * p[c]), A(1)}, t.b, t.h, qi, ki, ex);
+      const A pv = std::exp(static_cast<A>(value_of(f)) - lse);
+      const A gv = pv * (ds[c] - rows_d[r]);
+      p[c] = pv;
+      gs[c] = gv;
+      ds[c] = pv == A(0) ? A(0) : gv * derivative_of<A>(f);
+    }
+  }
+}
+
+// d extra_J[h] of one tile: the sum of G times d f / d extra_J, in tile order.
+template <class A, class S, class Ex, std::size_t... J>
+void extra_sums(const geometry& g, const S& score, const tile& t, const A* qk, const tile_grads<A>& tg,
+                const Ex& extra, A* sums, std::index_sequence<J...>) {
+  (
+      [&] {
+        const auto ex = accessors<A, static_cast<std::ptrdiff_t>(J)>(extra);
+        for (index_t r = 0; r < t.nq; ++r)
+          for (index_t c = 0; c < t.nk; ++c) {
+            const A gv = tg.gs[r * bc + c];
+            if (gv == A(0)) continue;
+            const auto f = apply_score(score, static_cast<A>(g.scale * qk[r * bc + c]), t.b, t.h, t.q0 + r,
+                                       t.k0 + c, ex);
+            sums[J] += gv * derivative_of<A>(f);
+          }
+      }(),
+      ...);
+}
+
+template <class T, class S, class M, class... X>
+void backward(const geometry& g, const S& score, const M& mask, const view<const T, 4, host>& q,
+              const view<const T, 4, host>& k, const view<const T, 4, host>& v, const view<const T, 4, host>& o,
+              const view<const acc_t<T>, 3, host>& lse, const view<const T, 4, host>& dout,
+              const std::tuple<X...>& extra, T* dq, T* dk, T* dv, acc_t<T>* const* dextra) {
+  using A = acc_t<T>;
+  constexpr std::size_t nx = sizeof...(X);
+  const index_t dim = g.dim, rows = g.batch * g.heads * g.sq;
+  // Per query row: lse and D = rowsum(dout ∘ o), contiguous.
+  std::vector<A> row_lse(static_cast<std::size_t>(rows)), row_d(static_cast<std::size_t>(rows));
+  host_for_each(
+      rows,
+      [&](index_t i) {
+        const index_t b = i / (g.heads * g.sq), h = i / g.sq % g.heads, r = i % g.sq;
+        const T* orow = o.data() + b * o.stride(0) + h * o.stride(1) + r * o.stride(2);
+        const T* grow = dout.data() + b * dout.stride(0) + h * dout.stride(1) + r * dout.stride(2);
+        A s = 0;
+        for (index_t d = 0; d < dim; ++d)
+          s += static_cast<A>(orow[d * o.stride(3)]) * static_cast<A>(grow[d * dout.stride(3)]);
+        row_d[static_cast<std::size_t>(i)] = s;
+        row_lse[static_cast<std::size_t>(i)] = lse.data()[lse.offset_of(i)];
+      },
+      dim);
+  const index_t work = g.sq * g.skv / std::max<index_t>(g.q_blocks(), 1) * dim;
+  // dq (and the extra arguments' partial sums, one per task and argument).
+  std::vector<A> partial(static_cast<std::size_t>(g.batch * g.heads * g.q_blocks()) * nx, A(0));
+  host_for_each(
+      g.batch * g.heads * g.q_blocks(),
+      [&](index_t task) {
+        const index_t b = task / (g.heads * g.q_blocks()), h = task / g.q_blocks() % g.heads;
+        const index_t q0 = task % g.q_blocks() * br, nq = std::min(br, g.sq - q0), hk = h / g.group();
+        const index_t row0 = (b * g.heads + h) * g.sq + q0;
+        const auto ex = accessors<A, -1>(extra);
+        tile_grads<A> tg(dim);
+        std::vector<A> dqt(static_cast<std::size_t>(br * dim), A(0)), ks(static_cast<std::size_t>(bc * dim)),
+            qk(nx ? static_cast<std::size_t>(br * bc) : 0);
+        load_rows<false>(q, b, h, q0, nq, dim, tg.qt.data());
+        load_rows<false>(dout, b, h, q0, nq, dim, tg.dot.data());
+        for (index_t k0 = 0; k0 < g.skv; k0 += bc) {
+          const index_t nk = std::min(bc, g.skv - k0);
+          const tile t{b, h, q0, nq, k0, nk, mask.classify(q0, q0 + nq, k0, k0 + nk)};
+          if (t.kind == tile_kind::empty) continue;
+          load_rows<true>(k, b, hk, k0, nk, dim, tg.kt.data(), bc);
+          load_rows<true>(v, b, hk, k0, nk, dim, tg.vt.data(), bc);
+          load_rows<false>(k, b, hk, k0, nk, dim, ks.data());
+          if constexpr (nx > 0) tile_product(tg.qt.data(), tg.kt.data(), nq, dim, qk.data());
+          tile_backward(g, score, mask, t, row_lse.data() + row0, row_d.data() + row0, ex, tg);
+          for (index_t r = 0; r < nq; ++r)
+            for (index_t c = 0; c < nk; ++c) {
+              const A s = tg.ds[r * bc + c];
+              if (s == A(0)) continue;
+              const A* krow = ks.data() + c * dim;
+              A* out = dqt.data() + r * dim;
+              for (index_t d = 0; d < dim; ++d) out[d] += s * krow[d];
+            }
+          if constexpr (nx > 0)
+            extra_sums(g, score, t, qk.data(), tg, extra, partial.data() + task * static_cast<index_t>(nx),
+                       std::index_sequence_for<X...>{});
+        }
+        for (index_t r = 0; r < nq; ++r)
+          for (index_t d = 0; d < dim; ++d)
+            dq[(row0 + r) * dim + d] = static_cast<T>(static_cast<A>(g.scale) * dqt[r * dim + d]);
+      },
+      work);
+  // dk and dv: every query head of the group and every query block, in order.
+  host_for_each(
+      g.batch * g.kv_heads * g.k_blocks(),
+      [&](index_t task) {
+        const index_t b = task / (g.kv_heads * g.k_blocks()), hk = task / g.k_blocks() % g.kv_heads;
+        const index_t k0 = task % g.k_blocks() * bc, nk = std::min(bc, g.skv - k0);
+        tile_grads<A> tg(dim);
+        std::vector<A> dkt(static_cast<std::size_t>(bc * dim), A(0)), dvt(static_cast<std::size_t>(bc * dim), A(0));
+        load_rows<true>(k, b, hk, k0, nk, dim, tg.kt.data(), bc);
+        load_rows<true>(v, b, hk, k0, nk, dim, tg.vt.data(), bc);
+        const auto ex = accessors<A, -1>(extra);
+        for (index_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h)
+          for (index_t q0 = 0; q0 < g.sq; q0 += br) {
+            const index_t nq = std::min(br, g.sq - q0), row0 = (b * g.heads + h) * g.sq + q0;
+            const tile t{b, h, q0, nq, k0, nk, mask.classify(q0, q0 + nq, k0, k0 + nk)};
+            if (t.kind == tile_kind::empty) continue;
+            load_rows<false>(q, b, h, q0, nq, dim, tg.qt.data());
+            load_rows<false>(dout, b, h, q0, nq, dim, tg.dot.data());
+            tile_backward(g, score, mask, t, row_lse.data() + row0, row_d.data() + row0, ex, tg);
+            for (index_t r = 0; r < nq; ++r) {
+              const A* qrow = tg.qt.data() + r * dim;
+              const A* grow = tg.dot.data() + r * dim;
+              for (index_t c = 0; c < nk; ++c) {
+                const A p = tg.p[r * bc + c], s = tg.ds[r * bc + c];
+                A *kout = dkt.data() + c * dim, *vout = dvt.data() + c * dim;
+                for (index_t d = 0; d < dim; ++d) {
+                  vout[d] += p * grow[d];
+                  kout[d] += s * qrow[d];
+                }
+              }
+            }
+          }
+        const index_t row0 = (b * g.kv_heads + hk) * g.skv + k0;
+        for (index_t c = 0; c < nk; ++c)
+          for (index_t d = 0; d < dim; ++d) {
+            dk[(row0 + c) * dim + d] = static_cast<T>(static_cast<A>(g.scale) * dkt[c * dim + d]);
+            dv[(row0 + c) * dim + d] = static_cast<T>(dvt[c * dim + d]);
+          }
+      },
+      work * g.group());
+  // The extra arguments: per head, the tasks' partial sums in (batch, query block) order.
+  for (std::size_t j = 0; j < nx; ++j)
+    for (index_t h = 0; h < g.heads; ++h) {
+      A s = 0;
+      for (index_t b = 0; b < g.batch; ++b)
+        for (index_t qb = 0; qb < g.q_blocks(); ++qb)
+          s += partial[static_cast<std::size_t>(((b * g.heads + h) * g.q_blocks() + qb)) * nx + j];
+      dextra[j][h] = s;
+    }
+}
+}  // namespace loom::detail::attn
