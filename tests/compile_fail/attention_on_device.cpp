@@ -1,0 +1,7 @@
+// SPDX-License-Identifier: Apache-2.0
+// expect: loom: attention on device tensors is not built yet
+#include <loom/nn/attention.hpp>
+
+void f(const loom::device_tensor<float, 4>& q, const loom::device_tensor<float, 4>& k) {
+  (void)loom::attention(loom::causal)(q, k, k);
+}
