@@ -230,6 +230,27 @@ TEST_CASE("attention gives fully masked rows o = 0, lse = -inf and zero gradient
   check_case<double>(loom::attention(loom::mask_mod([](auto...) { return false; })), none, all_masked, 3);
 }
 
+TEST_CASE("attention propagates NaN from attended scores only", "[nn][attention]") {
+  const dims n{1, 1, 1, 9, 70, 4};
+  std::mt19937_64 g(13);
+  const inputs in = random_inputs(n, g);
+  const auto q = make<float>({n.b, n.hq, n.sq, n.d}, in.q), dout = make<float>({n.b, n.hq, n.sq, n.d}, in.dout);
+  const auto k = make<float>({n.b, n.hkv, n.skv, n.d}, in.k), v = make<float>({n.b, n.hkv, n.skv, n.d}, in.v);
+  // NaN at every masked entry (kv > q) and at the one attended entry of row 0.
+  const auto attn = loom::attention(loom::score_mod([](auto s, auto, auto, auto q, auto kv) {
+                                      return kv > q || (q == 0 && kv == 0) ? s * std::numeric_limits<float>::quiet_NaN() : s;
+                                    }),
+                                    loom::causal);
+  auto [o, lse] = attn(q, k, v);
+  auto gr = loom::grad(attn)(q, k, v, o, lse, dout);
+  CHECK(std::isnan(lse.data()[0]));
+  for (index_t d = 0; d < n.d; ++d) CHECK(std::isnan(o.data()[d]));
+  for (index_t i = n.d; i < o.size(); ++i) CHECK(std::isfinite(o.data()[i]));
+  for (index_t r = 1; r < n.sq; ++r) CHECK(std::isfinite(lse.data()[r]));
+  for (index_t i = n.d; i < gr.dq.size(); ++i) CHECK(std::isfinite(gr.dq.data()[i]));
+  for (index_t i = 9 * n.d; i < gr.dk.size(); ++i) CHECK((gr.dk.data()[i] == 0.0f && gr.dv.data()[i] == 0.0f));
+}
+
 TEST_CASE("attention's gradients match central finite differences", "[nn][attention]") {
   const dims n{1, 2, 1, 5, 7, 3};
   std::mt19937_64 g(5);

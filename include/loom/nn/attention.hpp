@@ -88,14 +88,7 @@ geometry check_qkv(const char* what, const QV& q, const KV& k, const VV& v) {
   if (ks[1] <= 0 || qs[1] % ks[1] != 0)
     throw_shapes(what, "the key heads Hkv must divide the query heads Hq (grouped-query attention); got " + all);
   if (qs[3] <= 0) throw_shapes(what, "the head size D must be at least 1; got " + all);
-  geometry g;
-  g.batch = qs[0];
-  g.heads = qs[1];
-  g.kv_heads = ks[1];
-  g.sq = qs[2];
-  g.skv = ks[2];
-  g.dim = qs[3];
-  return g;
+  return geometry{.batch = qs[0], .heads = qs[1], .kv_heads = ks[1], .sq = qs[2], .skv = ks[2], .dim = qs[3]};
 }
 
 template <class V>

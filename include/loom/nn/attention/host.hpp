@@ -156,9 +156,9 @@ void forward(const geometry& g, const S& score, const M& mask, const view<const 
               s[c] = attended(mask, t, qi, ki)
                          ? static_cast<A>(apply_score(score, static_cast<A>(g.scale * s[c]), b, h, qi, ki, ex))
                          : neg_inf;
-              mx = s[c] > mx ? s[c] : mx;
+              mx = s[c] > mx || s[c] != s[c] ? s[c] : mx;  // NaN stays
             }
-            const A m_new = std::max(m[r], mx);
+            const A m_new = mx != mx ? mx : std::max(m[r], mx);  // NaN stays (std::max keeps a NaN m)
             if (m_new == neg_inf) continue;  // every key so far masked
             const A alpha = std::exp(m[r] - m_new);
             A* orow = ot.data() + r * dim;
