@@ -164,11 +164,11 @@ void forward(const geometry& g, const S& score, const M& mask, const view<const 
             A* orow = ot.data() + r * dim;
             l[r] *= alpha;
             for (index_t d = 0; d < dim; ++d) orow[d] *= alpha;
+            for (index_t c = 0; c < nk; ++c) s[c] = math::exp(s[c] - m_new);  // in SIMD lanes
             for (index_t c = 0; c < nk; ++c) {
-              const A p = std::exp(s[c] - m_new);
-              l[r] += p;
+              l[r] += s[c];
               const A* vrow = vt.data() + c * dim;
-              for (index_t d = 0; d < dim; ++d) orow[d] += p * vrow[d];
+              for (index_t d = 0; d < dim; ++d) orow[d] += s[c] * vrow[d];
             }
             m[r] = m_new;
           }
