@@ -296,6 +296,40 @@ TEST_CASE("attention's gradients match central finite differences", "[nn][attent
   CHECK(std::abs(std::get<0>(gr.dargs).data()[0] - want_slope) <= 1e-6 * (1 + std::abs(want_slope)));
 }
 
+// x [B, H, S, D] stored as [B, S, H, D] (the layout of a projection's output).
+template <class T>
+loom::host_tensor<T, 4> as_bshd(const loom::host_tensor<T, 4>& x) {
+  loom::host_tensor<T, 4> y({x.extent(0), x.extent(2), x.extent(1), x.extent(3)});
+  for (index_t b = 0; b < x.extent(0); ++b)
+    for (index_t h = 0; h < x.extent(1); ++h)
+      for (index_t i = 0; i < x.extent(2); ++i)
+        for (index_t d = 0; d < x.extent(3); ++d) y(b, i, h, d) = x(b, h, i, d);
+  return y;
+}
+
+TEST_CASE("attention reads strided views as it reads contiguous tensors", "[nn][attention]") {
+  const dims n{2, 4, 2, 37, 70, 6};
+  std::mt19937_64 g(17);
+  const inputs in = random_inputs(n, g);
+  const auto q = make<float>({n.b, n.hq, n.sq, n.d}, in.q), dout = make<float>({n.b, n.hq, n.sq, n.d}, in.dout);
+  const auto k = make<float>({n.b, n.hkv, n.skv, n.d}, in.k), v = make<float>({n.b, n.hkv, n.skv, n.d}, in.v);
+  const auto qs = as_bshd(q), ks = as_bshd(k), vs = as_bshd(v), dos = as_bshd(dout);
+  const auto attn = loom::attention(loom::sliding_window(50));
+  auto [o, lse] = attn(q, k, v);
+  auto [o2, lse2] = attn(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2));
+  auto gr = loom::grad(attn)(q, k, v, o, lse, dout);
+  auto gr2 = loom::grad(attn)(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2), o2, lse2, dos.transpose(1, 2));
+  const auto same = [](const auto& a, const auto& b) {
+    REQUIRE(a.size() == b.size());
+    for (index_t i = 0; i < a.size(); ++i) REQUIRE(loom_test::same_bits(a.data()[i], b.data()[i]));
+  };
+  same(o, o2);
+  same(lse, lse2);
+  same(gr.dq, gr2.dq);
+  same(gr.dk, gr2.dk);
+  same(gr.dv, gr2.dv);
+}
+
 TEST_CASE("attention throws loom errors for bad shapes", "[nn][attention]") {
   const auto attn = loom::attention(loom::causal);
   loom::host_tensor<float, 4> q({1, 3, 4, 8}), k({1, 2, 5, 8}), v({1, 2, 5, 8}), k6({1, 1, 5, 6}), v6({1, 1, 5, 6});
