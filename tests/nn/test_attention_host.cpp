@@ -107,6 +107,15 @@ inputs random_inputs(const dims& n, std::mt19937_64& g) {
   return {random_vec(qs, g), random_vec(ks, g), random_vec(ks, g), random_vec(qs, g)};
 }
 
+// The inputs as tensors of T: q and dout [B, Hq, Sq, D], k and v [B, Hkv, Skv, D].
+template <class T>
+struct tensors {
+  loom::host_tensor<T, 4> q, k, v, dout;
+  tensors(const dims& n, const inputs& in)
+      : q(make<T>({n.b, n.hq, n.sq, n.d}, in.q)), k(make<T>({n.b, n.hkv, n.skv, n.d}, in.k)),
+        v(make<T>({n.b, n.hkv, n.skv, n.d}, in.v)), dout(make<T>({n.b, n.hq, n.sq, n.d}, in.dout)) {}
+};
+
 template <class T, class Got>
 void check_close(const Got& got, const vec& want, double tol, const char* what) {
   INFO(what);
@@ -129,8 +138,8 @@ void check_case(const Attn& attn, const dims& n, const mods& m, std::uint64_t se
   INFO("B " << n.b << " Hq " << n.hq << " Hkv " << n.hkv << " Sq " << n.sq << " Skv " << n.skv << " D " << n.d);
   std::mt19937_64 g(seed);
   const inputs in = random_inputs(n, g);
-  const auto q = make<T>({n.b, n.hq, n.sq, n.d}, in.q), dout = make<T>({n.b, n.hq, n.sq, n.d}, in.dout);
-  const auto k = make<T>({n.b, n.hkv, n.skv, n.d}, in.k), v = make<T>({n.b, n.hkv, n.skv, n.d}, in.v);
+  const tensors<T> t(n, in);
+  const auto &q = t.q, &k = t.k, &v = t.v, &dout = t.dout;
   const ref_out want = reference(n, m, in.q, in.k, in.v, &in.dout);
   const double tol = std::is_same_v<T, float> ? 2e-4 : 1e-10;
   auto [o, lse] = attn(q, k, v, loom::args(ex...));
@@ -211,8 +220,8 @@ TEST_CASE("attention gives fully masked rows o = 0, lse = -inf and zero gradient
   check_case<double>(attn, n, m, 7);
   std::mt19937_64 g(11);
   const inputs in = random_inputs(n, g);
-  const auto q = make<double>({n.b, n.hq, n.sq, n.d}, in.q), dout = make<double>({n.b, n.hq, n.sq, n.d}, in.dout);
-  const auto k = make<double>({n.b, n.hkv, n.skv, n.d}, in.k), v = make<double>({n.b, n.hkv, n.skv, n.d}, in.v);
+  const tensors<double> t(n, in);
+  const auto &q = t.q, &k = t.k, &v = t.v, &dout = t.dout;
   auto [o, lse] = attn(q, k, v);
   auto gr = loom::grad(attn)(q, k, v, o, lse, dout);
   for (index_t h = 0; h < n.hq; ++h)
@@ -234,8 +243,8 @@ TEST_CASE("attention propagates NaN from attended scores only", "[nn][attention]
   const dims n{1, 1, 1, 9, 70, 4};
   std::mt19937_64 g(13);
   const inputs in = random_inputs(n, g);
-  const auto q = make<float>({n.b, n.hq, n.sq, n.d}, in.q), dout = make<float>({n.b, n.hq, n.sq, n.d}, in.dout);
-  const auto k = make<float>({n.b, n.hkv, n.skv, n.d}, in.k), v = make<float>({n.b, n.hkv, n.skv, n.d}, in.v);
+  const tensors<float> t(n, in);
+  const auto &q = t.q, &k = t.k, &v = t.v, &dout = t.dout;
   // NaN at every masked entry (kv > q) and at the one attended entry of row 0.
   const auto attn = loom::attention(loom::score_mod([](auto s, auto, auto, auto q, auto kv) {
                                       return kv > q || (q == 0 && kv == 0) ? s * std::numeric_limits<float>::quiet_NaN() : s;
@@ -267,14 +276,14 @@ TEST_CASE("attention's gradients match central finite differences", "[nn][attent
     loom::host_tensor<double, 1> sl({n.hq});
     sl.data()[0] = s0;
     sl.data()[1] = slopes.data()[1];
-    auto [o, lse] = attn(make<double>({n.b, n.hq, n.sq, n.d}, x.q), make<double>({n.b, n.hkv, n.skv, n.d}, x.k),
-                         make<double>({n.b, n.hkv, n.skv, n.d}, x.v), loom::args(sl));
+    const tensors<double> t(n, x);
+    auto [o, lse] = attn(t.q, t.k, t.v, loom::args(sl));
     double s = 0;
     for (std::size_t i = 0; i < x.dout.size(); ++i) s += o.data()[i] * x.dout[i];
     return s;
   };
-  const auto q = make<double>({n.b, n.hq, n.sq, n.d}, in.q), dout = make<double>({n.b, n.hq, n.sq, n.d}, in.dout);
-  const auto k = make<double>({n.b, n.hkv, n.skv, n.d}, in.k), v = make<double>({n.b, n.hkv, n.skv, n.d}, in.v);
+  const tensors<double> t(n, in);
+  const auto &q = t.q, &k = t.k, &v = t.v, &dout = t.dout;
   auto [o, lse] = attn(q, k, v, loom::args(slopes));
   auto gr = loom::grad(attn)(q, k, v, o, lse, dout, loom::args(slopes));
   const double h = 1e-6;
@@ -311,8 +320,8 @@ TEST_CASE("attention reads strided views as it reads contiguous tensors", "[nn][
   const dims n{2, 4, 2, 37, 70, 6};
   std::mt19937_64 g(17);
   const inputs in = random_inputs(n, g);
-  const auto q = make<float>({n.b, n.hq, n.sq, n.d}, in.q), dout = make<float>({n.b, n.hq, n.sq, n.d}, in.dout);
-  const auto k = make<float>({n.b, n.hkv, n.skv, n.d}, in.k), v = make<float>({n.b, n.hkv, n.skv, n.d}, in.v);
+  const tensors<float> t(n, in);
+  const auto &q = t.q, &k = t.k, &v = t.v, &dout = t.dout;
   const auto qs = as_bshd(q), ks = as_bshd(k), vs = as_bshd(v), dos = as_bshd(dout);
   const auto attn = loom::attention(loom::sliding_window(50));
   auto [o, lse] = attn(q, k, v);
