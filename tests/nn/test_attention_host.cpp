@@ -260,6 +260,23 @@ TEST_CASE("attention propagates NaN from attended scores only", "[nn][attention]
   for (index_t i = 9 * n.d; i < gr.dk.size(); ++i) CHECK((gr.dk.data()[i] == 0.0f && gr.dv.data()[i] == 0.0f));
 }
 
+TEST_CASE("attention reads no v, k or dout row of a masked entry", "[nn][attention]") {
+  // Keys 3.. are attended by no query of rows 0..2 and hold NaN in v; query
+  // row 0 attends nothing and holds NaN in dout.
+  const dims n{1, 1, 1, 3, 8, 5};
+  std::mt19937_64 g(19);
+  inputs in = random_inputs(n, g);
+  for (std::size_t i = 3 * 5; i < in.v.size(); ++i) in.v[i] = std::numeric_limits<double>::quiet_NaN();
+  for (std::size_t i = 0; i < 5; ++i) in.dout[i] = std::numeric_limits<double>::quiet_NaN();
+  const tensors<double> t(n, in);
+  const auto attn = loom::attention(loom::mask_mod([](auto, auto, auto q, auto kv) { return q > 0 && kv < q; }));
+  auto [o, lse] = attn(t.q, t.k, t.v);
+  auto gr = loom::grad(attn)(t.q, t.k, t.v, o, lse, t.dout);
+  for (index_t i = 0; i < o.size(); ++i) CHECK(std::isfinite(o.data()[i]));
+  for (index_t i = 0; i < gr.dq.size(); ++i) CHECK(std::isfinite(gr.dq.data()[i]));
+  for (index_t i = 0; i < gr.dk.size(); ++i) CHECK((std::isfinite(gr.dk.data()[i]) && std::isfinite(gr.dv.data()[i])));
+}
+
 TEST_CASE("attention's gradients match central finite differences", "[nn][attention]") {
   const dims n{1, 2, 1, 5, 7, 3};
   std::mt19937_64 g(5);

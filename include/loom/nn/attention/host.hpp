@@ -166,6 +166,7 @@ void forward(const geometry& g, const S& score, const M& mask, const view<const 
             for (index_t d = 0; d < dim; ++d) orow[d] *= alpha;
             for (index_t c = 0; c < nk; ++c) s[c] = math::exp(s[c] - m_new);  // in SIMD lanes
             for (index_t c = 0; c < nk; ++c) {
+              if (s[c] == A(0)) continue;  // masked: its v row is not read (no 0 · NaN)
               l[r] += s[c];
               const A* vrow = vt.data() + c * dim;
               for (index_t d = 0; d < dim; ++d) orow[d] += s[c] * vrow[d];
@@ -331,6 +332,7 @@ void backward(const geometry& g, const S& score, const M& mask, const view<const
               const A* grow = tg.dot.data() + r * dim;
               for (index_t c = 0; c < nk; ++c) {
                 const A p = tg.p[r * bc + c], s = tg.ds[r * bc + c];
+                if (p == A(0) && s == A(0)) continue;  // masked: dout and q rows not read
                 A *kout = dkt.data() + c * dim, *vout = dvt.data() + c * dim;
                 for (index_t d = 0; d < dim; ++d) {
                   vout[d] += p * grow[d];
