@@ -106,6 +106,35 @@ void tile_product(const A* a, const A* bt, index_t nq, index_t dim, A* out) {
   }
 }
 
+// out[d] += Σ_j coef(j) · row(j)[d] over j in [0, n) whose coefficient is
+// not 0 (a masked entry's row is not read: no 0 · NaN), four rows a step so
+// that out is loaded and stored once per four; the terms are added in a
+// fixed order.
+template <class A, class Coef, class Row>
+void add_rows(A* out, index_t n, index_t dim, const Coef& coef, const Row& row) {
+  A cs[4];
+  const A* rs[4];
+  int k = 0;
+  const auto flush = [&] {
+    if (k == 4) {
+      for (index_t d = 0; d < dim; ++d)
+        out[d] += (cs[0] * rs[0][d] + cs[1] * rs[1][d]) + (cs[2] * rs[2][d] + cs[3] * rs[3][d]);
+    } else {
+      for (int i = 0; i < k; ++i)
+        for (index_t d = 0; d < dim; ++d) out[d] += cs[i] * rs[i][d];
+    }
+    k = 0;
+  };
+  for (index_t j = 0; j < n; ++j) {
+    const A c = coef(j);
+    if (c == A(0)) continue;
+    cs[k] = c;
+    rs[k++] = row(j);
+    if (k == 4) flush();
+  }
+  flush();
+}
+
 // One tile's position and mask treatment.
 struct tile {
   index_t b, h, q0, nq, k0, nk;
@@ -165,12 +194,8 @@ void forward(const geometry& g, const S& score, const M& mask, const view<const 
             l[r] *= alpha;
             for (index_t d = 0; d < dim; ++d) orow[d] *= alpha;
             for (index_t c = 0; c < nk; ++c) s[c] = math::exp(s[c] - m_new);  // in SIMD lanes
-            for (index_t c = 0; c < nk; ++c) {
-              if (s[c] == A(0)) continue;  // masked: its v row is not read (no 0 · NaN)
-              l[r] += s[c];
-              const A* vrow = vt.data() + c * dim;
-              for (index_t d = 0; d < dim; ++d) orow[d] += s[c] * vrow[d];
-            }
+            for (index_t c = 0; c < nk; ++c) l[r] += s[c];
+            add_rows(orow, nk, dim, [&](index_t c) { return s[c]; }, [&](index_t c) { return vt.data() + c * dim; });
             m[r] = m_new;
           }
         }
@@ -292,13 +317,8 @@ void backward(const geometry& g, const S& score, const M& mask, const view<const
           if constexpr (nx > 0) tile_product(tg.qt.data(), tg.kt.data(), nq, dim, qk.data());
           tile_backward(g, score, mask, t, row_lse.data() + row0, row_d.data() + row0, ex, tg);
           for (index_t r = 0; r < nq; ++r)
-            for (index_t c = 0; c < nk; ++c) {
-              const A s = tg.ds[r * bc + c];
-              if (s == A(0)) continue;
-              const A* krow = ks.data() + c * dim;
-              A* out = dqt.data() + r * dim;
-              for (index_t d = 0; d < dim; ++d) out[d] += s * krow[d];
-            }
+            add_rows(dqt.data() + r * dim, nk, dim, [&](index_t c) { return tg.ds[r * bc + c]; },
+                     [&](index_t c) { return ks.data() + c * dim; });
           if constexpr (nx > 0)
             extra_sums(g, score, t, qk.data(), tg, extra, partial.data() + task * static_cast<index_t>(nx),
                        std::index_sequence_for<X...>{});
@@ -327,18 +347,11 @@ void backward(const geometry& g, const S& score, const M& mask, const view<const
             load_rows<false>(q, b, h, q0, nq, dim, tg.qt.data());
             load_rows<false>(dout, b, h, q0, nq, dim, tg.dot.data());
             tile_backward(g, score, mask, t, row_lse.data() + row0, row_d.data() + row0, ex, tg);
-            for (index_t r = 0; r < nq; ++r) {
-              const A* qrow = tg.qt.data() + r * dim;
-              const A* grow = tg.dot.data() + r * dim;
-              for (index_t c = 0; c < nk; ++c) {
-                const A p = tg.p[r * bc + c], s = tg.ds[r * bc + c];
-                if (p == A(0) && s == A(0)) continue;  // masked: dout and q rows not read
-                A *kout = dkt.data() + c * dim, *vout = dvt.data() + c * dim;
-                for (index_t d = 0; d < dim; ++d) {
-                  vout[d] += p * grow[d];
-                  kout[d] += s * qrow[d];
-                }
-              }
+            for (index_t c = 0; c < nk; ++c) {
+              add_rows(dvt.data() + c * dim, nq, dim, [&](index_t r) { return tg.p[r * bc + c]; },
+                       [&](index_t r) { return tg.dot.data() + r * dim; });
+              add_rows(dkt.data() + c * dim, nq, dim, [&](index_t r) { return tg.ds[r * bc + c]; },
+                       [&](index_t r) { return tg.qt.data() + r * dim; });
             }
           }
         const index_t row0 = (b * g.kv_heads + hk) * g.skv + k0;
