@@ -28,6 +28,15 @@
 #define LOOM_SIMD_DISPATCH 0
 #endif
 
+// Inlines a host function or lambda into every caller, so that it runs at
+// the width of the copy of core/simd/dispatch.hpp's loops that calls it
+// (a call left out of line runs in baseline code). Empty under nvcc.
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define LOOM_HOST_INLINE __attribute__((always_inline))
+#else
+#define LOOM_HOST_INLINE
+#endif
+
 namespace loom::simd {
 //! The instruction sets the host's loops are compiled for.
 enum class isa { baseline, avx2, avx512 };
@@ -113,6 +122,36 @@ void loop(loom::simd::isa i, index_t b, index_t e, const F& f) {
 #endif
   (void)i;
   loop_baseline(b, e, f);
+}
+
+// f() in a function of its own compiled for one instruction set: the
+// wrapper is flattened (everything f calls inlined into it) and never
+// inlined itself, so each call site keeps one out-of-line copy per
+// instruction set, and a caller compiled for another instruction set
+// calls it rather than inlining it.
+#define LOOM_SIMD_CALL(name, attributes) \
+  template <class F>                     \
+  [[gnu::flatten, gnu::noinline]] attributes void name(const F& f) { f(); }
+LOOM_SIMD_CALL(call_baseline, )
+#if LOOM_SIMD_DISPATCH
+LOOM_SIMD_CALL(call_avx2, LOOM_SIMD_TARGET_AVX2)
+LOOM_SIMD_CALL(call_avx512, LOOM_SIMD_TARGET_AVX512)
+#endif
+#undef LOOM_SIMD_CALL
+
+// f() in instruction set `i`'s copy (call_*): a host loop body that is not
+// one flat loop over elements, such as a row kernel's passes over a row.
+// Wide false compiles the baseline copy alone, as for loop.
+template <bool Wide = true, class F>
+void call(loom::simd::isa i, const F& f) {
+#if LOOM_SIMD_DISPATCH
+  if constexpr (Wide) {
+    if (i == loom::simd::isa::avx512) return call_avx512(f);
+    if (i == loom::simd::isa::avx2) return call_avx2(f);
+  }
+#endif
+  (void)i;
+  call_baseline(f);
 }
 
 // Elements per task of for_each: a few pages of output, so threads share

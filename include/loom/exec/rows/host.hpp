@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "loom/config.hpp"
+#include "loom/core/simd/dispatch.hpp"
+#include "loom/exec/elementwise.hpp"
 #include "loom/exec/rows/outputs.hpp"
 #include "loom/exec/rows/per_row.hpp"
 #include "loom/exec/rows/plan.hpp"
@@ -46,45 +48,67 @@ bool host_rows_dense(const B& b, index_t cols) {
 // columns one at a time. Each partial result takes its columns in ascending
 // order either way.
 template <class B, class Ctx, std::size_t R, class Reduction>
-LOOM_NOINLINE void host_reduce_slot(const Reduction& red, const index_t* lead, Ctx& ctx, bool dense) {
+LOOM_HOST_INLINE inline void host_reduce_slot(const Reduction& red, const index_t* lead, Ctx& ctx, bool dense) {
   using A = typename Reduction::acc;
   const typename Reduction::op op{};
   constexpr int lanes = host_lanes;
   A part[lanes];
   for (int l = 0; l < lanes; ++l) part[l] = op.identity();
-  index_t c = 0;
-  if (dense) {
-    const index_t full = red.cols / lanes * lanes;
-    for (; c < full; c += lanes) {
-      typename decltype(red.arg)::template regs<lanes> r;
-      red.arg.template row_load<lanes>(lead, c, r);
-      for (int l = 0; l < lanes; ++l) part[l] = op(part[l], op.lift(red.arg.template elem<lanes>(r, l, ctx), c + l));
+  // Local copies of the argument's tree (its kept values' modes constant
+  // where they agree: with_kept_modes) and of the row's values: what the
+  // loop stores (kept values) cannot alias them, so the compiler keeps them
+  // in registers and can vectorize the loop.
+  const Ctx x = ctx;
+  with_kept_modes(red.arg, [&](const auto& arg) LOOM_HOST_INLINE {
+    index_t c = 0;
+    if (dense) {
+      const index_t full = red.cols / lanes * lanes;
+      for (; c < full; c += lanes) {
+        typename decltype(red.arg)::template regs<lanes> r;
+        arg.template row_load<lanes>(lead, c, r);
+        for (int l = 0; l < lanes; ++l) part[l] = op(part[l], op.lift(arg.template elem<lanes>(r, l, x), c + l));
+      }
     }
-  }
-  index_t idx[R];
-  for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
-  for (; c < red.cols; ++c) {
-    idx[R - 1] = c;
-    part[c % lanes] = op(part[c % lanes], op.lift(red.arg.at(idx, ctx), c));
-  }
+    index_t idx[R];
+    for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
+    for (; c < red.cols; ++c) {
+      idx[R - 1] = c;
+      part[c % lanes] = op(part[c % lanes], op.lift(arg.at(idx, x), c));
+    }
+  });
   for (int w = lanes / 2; w > 0; w /= 2)
     for (int l = 0; l < w; ++l) part[l] = op(part[l], part[l + w]);
   ctx.v[Reduction::slot] =
       static_cast<typename std::remove_cvref_t<decltype(ctx.v[0])>>(op.finalize(part[0], red.cols));
 }
 
+// Whether the host runs tree B's row loops in the wide copies of
+// core/simd/dispatch.hpp: it computes math (exec/elementwise.hpp's
+// computes_math); other trees, memory-bound, take the baseline copy alone,
+// as do unoptimized builds (no vectorizer runs there: the copies would
+// only add compile time).
+#if defined(__OPTIMIZE__)
+template <class B>
+inline constexpr bool host_rows_wide = tree_any_v<B, computes_math>;
+#else
+template <class B>
+inline constexpr bool host_rows_wide = false;
+#endif
+
 // Host executor: the reductions of slots S..., one pass of the plan
 // (levels.hpp), with the per-row values of their passes first
 // (per_row.hpp). The host reads dense rows in place, from its own caches:
 // it runs the reductions of a pass one after the other, each in its own
-// loop over the row and its own function (host_reduce_slot, not inlined),
-// which the compiler vectorizes (one loop for several reductions, or the
-// loops inlined into one function, ran the derived layer-norm backward
-// 6-20% slower; docs/performance.md).
+// loop over the row and its own function (host_reduce_slot in simd::call,
+// a function per instruction set that is never inlined), which the
+// compiler vectorizes at the CPU's width (one loop for several
+// reductions, or the loops inlined into one function, ran the derived
+// layer-norm backward 6-20% slower; docs/performance.md).
 template <class B, class Ctx, std::size_t R, std::size_t... S>
 void host_reduce_pass(B& b, const index_t* lead, Ctx& ctx, bool dense, std::index_sequence<S...>) {
   (fill_row_values<R>(b, static_cast<int>(S), lead, ctx), ...);
-  (host_reduce_slot<B, Ctx, R>(slot_node<S>(b), lead, ctx, dense), ...);
+  const loom::simd::isa i = loom::simd::host_isa();
+  (simd::call<host_rows_wide<B>>(i, [&] { host_reduce_slot<B, Ctx, R>(slot_node<S>(b), lead, ctx, dense); }), ...);
 }
 
 // Host executor: the reductions of level L: the first of each type in one
@@ -147,17 +171,25 @@ void host_row(const B& b, const row_cache_plan<Leaves, R>& plan, const row_layou
   B bc = b;
   row_ctx<slots_of<B>, A> ctx{};
   host_row_reductions(bc, plan, lead, ctx, reuse, dense);
-  index_t c = 0;
-  if constexpr (!std::is_null_pointer_v<std::remove_cvref_t<Vec>>) {
-    if (dense)
-      for (; c + host_lanes <= lay.cols; c += host_lanes) vec(bc, lead, c, ctx);
-  }
-  index_t idx[R];
-  for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
-  for (; c < lay.cols; ++c) {
-    idx[R - 1] = c;
-    one(bc, idx, lead, c, ctx);
-  }
+  // The output pass in the CPU's widest copy (core/simd/dispatch.hpp), over
+  // a local copy of the tree (as in host_reduce_slot: the stores cannot
+  // alias its state).
+  simd::call<host_rows_wide<B>>(loom::simd::host_isa(), [&] {
+    const auto x = ctx;
+    with_kept_modes(bc, [&](const B& t) LOOM_HOST_INLINE {
+      index_t c = 0;
+      if constexpr (!std::is_null_pointer_v<std::remove_cvref_t<Vec>>) {
+        if (dense)
+          for (; c + host_lanes <= lay.cols; c += host_lanes) vec(t, lead, c, x);
+      }
+      index_t idx[R];
+      for (std::size_t d = 0; d + 1 < R; ++d) idx[d] = lead[d];
+      for (; c < lay.cols; ++c) {
+        idx[R - 1] = c;
+        one(t, idx, lead, c, x);
+      }
+    });
+  });
 }
 
 // Host executor, after row `row`'s output pass (host_row): a sink that

@@ -401,18 +401,20 @@ row_cache_plan<leaf_count<B>, R> plan_row_cache(const B& b, index_t cols, index_
 // once); the values alone; nothing. Values are kept only while
 // row_cache_values() is on. With `inputs` false the input rows stay in
 // place (the host reading dense rows by pointer: a copy would only add a
-// read and a write of each row): the values alone, or nothing.
+// read and a write of each row): the values alone, or nothing. `host`:
+// plan_row_values' every_store.
 template <std::size_t R, class B>
 row_cache_plan<leaf_count<B>, R> plan_row_chip(B& b, index_t cols, index_t rows, std::uint64_t reuse,
-                                               std::size_t groups, std::size_t budget, bool inputs = true) {
+                                               std::size_t groups, std::size_t budget, bool inputs = true,
+                                               bool host = false) {
   const std::size_t cap =
       std::min<std::size_t>(budget / (groups > 0 ? groups : 1), std::numeric_limits<std::uint32_t>::max());
-  const row_values_plan values = plan_row_values(b, cols, reuse, 0);
+  const row_values_plan values = plan_row_values(b, cols, reuse, 0, host);
   const bool keep = values.kept > 0 && row_cache_values() && values.bytes <= cap;
   if (keep && inputs) {
     auto both = plan_row_inputs<R>(b, cols, rows, reuse, cap - values.bytes);
     if (both.on || both.need == 0) {
-      plan_row_values(b, cols, reuse, both.group_bytes);  // the same choices, after the input rows
+      plan_row_values(b, cols, reuse, both.group_bytes, host);  // the same choices, after the input rows
       both.on = true;
       both.group_bytes += static_cast<std::uint32_t>(values.bytes);
       both.values = values.kept;
@@ -422,7 +424,7 @@ row_cache_plan<leaf_count<B>, R> plan_row_chip(B& b, index_t cols, index_t rows,
   compute_all_values(b);
   auto in_rows = inputs ? plan_row_inputs<R>(b, cols, rows, reuse, cap) : row_cache_plan<leaf_count<B>, R>{};
   if (!in_rows.on && keep) {
-    plan_row_values(b, cols, reuse, 0);
+    plan_row_values(b, cols, reuse, 0, host);
     row_cache_plan<leaf_count<B>, R> alone;
     alone.on = true;
     alone.group_bytes = static_cast<std::uint32_t>(values.bytes);

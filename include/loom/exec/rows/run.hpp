@@ -44,7 +44,7 @@ void run_rows_host(const Sink& sink, B b, const row_layout<RO>& lay, const row_p
   const bool dense_out = dense && sink.host_vector_ok();
   // Dense rows are read in place by pointer; the cache holds computed values
   // (and the rows of operands read through coordinates).
-  const auto plan = plan_row_chip<RO>(b, lay.cols, lay.rows, reuse, 1, row_cache_budget(), !dense);
+  const auto plan = plan_row_chip<RO>(b, lay.cols, lay.rows, reuse, 1, row_cache_budget(), !dense, true);
   info.cached_rows = plan.rows;
   info.cached_values = plan.values;
   info.recomputed_values = plan.values_recomputed;

@@ -29,6 +29,7 @@
 
 #include "loom/config.hpp"
 #include "loom/core/error.hpp"
+#include "loom/core/simd/dispatch.hpp"
 #include "loom/exec/rows/levels.hpp"
 #include "loom/expr/bound.hpp"
 #include "loom/expr/row_nodes.hpp"
@@ -345,6 +346,35 @@ void compute_all_values(B& b) {
   visit_if<is_bound_kept>(b, [](auto& n) { n.mode = kept_mode::compute; });
 }
 
+// Calls f(t), t a copy of bound tree `b`, in the host's loops over a row.
+// Where every kept subtree of `b` stores (or every one reads), t's modes
+// are set to that constant just before the call, so that in an optimized
+// build, f inlined, the compiler drops the per-element test of the mode
+// and can vectorize the loop; other trees, and unoptimized builds, take
+// one copy of f that tests the mode of each kept subtree per element.
+template <class B, class F>
+LOOM_HOST_INLINE inline void with_kept_modes(const B& b, F&& f) {
+#if defined(__OPTIMIZE__)
+  if constexpr (tree_any_v<B, is_bound_kept>) {
+    int stores = 0, reads = 0, all = 0;
+    visit_if<is_bound_kept>(b, [&](const auto& n) {
+      ++all;
+      stores += n.mode == kept_mode::store;
+      reads += n.mode == kept_mode::read;
+    });
+    const auto fixed = [&](kept_mode m) LOOM_HOST_INLINE {
+      B t = b;
+      visit_if<is_bound_kept>(t, [m](auto& n) { n.mode = m; });
+      f(t);
+    };
+    if (stores == all) return fixed(kept_mode::store);
+    if (reads == all) return fixed(kept_mode::read);
+  }
+#endif
+  const B t = b;
+  f(t);
+}
+
 // Decides, in the order the reductions run (levels.hpp: level by level, the
 // first of each type in the level's shared pass in slot order, then the
 // copy candidates in their own passes, a reused one's subtree evaluated by
@@ -356,8 +386,11 @@ void compute_all_values(B& b) {
 // through its reductions in slot order, so the storer has written a column
 // before the reader reads it, in the same thread (the same row length is
 // checked).
+// With `every_store` (the host) every occurrence that would compute stores
+// its values in a row of its own that nothing reads, so that a pass
+// without reads has its kept subtrees all storing (with_kept_modes).
 template <class B>
-row_values_plan plan_row_values(B& b, index_t cols, std::uint64_t reuse, std::size_t base) {
+row_values_plan plan_row_values(B& b, index_t cols, std::uint64_t reuse, std::size_t base, bool every_store = false) {
   compute_all_values(b);
   row_values_plan plan;
   if constexpr (tree_any_v<B, is_bound_kept>) {
@@ -402,10 +435,10 @@ row_values_plan plan_row_values(B& b, index_t cols, std::uint64_t reuse, std::si
     for (kept_occurrence& o : occ) {
       if (o.source >= 0) {
         o.node->off = occ[static_cast<std::size_t>(o.source)].node->off;
-      } else if (o.read_later) {
+      } else if (o.read_later || every_store) {
         o.node->off = static_cast<std::uint32_t>(at);
         at += o.bytes;
-        ++plan.kept;
+        plan.kept += o.read_later;
       } else {
         o.node->mode = kept_mode::compute;
       }
