@@ -30,8 +30,9 @@
 
 // Inlines a host function or lambda into every caller, so that it runs at
 // the width of the copy of core/simd/dispatch.hpp's loops that calls it
-// (a call left out of line runs in baseline code). Empty under nvcc.
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+// (a call left out of line runs in baseline code). Empty under nvcc and in
+// unoptimized builds (compile time).
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && defined(__OPTIMIZE__)
 #define LOOM_HOST_INLINE __attribute__((always_inline))
 #else
 #define LOOM_HOST_INLINE

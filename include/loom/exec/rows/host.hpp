@@ -82,33 +82,33 @@ LOOM_HOST_INLINE inline void host_reduce_slot(const Reduction& red, const index_
       static_cast<typename std::remove_cvref_t<decltype(ctx.v[0])>>(op.finalize(part[0], red.cols));
 }
 
-// Whether the host runs tree B's row loops in the wide copies of
-// core/simd/dispatch.hpp: it computes math (exec/elementwise.hpp's
-// computes_math); other trees, memory-bound, take the baseline copy alone,
-// as do unoptimized builds (no vectorizer runs there: the copies would
-// only add compile time).
+// Runs f(), a row loop of tree B, in a function of its own per instruction
+// set (core/simd/dispatch.hpp's simd::call): the wide copies for trees that
+// compute math (exec/elementwise.hpp's computes_math), the baseline copy
+// alone for the others, memory-bound. Unoptimized builds call f directly
+// (no vectorizer runs there: the copies would only add compile time).
+template <class B, class F>
+LOOM_HOST_INLINE inline void host_rows_call(const F& f) {
 #if defined(__OPTIMIZE__)
-template <class B>
-inline constexpr bool host_rows_wide = tree_any_v<B, computes_math>;
+  simd::call<tree_any_v<B, computes_math>>(loom::simd::host_isa(), f);
 #else
-template <class B>
-inline constexpr bool host_rows_wide = false;
+  f();
 #endif
+}
 
 // Host executor: the reductions of slots S..., one pass of the plan
 // (levels.hpp), with the per-row values of their passes first
 // (per_row.hpp). The host reads dense rows in place, from its own caches:
 // it runs the reductions of a pass one after the other, each in its own
 // loop over the row and its own function (host_reduce_slot in simd::call,
-// a function per instruction set that is never inlined), which the
+// a function per instruction set that is never inlined: host_rows_call), which the
 // compiler vectorizes at the CPU's width (one loop for several
 // reductions, or the loops inlined into one function, ran the derived
 // layer-norm backward 6-20% slower; docs/performance.md).
 template <class B, class Ctx, std::size_t R, std::size_t... S>
 void host_reduce_pass(B& b, const index_t* lead, Ctx& ctx, bool dense, std::index_sequence<S...>) {
   (fill_row_values<R>(b, static_cast<int>(S), lead, ctx), ...);
-  const loom::simd::isa i = loom::simd::host_isa();
-  (simd::call<host_rows_wide<B>>(i, [&] { host_reduce_slot<B, Ctx, R>(slot_node<S>(b), lead, ctx, dense); }), ...);
+  (host_rows_call<B>([&] { host_reduce_slot<B, Ctx, R>(slot_node<S>(b), lead, ctx, dense); }), ...);
 }
 
 // Host executor: the reductions of level L: the first of each type in one
@@ -174,7 +174,7 @@ void host_row(const B& b, const row_cache_plan<Leaves, R>& plan, const row_layou
   // The output pass in the CPU's widest copy (core/simd/dispatch.hpp), over
   // a local copy of the tree (as in host_reduce_slot: the stores cannot
   // alias its state).
-  simd::call<host_rows_wide<B>>(loom::simd::host_isa(), [&] {
+  host_rows_call<B>([&] {
     const auto x = ctx;
     with_kept_modes(bc, [&](const B& t) LOOM_HOST_INLINE {
       index_t c = 0;
