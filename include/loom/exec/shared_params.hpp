@@ -237,39 +237,45 @@ struct param_is {
 // The tree of bound tree b (bound from expression n) with every leaf or
 // subtree reached through maps (and broadcasts) whose tag, or plain_param
 // of its types, has a param_group in Groups made a bound_param numbered by
-// its place there (share, a zip_rewrite). Other node
-// kinds load their leaves themselves: the walk stops there.
+// its place there. Other node kinds load their leaves themselves. This walk
+// is written out by kind: built by a generic rewrite beside the expression
+// tree, the shared tree reaches nvcc's host stub as shared_params_of<N,
+// B>::tree, a name that holds N and so a layer's tag (a host lambda's
+// closure type), which the stub cannot compile.
 template <class Groups>
 struct param_sharer {
-  template <class N, class B>
-  struct key_of {
-    using type = void;  // not a parameter, and the walk does not enter it
-  };
-  template <class T, std::size_t R, class S, class Tag, class BT, std::size_t BR>
-  struct key_of<leaf_node<T, R, S, Tag>, bound_leaf<BT, BR>> {
-    using type = std::conditional_t<std::is_void_v<Tag>, plain_param<leaf_node<T, R, S, Tag>, bound_leaf<BT, BR>>, Tag>;
-  };
-  template <class F, class... Ch, class Cin, class... B>
-  struct key_of<map_node<F, Ch...>, bound_map<F, Cin, B...>> {
-    using type = plain_param<map_node<F, Ch...>, bound_map<F, Cin, B...>>;
-  };
-  template <class N, class B>
-  static constexpr std::size_t group = group_index<typename key_of<N, B>::type>(Groups{});
-  // A leaf, a parameter or a node kind the walk does not enter ends it; a map
-  // that is no parameter is entered.
-  template <class N, class B>
-  static constexpr bool stops = !is_bound_map_node<B>::value || group<N, B> < Groups::size;
-  //! The shared tree of b, bound from n.
-  template <class N, class B>
-  static auto share(const N& n, const B& b) {
-    return zip_rewrite<param_sharer>(n, b);
+  template <class Key, class L>
+  static auto param_or(const L& b, auto otherwise) {
+    constexpr std::size_t k = group_index<Key>(Groups{});
+    if constexpr (k < Groups::size) {
+      return bound_param<k, L, group_slots<Key>(Groups{})>{b};
+    } else {
+      return otherwise();
+    }
   }
   template <class N, class B>
-  static auto stop(const N&, const B& b) {
-    if constexpr (group<N, B> < Groups::size)
-      return bound_param<group<N, B>, B, group_slots<typename key_of<N, B>::type>(Groups{})>{b};
-    else
-      return b;
+  static B share(const N&, const B& b) {
+    return b;
+  }
+  template <class T, std::size_t R, class S, class Tag, class BT, std::size_t BR>
+  static auto share(const leaf_node<T, R, S, Tag>&, const bound_leaf<BT, BR>& b) {
+    using key = std::conditional_t<std::is_void_v<Tag>, plain_param<leaf_node<T, R, S, Tag>, bound_leaf<BT, BR>>, Tag>;
+    return param_or<key>(b, [&] { return b; });
+  }
+  template <class E, std::size_t R, class B>
+  static auto share(const broadcast_node<E, R>& n, const B& b) {
+    return share(n.e, b);
+  }
+  template <class F, class... Ch, class Cin, class... B>
+  static auto share(const map_node<F, Ch...>& n, const bound_map<F, Cin, B...>& b) {
+    using key = plain_param<map_node<F, Ch...>, bound_map<F, Cin, B...>>;
+    return param_or<key>(b, [&] { return share_map(n, b, std::index_sequence_for<B...>{}); });
+  }
+  template <class F, class... Ch, class Cin, class... B, std::size_t... I>
+  static auto share_map(const map_node<F, Ch...>& n, const bound_map<F, Cin, B...>& b, std::index_sequence<I...>) {
+    using result = bound_map<F, Cin, decltype(share(detail::get<I>(n.children), detail::get<I>(b.ch)))...>;
+    using children = tuple<decltype(share(detail::get<I>(n.children), detail::get<I>(b.ch)))...>;
+    return result{b.f, children(share(detail::get<I>(n.children), detail::get<I>(b.ch))...)};
   }
 };
 

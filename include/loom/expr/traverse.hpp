@@ -427,35 +427,6 @@ struct zip_fold : zip_fold_impl<W, State, N, B> {};
 template <class W, class State, class N, class B>
 using zip_fold_t = typename zip_fold<W, State, N, B>::type;
 
-//! Rebuilds bound tree b bottom-up alongside the expression tree n it was
-//! bound from (pairing children as zip_fold does): at each pair
-//! `W::stops<N, B>` says whether the walk ends there, and then
-//! `W::stop(n, b)` is the image; otherwise b's children are rewritten and b
-//! is rebuilt over their images.
-template <class W, class N, class B>
-auto zip_rewrite(const N& n, const B& b);
-template <class W, class N, class B, std::size_t... I>
-auto zip_rewrite_impl(const N& n, const B& b, std::index_sequence<I...>) {
-  static_assert(child_count_v<N> == child_count_v<B>,
-                "loom: internal error: a rewrite of a bound tree beside its expression tree entered nodes whose "
-                "numbers of children differ; the walk must stop at such a node kind");
-  if constexpr (sizeof...(I) == 0) {
-    return b;
-  } else {
-    LOOM_REQUIRE_REBUILD(B);
-    return children_of<B>::rebuild(b, zip_rewrite<W>(child<I>(n), child<I>(b))...);
-  }
-}
-template <class W, class N, class B>
-auto zip_rewrite(const N& n, const B& b) {
-  if constexpr (bound_as_child<N>::value)
-    return zip_rewrite<W>(child<0>(n), b);
-  else if constexpr (W::template stops<N, B>)
-    return W::stop(n, b);
-  else
-    return zip_rewrite_impl<W>(n, b, child_indices<B>{});
-}
-
 //! The first node of tree n (pre-order) with Pred<node>::value; the tree must
 //! hold one.
 template <template <class> class Pred, class N>
