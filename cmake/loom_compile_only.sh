@@ -7,11 +7,11 @@
 # so nvcc writes no object file. This runs the command, then creates the empty
 # object file that the build expects, so the next build sees it up to date.
 #
-# With -rdc, nvcc's host stub names every kernel instantiation, and it cannot
-# name a kernel whose template arguments hold a host lambda's closure type (a
-# loom::layer body): the stub does not compile. A file whose only errors are
-# in that stub is checked again in whole-program mode (device code to PTX
-# instead of LTO IR), and the build log says so. Any other error fails.
+# With -rdc, nvcc's host stub names every kernel instantiation by the names
+# its front end kept; a name that holds a host lambda's closure type does not
+# compile there. A file whose only errors are in that stub is checked again
+# in whole-program mode (device code to PTX instead of LTO IR), and the build
+# log says so. Any other error fails.
 set -u
 errors="$(mktemp)"
 trap 'rm -f "$errors"' EXIT
@@ -29,7 +29,7 @@ if ! "$@" 2>"$errors"; then
       esac
     done
     src="${*: -3:1}"
-    echo "loom_compile_only.sh: nvcc's -rdc host stub cannot name the kernels of $src (a lambda in their template arguments): checked in whole-program mode (PTX) instead" >&2
+    echo "loom_compile_only.sh: nvcc's -rdc host stub for $src does not compile: checked in whole-program mode (PTX) instead" >&2
     "${whole[@]}" || exit $?
   else
     cat "$errors" >&2
