@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include <loom/nn/batch_norm.hpp>
 #include <loom/nn/conv.hpp>
 #include <loom/nn/conv_transpose.hpp>
 #include <loom/nn/pool.hpp>
@@ -692,4 +693,135 @@ TEST_CASE("pooling names the option or operand that does not fit", "[nn][pool][e
   REQUIRE_THROWS_AS(loom::adaptive_avg_pool2d(loom::host_tensor<float, 4>(loom::shape<4>{1, 1, 0, 3}), {1, 1}),
                     loom::shape_error);
   REQUIRE_THROWS_AS(loom::adaptive_avg_pool2d_backward(y, loom::shape<4>{2, 2, 5, 5}), loom::shape_error);
+}
+
+namespace {
+// Batch norm in double over the channel axis of x [N, C, rest] (row-major
+// values): the batch mean and biased variance of each channel, y, and the
+// gradients for dy, by the textbook formulas.
+struct bn_reference {
+  vec mean, var, y, dx, dweight, dbias;
+};
+bn_reference ref_batch_norm(index_t n, index_t c, index_t rest, const vec& x, const vec& w, const vec& b, const vec& dy,
+                            double eps) {
+  bn_reference r;
+  const auto at = [&](index_t i, index_t ch, index_t j) { return static_cast<std::size_t>((i * c + ch) * rest + j); };
+  const double m = double(n * rest);
+  r.y.assign(x.size(), 0.0);
+  r.dx.assign(x.size(), 0.0);
+  for (index_t ch = 0; ch < c; ++ch) {
+    double mean = 0, var = 0, db = 0, dw = 0;
+    for (index_t i = 0; i < n; ++i)
+      for (index_t j = 0; j < rest; ++j) mean += x[at(i, ch, j)] / m;
+    for (index_t i = 0; i < n; ++i)
+      for (index_t j = 0; j < rest; ++j) var += (x[at(i, ch, j)] - mean) * (x[at(i, ch, j)] - mean) / m;
+    const double invstd = 1 / std::sqrt(var + eps);
+    const auto cw = static_cast<std::size_t>(ch);
+    for (index_t i = 0; i < n; ++i)
+      for (index_t j = 0; j < rest; ++j) {
+        const double xhat = (x[at(i, ch, j)] - mean) * invstd;
+        r.y[at(i, ch, j)] = xhat * w[cw] + b[cw];
+        db += dy[at(i, ch, j)];
+        dw += dy[at(i, ch, j)] * xhat;
+      }
+    for (index_t i = 0; i < n; ++i)
+      for (index_t j = 0; j < rest; ++j) {
+        const double xhat = (x[at(i, ch, j)] - mean) * invstd;
+        r.dx[at(i, ch, j)] = w[cw] * invstd * (dy[at(i, ch, j)] - db / m - xhat * dw / m);
+      }
+    r.mean.push_back(mean);
+    r.var.push_back(var);
+    r.dweight.push_back(dw);
+    r.dbias.push_back(db);
+  }
+  return r;
+}
+
+template <class T, std::size_t R>
+void check_batch_norm(const loom::shape<R>& s, std::mt19937_64& g, double tol) {
+  INFO("x " << loom::shape_string(s) << (std::is_same_v<T, float> ? " float" : " double"));
+  const index_t n = s[0], c = s[1], rest = loom::shape_size(s) / (n * c);
+  vec xv, wv, bv, dyv, rmv, rvv;
+  // x: every other element of the last axis of a wider tensor (strided), shifted off 0.
+  loom::shape<R> wide = s;
+  wide[R - 1] *= 2;
+  vec wide_values;
+  auto x_store = random_tensor<T>(wide, g, wide_values);
+  loom::assign(x_store, x_store * 2 + 0.5);
+  auto x = x_store.view();
+  if constexpr (R == 2)
+    x = x.slice(loom::range(0, n), loom::range(0, 2 * c, 2));
+  else if constexpr (R == 3)
+    x = x.slice(loom::range(0, n), loom::range(0, c), loom::range(0, wide[2], 2));
+  else
+    x = x.slice(loom::range(0, n), loom::range(0, c), loom::range(0, s[2]), loom::range(0, wide[3], 2));
+  xv = values_of(x);
+  auto w = random_tensor<T>(loom::shape<1>{c}, g, wv);
+  auto b = random_tensor<T>(loom::shape<1>{c}, g, bv);
+  auto dy = random_tensor<T>(s, g, dyv);
+  auto rm = random_tensor<T>(loom::shape<1>{c}, g, rmv);
+  auto rv = random_tensor<T>(loom::shape<1>{c}, g, rvv);
+  loom::assign(rv, rv + 1.5);
+  for (double& v : rvv) v += 1.5;
+  const loom::batch_norm_options o{.eps = 1e-3, .momentum = 0.25};
+  const bn_reference want = ref_batch_norm(n, c, rest, xv, wv, bv, dyv, o.eps);
+
+  auto r = loom::batch_norm_training(x, w, b, rm, rv.view(), o);
+  require_close(values_of(r.y.view()), want.y, tol, "y");
+  require_close(values_of(r.mean.view()), want.mean, tol, "mean");
+  vec invstd, rm_want, rv_want;
+  const double m = double(n * rest);
+  for (std::size_t ch = 0; ch < want.var.size(); ++ch) {
+    invstd.push_back(1 / std::sqrt(want.var[ch] + o.eps));
+    rm_want.push_back(0.75 * rmv[ch] + 0.25 * want.mean[ch]);
+    rv_want.push_back(0.75 * rvv[ch] + 0.25 * want.var[ch] * m / (m - 1));
+  }
+  require_close(values_of(r.invstd.view()), invstd, tol, "invstd");
+  require_close(values_of(rm.view()), rm_want, tol, "running_mean");
+  require_close(values_of(rv.view()), rv_want, tol, "running_var");
+
+  auto [dx, dw, db] = loom::batch_norm_backward(dy, x, w, r.mean, r.invstd);
+  require_close(values_of(dx.view()), want.dx, tol, "dx");
+  require_close(values_of(dw.view()), want.dweight, tol * double(n * rest), "dweight");
+  require_close(values_of(db.view()), want.dbias, tol * double(n * rest), "dbias");
+
+  // Inference with the updated running statistics.
+  const bn_reference inf = ref_batch_norm(n, c, rest, xv, wv, bv, dyv, o.eps);
+  vec y_inf(xv.size());
+  for (std::size_t i = 0; i < xv.size(); ++i) {
+    const std::size_t ch = i / static_cast<std::size_t>(rest) % static_cast<std::size_t>(c);
+    y_inf[i] = (xv[i] - rm_want[ch]) / std::sqrt(rv_want[ch] + o.eps) * wv[ch] + bv[ch];
+  }
+  require_close(values_of(loom::batch_norm_inference(x, w, b, rm, rv, o.eps).view()), y_inf, tol, "inference y");
+}
+}  // namespace
+
+TEST_CASE("batch_norm training, running statistics, inference and gradients match a double loop", "[nn][norm]") {
+  std::mt19937_64 g(loom_test::seed_for("batch_norm"));
+  check_batch_norm<float>(loom::shape<4>{3, 5, 7, 3}, g, 2e-5);
+  check_batch_norm<float>(loom::shape<4>{2, 3, 1, 9}, g, 2e-5);
+  check_batch_norm<double>(loom::shape<3>{4, 6, 11}, g, 1e-12);
+  check_batch_norm<float>(loom::shape<2>{13, 7}, g, 2e-5);
+  check_batch_norm<float>(loom::shape<2>{2, 1}, g, 2e-5);
+}
+
+TEST_CASE("batch_norm names the operand that does not fit", "[nn][norm][errors]") {
+  loom::host_tensor<float, 4> x(loom::shape<4>{2, 3, 4, 5});
+  loom::fill(x, 1.0f);
+  loom::host_tensor<float, 1> v3(loom::shape<1>{3}), v4(loom::shape<1>{4});
+  loom::fill(v3, 1.0f);
+  loom::fill(v4, 7.0f);
+  REQUIRE_THROWS_WITH(loom::batch_norm_training(x, v4, v3, v3, v3),
+                      Contains("loom: batch_norm_training: weight [4] must have one element per channel of input x "
+                               "[2, 3, 4, 5] (3)"));
+  REQUIRE_THROWS_WITH(loom::batch_norm_training(x, v3, v3, v3, v4), Contains("running_var [4]"));
+  REQUIRE_THROWS_AS(loom::batch_norm_training(x, v3, v3, v3, v3, {.momentum = 1.5}), loom::value_error);
+  REQUIRE_THROWS_AS(loom::batch_norm_training(x, v3, v3, v3, v3, {.eps = 0}), loom::value_error);
+  REQUIRE(v3.data()[0] == 1.0f);  // nothing written by a failed call
+  loom::host_tensor<float, 2> single(loom::shape<2>{1, 3});
+  REQUIRE_THROWS_WITH(loom::batch_norm_training(single, v3, v3, v3, v3), Contains("has one value per channel"));
+  REQUIRE_THROWS_WITH(loom::batch_norm_inference(x, v3, v3, v4, v3), Contains("running_mean [4]"));
+  REQUIRE_THROWS_WITH(loom::batch_norm_backward(loom::host_tensor<float, 4>(loom::shape<4>{2, 3, 4, 4}), x, v3, v3, v3),
+                      Contains("dy has shape [2, 3, 4, 4]; input x has shape [2, 3, 4, 5]"));
+  REQUIRE_THROWS_WITH(loom::batch_norm_backward(x, x, v3, v3, v4), Contains("saved_invstd [4]"));
 }
