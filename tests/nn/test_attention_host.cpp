@@ -102,7 +102,8 @@ vec random_vec(std::size_t n, std::mt19937_64& g) {
 struct inputs {
   vec q, k, v, dout;
 };
-inputs random_inputs(const dims& n, std::mt19937_64& g) {
+inputs random_inputs(const dims& n, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
   const auto qs = static_cast<std::size_t>(n.b * n.hq * n.sq * n.d), ks = static_cast<std::size_t>(n.b * n.hkv * n.skv * n.d);
   return {random_vec(qs, g), random_vec(ks, g), random_vec(ks, g), random_vec(qs, g)};
 }
@@ -114,6 +115,13 @@ struct tensors {
   tensors(const dims& n, const inputs& in)
       : q(make<T>({n.b, n.hq, n.sq, n.d}, in.q)), k(make<T>({n.b, n.hkv, n.skv, n.d}, in.k)),
         v(make<T>({n.b, n.hkv, n.skv, n.d}, in.v)), dout(make<T>({n.b, n.hq, n.sq, n.d}, in.dout)) {}
+};
+// Seeded random inputs of sizes n and their tensors of T.
+template <class T>
+struct random_case {
+  inputs in;
+  tensors<T> t;
+  random_case(const dims& n, std::uint64_t seed) : in(random_inputs(n, seed)), t(n, in) {}
 };
 
 template <class T, class Got>
@@ -136,11 +144,9 @@ void check_close(const Got& got, const vec& want, double tol, const char* what) 
 template <class T, class Attn, class... X>
 void check_case(const Attn& attn, const dims& n, const mods& m, std::uint64_t seed, const X&... ex) {
   INFO("B " << n.b << " Hq " << n.hq << " Hkv " << n.hkv << " Sq " << n.sq << " Skv " << n.skv << " D " << n.d);
-  std::mt19937_64 g(seed);
-  const inputs in = random_inputs(n, g);
-  const tensors<T> t(n, in);
-  const auto &q = t.q, &k = t.k, &v = t.v, &dout = t.dout;
-  const ref_out want = reference(n, m, in.q, in.k, in.v, &in.dout);
+  const random_case<T> c(n, seed);
+  const auto &q = c.t.q, &k = c.t.k, &v = c.t.v, &dout = c.t.dout;
+  const ref_out want = reference(n, m, c.in.q, c.in.k, c.in.v, &c.in.dout);
   const double tol = std::is_same_v<T, float> ? 2e-4 : 1e-10;
   auto [o, lse] = attn(q, k, v, loom::args(ex...));
   check_close<T>(o, want.o, tol, "o");
@@ -218,10 +224,8 @@ TEST_CASE("attention gives fully masked rows o = 0, lse = -inf and zero gradient
   m.allowed = [](index_t, index_t, index_t q, index_t kv) { return kv + 5 <= q; };
   const auto attn = loom::attention(loom::mask_mod([](auto, auto, auto q, auto kv) { return kv + 5 <= q; }));
   check_case<double>(attn, n, m, 7);
-  std::mt19937_64 g(11);
-  const inputs in = random_inputs(n, g);
-  const tensors<double> t(n, in);
-  const auto &q = t.q, &k = t.k, &v = t.v, &dout = t.dout;
+  const random_case<double> c(n, 11);
+  const auto &q = c.t.q, &k = c.t.k, &v = c.t.v, &dout = c.t.dout;
   auto [o, lse] = attn(q, k, v);
   auto gr = loom::grad(attn)(q, k, v, o, lse, dout);
   for (index_t h = 0; h < n.hq; ++h)
@@ -241,10 +245,8 @@ TEST_CASE("attention gives fully masked rows o = 0, lse = -inf and zero gradient
 
 TEST_CASE("attention propagates NaN from attended scores only", "[nn][attention]") {
   const dims n{1, 1, 1, 9, 70, 4};
-  std::mt19937_64 g(13);
-  const inputs in = random_inputs(n, g);
-  const tensors<float> t(n, in);
-  const auto &q = t.q, &k = t.k, &v = t.v, &dout = t.dout;
+  const random_case<float> c(n, 13);
+  const auto &q = c.t.q, &k = c.t.k, &v = c.t.v, &dout = c.t.dout;
   // NaN at every masked entry (kv > q) and at the one attended entry of row 0.
   const auto attn = loom::attention(loom::score_mod([](auto s, auto, auto, auto q, auto kv) {
                                       return kv > q || (q == 0 && kv == 0) ? s * std::numeric_limits<float>::quiet_NaN() : s;
@@ -264,8 +266,7 @@ TEST_CASE("attention reads no v, k or dout row of a masked entry", "[nn][attenti
   // Keys 3.. are attended by no query of rows 0..2 and hold NaN in v; query
   // row 0 attends nothing and holds NaN in dout.
   const dims n{1, 1, 1, 3, 8, 5};
-  std::mt19937_64 g(19);
-  inputs in = random_inputs(n, g);
+  inputs in = random_inputs(n, 19);
   for (std::size_t i = 3 * 5; i < in.v.size(); ++i) in.v[i] = std::numeric_limits<double>::quiet_NaN();
   for (std::size_t i = 0; i < 5; ++i) in.dout[i] = std::numeric_limits<double>::quiet_NaN();
   const tensors<double> t(n, in);
@@ -279,8 +280,7 @@ TEST_CASE("attention reads no v, k or dout row of a masked entry", "[nn][attenti
 
 TEST_CASE("attention's gradients match central finite differences", "[nn][attention]") {
   const dims n{1, 2, 1, 5, 7, 3};
-  std::mt19937_64 g(5);
-  inputs in = random_inputs(n, g);
+  inputs in = random_inputs(n, 5);
   loom::host_tensor<double, 1> slopes({n.hq});
   slopes.data()[0] = 0.5;
   slopes.data()[1] = 0.25;
@@ -335,10 +335,8 @@ loom::host_tensor<T, 4> as_bshd(const loom::host_tensor<T, 4>& x) {
 
 TEST_CASE("attention reads strided views as it reads contiguous tensors", "[nn][attention]") {
   const dims n{2, 4, 2, 37, 70, 6};
-  std::mt19937_64 g(17);
-  const inputs in = random_inputs(n, g);
-  const tensors<float> t(n, in);
-  const auto &q = t.q, &k = t.k, &v = t.v, &dout = t.dout;
+  const random_case<float> c(n, 17);
+  const auto &q = c.t.q, &k = c.t.k, &v = c.t.v, &dout = c.t.dout;
   const auto qs = as_bshd(q), ks = as_bshd(k), vs = as_bshd(v), dos = as_bshd(dout);
   const auto attn = loom::attention(loom::sliding_window(50));
   auto [o, lse] = attn(q, k, v);
