@@ -132,10 +132,10 @@ auto matmul(const A&, const B&, matmul_options = {}) {
   static_assert(!in_layer,
                 "loom: matmul inside a loom::layer: a layer is one fused kernel and loom::grad differentiates "
                 "elementwise and row expressions, while a matmul is a GEMM of its own; split the layer at the "
-                "product: `h = loom::matmul(x, w);` on tensors, then `y = my_layer(h, b);` (bias, activation and "
-                "residual fuse into the GEMM's epilogue when written around the matmul: docs/06_matmul.md); the "
-                "product's gradients are matmuls on transposed views, dx = matmul(dh, w.t()) and dw = "
-                "matmul(x.t(), dh) (docs/08_gradients.md)");
+                "product into the steps of a loom::model, which derives the backward of all of them: "
+                "`loom::step(h) = loom::linear(x, w, b, loom::matmul_activation::relu)` for the product with its "
+                "bias and activation (one GEMM with its epilogue), then `loom::step(y) = loom::apply(my_layer, h, "
+                "...)` for the rest (loom/model/model.hpp, docs/13_models.md)");
   static_assert(in_layer || detail::always_false<A, B>,
                 "loom: matmul operands must be tensors or views; evaluate an expression first: "
                 "loom::matmul(loom::materialize(x * 2), w)");

@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: Apache-2.0
+// loom::model on the host executor: every parameter's derived gradient
+// against central finite differences of a forward written out in double
+// loops (an MLP; a residual block with layer norm whose input is used by two
+// steps), two runs bitwise equal, the recompute policy, and the refusals.
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <loom/model/model.hpp>
+
+#include "loom_test.hpp"
+
+using Catch::Matchers::Contains;
+using loom::index_t;
+using loom::matmul_activation;
+using mat = loom::host_tensor<double, 2>;
+using vec = loom::host_tensor<double, 1>;
+
+namespace {
+mat random_mat(index_t r, index_t c, std::mt19937_64& g) {
+  mat m({r, c});
+  loom_test::randomize(m.view(), g);
+  for (index_t i = 0; i < m.size(); ++i) m.data()[i] *= 0.25;
+  return m;
+}
+vec random_vec(index_t n, std::mt19937_64& g) {
+  vec v({n});
+  for (index_t i = 0; i < n; ++i) v.data()[i] = loom_test::random_value<double>(g, -0.5, 0.5);
+  return v;
+}
+template <class T>
+void poison(T& t) {
+  for (index_t i = 0; i < t.size(); ++i) t.data()[i] = loom_test::poison_value<double>();
+}
+
+// Plain double loops: y[n, m] = act(x[n, k] w[k, m] + b[m]).
+std::vector<double> linear_ref(const std::vector<double>& x, index_t n, index_t k, const mat& w, const vec& b, bool relu) {
+  const index_t m = w.extent(1);
+  std::vector<double> y(static_cast<std::size_t>(n * m));
+  for (index_t i = 0; i < n; ++i)
+    for (index_t j = 0; j < m; ++j) {
+      double s = b.data()[j];
+      for (index_t p = 0; p < k; ++p) s += x[static_cast<std::size_t>(i * k + p)] * w.data()[p * m + j];
+      y[static_cast<std::size_t>(i * m + j)] = relu && s < 0 ? 0.0 : s;
+    }
+  return y;
+}
+std::vector<double> values(const mat& x) { return {x.data(), x.data() + x.size()}; }
+
+// Every element of every parameter: the model's gradient against the
+// central difference of the reference loss.
+void check_gradients(const std::vector<double*>& params, const std::vector<index_t>& sizes,
+                     const std::vector<const double*>& grads, const std::function<double()>& loss) {
+  const double h = 1e-6;
+  for (std::size_t p = 0; p != params.size(); ++p)
+    for (index_t i = 0; i < sizes[p]; ++i) {
+      const double keep = params[p][i];
+      params[p][i] = keep + h;
+      const double up = loss();
+      params[p][i] = keep - h;
+      const double down = loss();
+      params[p][i] = keep;
+      const double fd = (up - down) / (2 * h);
+      INFO("parameter " << p << " element " << i);
+      REQUIRE(std::abs(grads[p][i] - fd) <= 1e-7 + 1e-6 * std::abs(fd));
+    }
+}
+
+// An MLP: h = relu(x w1 + b1); logits = h w2 + b2; loss = cross_entropy.
+struct mlp {
+  static constexpr index_t n = 7, d_in = 5, hidden = 9, classes = 3;
+  std::mt19937_64 g{loom_test::seed_for("model mlp")};
+  mat x = random_mat(n, d_in, g), w1 = random_mat(d_in, hidden, g), w2 = random_mat(hidden, classes, g);
+  vec b1 = random_vec(hidden, g), b2 = random_vec(classes, g);
+  loom::host_tensor<std::int64_t, 1> labels{{n}};
+  mat h{{n, hidden}}, logits{{n, classes}};
+  loom::host_tensor<double, 0> loss{loom::shape<0>{}};
+  mlp() {
+    for (index_t i = 0; i < n; ++i) labels.data()[i] = (i * 2 + 1) % classes;
+  }
+  auto make(loom::step_policy hidden_policy = loom::step_policy::keep) {
+    return loom::model(loom::parameters(w1, b1, w2, b2),
+                       loom::step(h, hidden_policy) = loom::linear(x, w1, b1, matmul_activation::relu),
+                       loom::step(logits) = loom::linear(h, w2, b2),
+                       loom::step(loss) = loom::cross_entropy_loss(logits, labels));
+  }
+  double reference() const {
+    const auto hv = linear_ref(values(x), n, d_in, w1, b1, true);
+    const auto z = linear_ref(hv, n, hidden, w2, b2, false);
+    double total = 0;
+    for (index_t i = 0; i < n; ++i) {
+      double mx = -INFINITY, s = 0;
+      for (index_t c = 0; c < classes; ++c) mx = std::max(mx, z[static_cast<std::size_t>(i * classes + c)]);
+      for (index_t c = 0; c < classes; ++c) s += std::exp(z[static_cast<std::size_t>(i * classes + c)] - mx);
+      total += mx + std::log(s) - z[static_cast<std::size_t>(i * classes + labels.data()[i])];
+    }
+    return total / n;
+  }
+};
+
+constexpr auto layer_norm = loom::layer([](auto x, auto w, auto b) {
+  auto c = x - row_mean(x);
+  return c * rsqrt(row_mean(c * c) + 1e-5) * w + b;
+});
+constexpr auto residual = loom::layer([](auto x, auto v) { return x + v; });
+
+// A residual block over a projected input: e = x w0 + b0;
+// y = e + (relu(layer_norm(e) w1 + b1) w2 + b2); e feeds two steps.
+struct block {
+  static constexpr index_t n = 5, d_in = 3, d = 7, f = 11;
+  std::mt19937_64 g{loom_test::seed_for("model block")};
+  mat x = random_mat(n, d_in, g), w0 = random_mat(d_in, d, g), w1 = random_mat(d, f, g), w2 = random_mat(f, d, g);
+  vec b0 = random_vec(d, g), b1 = random_vec(f, g), b2 = random_vec(d, g), gamma = random_vec(d, g), beta = random_vec(d, g);
+  mat dy = random_mat(n, d, g);
+  mat e{{n, d}}, nrm{{n, d}}, u{{n, f}}, v{{n, d}}, y{{n, d}};
+  block() {
+    for (index_t i = 0; i < d; ++i) gamma.data()[i] += 1.0;
+  }
+  auto make(loom::step_policy u_policy = loom::step_policy::keep) {
+    return loom::model(loom::parameters(w0, b0, gamma, beta, w1, b1, w2, b2),
+                       loom::step(e) = loom::linear(x, w0, b0),
+                       loom::step(nrm) = loom::apply(layer_norm, e, gamma, beta),
+                       loom::step(u, u_policy) = loom::linear(nrm, w1, b1, matmul_activation::relu),
+                       loom::step(v) = loom::linear(u, w2, b2),
+                       loom::step(y) = loom::apply(residual, e, v));
+  }
+  // sum(y * dy): its gradient is the backward of dy.
+  double reference() const {
+    const auto ev = linear_ref(values(x), n, d_in, w0, b0, false);
+    std::vector<double> nv(ev.size());
+    for (index_t i = 0; i < n; ++i) {
+      double mean = 0, var = 0;
+      for (index_t j = 0; j < d; ++j) mean += ev[static_cast<std::size_t>(i * d + j)] / d;
+      for (index_t j = 0; j < d; ++j) var += std::pow(ev[static_cast<std::size_t>(i * d + j)] - mean, 2) / d;
+      for (index_t j = 0; j < d; ++j)
+        nv[static_cast<std::size_t>(i * d + j)] =
+            (ev[static_cast<std::size_t>(i * d + j)] - mean) / std::sqrt(var + 1e-5) * gamma.data()[j] + beta.data()[j];
+    }
+    const auto uv = linear_ref(nv, n, d, w1, b1, true);
+    const auto vv = linear_ref(uv, n, f, w2, b2, false);
+    double total = 0;
+    for (index_t i = 0; i < n * d; ++i)
+      total += (ev[static_cast<std::size_t>(i)] + vv[static_cast<std::size_t>(i)]) * dy.data()[i];
+    return total;
+  }
+};
+
+template <class Net, class... P>
+std::vector<std::vector<double>> grads_of(const Net& net, const P&... p) {
+  return {std::vector<double>(net.grad(p).data(), net.grad(p).data() + p.size())...};
+}
+}  // namespace
+
+TEST_CASE("model derives every gradient of an MLP as finite differences of its loss", "[optim][model]") {
+  mlp m;
+  auto net = m.make();
+  poison(m.h), poison(m.logits);
+  net.forward();
+  REQUIRE(std::abs(m.loss() - m.reference()) < 1e-12);
+  net.backward();
+  // cross-entropy: count, gradient, copy; each linear: bias sum and its copy, the GEMMs
+  // (the first without da), the ReLU's dz.
+  CHECK(net.last_backward().steps == 3);
+  CHECK(net.last_backward().kernels == 11);
+  check_gradients({m.w1.data(), m.b1.data(), m.w2.data(), m.b2.data()}, {m.w1.size(), m.b1.size(), m.w2.size(), m.b2.size()},
+                  {net.grad(m.w1).data(), net.grad(m.b1).data(), net.grad(m.w2).data(), net.grad(m.b2).data()},
+                  [&] { return m.reference(); });
+}
+
+TEST_CASE("model derives every gradient of a residual block with layer norm, adding the two uses of a value",
+          "[optim][model]") {
+  block b;
+  auto net = b.make();
+  poison(b.e), poison(b.nrm), poison(b.u), poison(b.v), poison(b.y);
+  net.forward();
+  net.backward(b.dy);
+  CHECK(net.last_backward().steps == 5);
+  check_gradients({b.w0.data(), b.b0.data(), b.gamma.data(), b.beta.data(), b.w1.data(), b.b1.data(), b.w2.data(),
+                   b.b2.data()},
+                  {b.w0.size(), b.b0.size(), b.gamma.size(), b.beta.size(), b.w1.size(), b.b1.size(), b.w2.size(),
+                   b.b2.size()},
+                  {net.grad(b.w0).data(), net.grad(b.b0).data(), net.grad(b.gamma).data(), net.grad(b.beta).data(),
+                   net.grad(b.w1).data(), net.grad(b.b1).data(), net.grad(b.w2).data(), net.grad(b.b2).data()},
+                  [&] { return b.reference(); });
+}
+
+TEST_CASE("model gives the same bits in two runs and under the recompute policy", "[optim][model]") {
+  block b;
+  auto net = b.make();
+  net.forward();
+  net.backward(b.dy);
+  const auto first = grads_of(net, b.w0, b.b0, b.gamma, b.beta, b.w1, b.b1, b.w2, b.b2);
+  for (auto* p : {&b.w0, &b.w1, &b.w2}) {
+    auto gv = net.grad(*p);
+    poison(gv);
+  }
+  net.forward();
+  net.backward(b.dy);
+  CHECK(grads_of(net, b.w0, b.b0, b.gamma, b.beta, b.w1, b.b1, b.w2, b.b2) == first);
+  CHECK(net.last_backward().recomputed == 0);
+
+  // u recomputed: overwritten between the forward and the backward, the same bits.
+  block r;
+  auto rnet = r.make(loom::step_policy::recompute);
+  rnet.forward();
+  poison(r.u);
+  rnet.backward(r.dy);
+  CHECK(rnet.last_backward().recomputed == 1);
+  CHECK(grads_of(rnet, r.w0, r.b0, r.gamma, r.beta, r.w1, r.b1, r.w2, r.b2) == first);
+}
+
+TEST_CASE("model refuses shapes that do not match between steps, naming the step and the operand", "[optim][model]") {
+  mlp m;
+  mat w2_bad({m.hidden + 1, m.classes}), logits_bad({m.n, m.classes + 2});
+  using namespace loom;
+  CHECK_THROWS_AS(model(parameters(m.w1, m.b1, w2_bad), step(m.h) = linear(m.x, m.w1, m.b1, matmul_activation::relu),
+                        step(m.logits) = linear(m.h, w2_bad, m.b2)),
+                  shape_error);
+  CHECK_THROWS_WITH(model(parameters(m.w1, m.b1, w2_bad), step(m.h) = linear(m.x, m.w1, m.b1, matmul_activation::relu),
+                          step(m.logits) = linear(m.h, w2_bad, m.b2)),
+                    Contains("loom: model step 1 (linear): operand a of shape [7, 9] (the output of step 0) and operand b of "
+                             "shape [10, 3] (parameter 2)"));
+  CHECK_THROWS_WITH(model(parameters(m.w1, m.b1), step(m.h) = linear(m.x, m.w1, m.b1, matmul_activation::relu),
+                          step(logits_bad) = linear(m.h, m.w2, m.b2)),
+                    Contains("loom: model step 1 (linear): its output of shape [7, 5] for a product of shape [7, 3]"));
+  block b;
+  mat short_rows({b.n - 1, b.d});
+  CHECK_THROWS_WITH(model(parameters(b.w0, b.b0), step(b.e) = linear(b.x, b.w0, b.b0),
+                          step(b.y) = apply(residual, b.e, short_rows)),
+                    Contains("loom: model step 1 (layer): its operands (operand 0 of shape [5, 7] (the output of step "
+                             "0), operand 1 of shape [4, 7]) do not broadcast"));
+  // A view of another step's output is not that output: refused, not silently constant.
+  CHECK_THROWS_WITH(model(parameters(b.w0, b.b0), step(b.e) = linear(b.x, b.w0, b.b0),
+                          step(b.y) = apply(residual, view<double, 2, host>(b.e.data() + 1, {b.n - 1, b.d}), b.v)),
+                    Contains("loom: model step 1 (layer): operand 0 of shape [4, 7] overlaps the output of step 0"));
+  // The recompute-free MLP without its loss: backward() asks for dy.
+  auto net = model(parameters(m.w1, m.b1), step(m.h) = linear(m.x, m.w1, m.b1, matmul_activation::relu));
+  mat dh_bad({m.n, m.hidden + 1});
+  CHECK_THROWS_WITH(net.backward(dh_bad), Contains("loom: model: backward(dy): dy of shape [7, 10]"));
+  CHECK_THROWS_WITH(net.grad(m.w2), Contains("is not one of the model's parameters"));
+}
