@@ -34,7 +34,8 @@ loom_apt_install() {
 }
 
 # Installs cmake, ninja, Catch2, Random123 (tests/rng's oracle for Philox;
-# loom itself does not use it), OpenBLAS (the host matmul's BLAS), ccache
+# loom itself does not use it), OpenBLAS (the host matmul's BLAS), Open MPI
+# (loom::dist; not with LOOM_MPI=OFF), ccache
 # (not with CCACHE_DISABLE set, as CI sets it) and python3 (for the PTX check; standard library only) from Debian
 # when one is missing: a prepared machine does not touch apt at all.
 loom_install_deps() {
@@ -46,8 +47,15 @@ loom_install_deps() {
   dpkg -s catch2 >/dev/null 2>&1 || missing+=(catch2)
   dpkg -s librandom123-dev >/dev/null 2>&1 || missing+=(librandom123-dev)  # a test-only oracle (tests/rng)
   dpkg -s libopenblas-dev >/dev/null 2>&1 || missing+=(libopenblas-dev)    # cblas_sgemm under the host matmul
+  # Open MPI for loom::dist's host collectives and its mpirun tests (tests/dist;
+  # about 23 s from Debian, apt-get update included); LOOM_MPI=OFF does not
+  # install it (CMake then leaves those tests out unless MPI is there already).
+  if [[ "${LOOM_MPI:-ON}" != "OFF" ]]; then
+    command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
+    dpkg -s libopenmpi-dev >/dev/null 2>&1 || missing+=(libopenmpi-dev)
+  fi
   if ((${#missing[@]} == 0)); then
-    echo "cmake, ninja, python3, Catch2, Random123, OpenBLAS (and ccache unless disabled) are installed"
+    echo "cmake, ninja, python3, Catch2, Random123, OpenBLAS, Open MPI (unless LOOM_MPI=OFF) and ccache (unless disabled) are installed"
     return
   fi
   loom_apt_install "${missing[@]}"

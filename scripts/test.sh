@@ -5,7 +5,7 @@
 # host test programs built with clang++, AddressSanitizer and UBSan), the
 # examples, a benchmark smoke run, and a consumer project built against the
 # installed package.
-# Installs cmake, ninja, Catch2, ccache, clang and libomp from Debian, and
+# Installs cmake, ninja, Catch2, Open MPI, ccache, clang and libomp from Debian, and
 # NumPy from PyPI (for the DLPack round trips with NumPy), first when missing.
 # Exits non-zero when anything fails. Settings: see scripts/common.sh.
 set -euo pipefail

@@ -1,0 +1,345 @@
+// SPDX-License-Identifier: Apache-2.0
+// loom::dist on host tensors over MPI, run by ctest as `mpirun -np 2`: every
+// collective against a computation of all ranks' inputs in this process
+// (each rank generates every rank's seeded data), odd sizes, strided views,
+// half/bf16/float/double; the metadata check's errors on every rank; and,
+// as its own ctest entry ([kill]), a rank that dies.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <loom/dist/communicator.hpp>
+#include <loom/memory/memory.hpp>
+#include <loom/tensor/tensor.hpp>
+
+namespace {
+using loom::index_t;
+using loom::none;
+using loom::range;
+using loom::dist::reduce_op;
+template <class T, std::size_t R>
+using host_tensor = loom::tensor<T, R, loom::host>;
+
+loom::dist::communicator* the_comm = nullptr;
+loom::dist::communicator& comm() { return *the_comm; }
+
+// Rank r's i-th value of a case: the same on every rank, so each rank can
+// compute what all ranks hold.
+template <class T>
+std::vector<T> rank_values(std::uint64_t seed, int r, index_t n) {
+  std::mt19937_64 g(seed * 1000003u + static_cast<std::uint64_t>(r));
+  std::uniform_real_distribution<double> d(-4.0, 4.0);
+  std::vector<T> v;
+  for (index_t i = 0; i < n; ++i) v.push_back(T(static_cast<float>(d(g))));
+  return v;
+}
+template <class T, class V>
+void fill_from(const V& v, const std::vector<T>& values) {
+  for (index_t i = 0; i < v.size(); ++i) v.data()[v.offset_of(i)] = values[static_cast<std::size_t>(i)];
+}
+template <class T, class V>
+void fill_value(const V& v, double x) {
+  for (index_t i = 0; i < v.size(); ++i) v.data()[v.offset_of(i)] = T(static_cast<float>(x));
+}
+template <class T>
+double as_double(T v) {
+  return static_cast<double>(static_cast<float>(v));
+}
+template <>
+double as_double<double>(double v) {
+  return v;
+}
+// The rounding of a correct result to T, with room for the roundings of a
+// reduction over more than two ranks (relative to the inputs' magnitudes:
+// a sum may cancel). With two ranks every result is one rounding of the
+// exact value.
+template <class T>
+double tolerance(const std::vector<double>& xs) {
+  const double eps = std::is_same_v<T, loom::bf16> ? 0x1p-8 : std::is_same_v<T, loom::half> ? 0x1p-11
+                     : std::is_same_v<T, float>    ? 0x1p-23
+                                                   : 0x1p-52;
+  double scale = 0;
+  for (double x : xs) scale += std::fabs(x);
+  return eps * static_cast<double>(xs.size()) * scale;
+}
+double combine(const std::vector<double>& xs, reduce_op op) {
+  double acc = op == reduce_op::max ? -std::numeric_limits<double>::infinity() : 0.0;
+  for (double x : xs) acc = op == reduce_op::max ? std::max(acc, x) : acc + x;
+  return op == reduce_op::average ? acc / static_cast<double>(xs.size()) : acc;
+}
+template <class T>
+std::vector<std::vector<T>> all_ranks(std::uint64_t seed, index_t n) {
+  std::vector<std::vector<T>> v;
+  for (int r = 0; r < comm().size(); ++r) v.push_back(rank_values<T>(seed, r, n));
+  return v;
+}
+template <class T>
+double poison() {
+  return std::numeric_limits<double>::quiet_NaN();
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("dist all_reduce combines every rank's tensor and strided view", "[dist]", loom::half, loom::bf16,
+                   float, double) {
+  using T = TestType;
+  for (reduce_op op : {reduce_op::sum, reduce_op::average, reduce_op::max}) {
+    INFO("op " << loom::dist::reduce_op_name(op));
+    {  // a whole tensor of an odd size
+      const index_t n = 257 * 3;
+      const auto data = all_ranks<T>(11 + static_cast<int>(op), n);
+      host_tensor<T, 2> x({257, 3});
+      fill_from(x.view(), data[static_cast<std::size_t>(comm().rank())]);
+      comm().all_reduce(x, op);
+      for (index_t i = 0; i < n; ++i) {
+        std::vector<double> xs;
+        for (const auto& d : data) xs.push_back(as_double(d[static_cast<std::size_t>(i)]));
+        const double ref = combine(xs, op);
+        INFO("element " << i);
+        REQUIRE(std::fabs(as_double(x.data()[i]) - ref) <= tolerance<T>(xs));
+      }
+    }
+    {  // a strided view: elements outside it stay as they were
+      host_tensor<T, 2> parent({9, 13});
+      fill_value<T>(parent.view(), 96.5);
+      auto v = parent.slice(range(1, none, 2), range(0, none, 3));  // [4, 5]
+      const auto data = all_ranks<T>(21 + static_cast<int>(op), v.size());
+      fill_from(v, data[static_cast<std::size_t>(comm().rank())]);
+      comm().all_reduce(v, op);
+      for (index_t i = 0; i < 9; ++i)
+        for (index_t j = 0; j < 13; ++j) {
+          INFO("element " << i << ", " << j);
+          if (i % 2 == 1 && j % 3 == 0) {
+            const auto k = static_cast<std::size_t>((i / 2) * 5 + j / 3);
+            std::vector<double> xs;
+            for (const auto& d : data) xs.push_back(as_double(d[k]));
+            const double ref = combine(xs, op);
+            REQUIRE(std::fabs(as_double(parent(i, j)) - ref) <= tolerance<T>(xs));
+          } else {
+            REQUIRE(as_double(parent(i, j)) == 96.5);
+          }
+        }
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("dist all_gather stacks the ranks' inputs along axis 0", "[dist]", loom::half, loom::bf16, float,
+                   double) {
+  using T = TestType;
+  const int p = comm().size(), me = comm().rank();
+  const auto data = all_ranks<T>(31, 5 * 3);
+  const auto expect = [&](const auto& out) {  // out: [5p, 3] view
+    for (int r = 0; r < p; ++r)
+      for (index_t i = 0; i < 5; ++i)
+        for (index_t j = 0; j < 3; ++j) {
+          INFO("rank " << r << " element " << i << ", " << j);
+          const auto want = data[static_cast<std::size_t>(r)][static_cast<std::size_t>(i * 3 + j)];
+          REQUIRE(as_double(out(r * 5 + i, j)) == as_double(want));
+        }
+  };
+  SECTION("contiguous") {
+    host_tensor<T, 2> in({5, 3}), out({5 * p, 3});
+    fill_from(in.view(), data[static_cast<std::size_t>(me)]);
+    fill_value<T>(out.view(), poison<T>());
+    comm().all_gather(in, out);
+    expect(out.view());
+  }
+  SECTION("strided input, transposed output") {
+    host_tensor<T, 2> in_parent({10, 7}), out_parent({3, 5 * p});
+    auto in = in_parent.slice(range(0, none, 2), range(1, 4));  // [5, 3]
+    fill_from(in, data[static_cast<std::size_t>(me)]);
+    fill_value<T>(out_parent.view(), poison<T>());
+    comm().all_gather(in, out_parent.t());
+    expect(out_parent.t());
+  }
+  SECTION("in place: the input is this rank's part of the output") {
+    host_tensor<T, 2> out({5 * p, 3});
+    fill_value<T>(out.view(), poison<T>());
+    auto mine = out.slice(range(5 * me, 5 * me + 5));
+    fill_from(mine, data[static_cast<std::size_t>(me)]);
+    comm().all_gather(mine, out);
+    expect(out.view());
+  }
+}
+
+TEMPLATE_TEST_CASE("dist reduce_scatter leaves each rank its part of the combined input", "[dist]", loom::half,
+                   loom::bf16, float, double) {
+  using T = TestType;
+  const int p = comm().size(), me = comm().rank();
+  for (reduce_op op : {reduce_op::sum, reduce_op::average, reduce_op::max}) {
+    INFO("op " << loom::dist::reduce_op_name(op));
+    const auto data = all_ranks<T>(41 + static_cast<int>(op), 7 * p * 3);
+    const auto expect = [&](const auto& out) {  // out: [7, 3] view
+      for (index_t i = 0; i < 7; ++i)
+        for (index_t j = 0; j < 3; ++j) {
+          std::vector<double> xs;
+          for (const auto& d : data) xs.push_back(as_double(d[static_cast<std::size_t>((me * 7 + i) * 3 + j)]));
+          const double ref = combine(xs, op);
+          INFO("element " << i << ", " << j);
+          REQUIRE(std::fabs(as_double(out(i, j)) - ref) <= tolerance<T>(xs));
+        }
+    };
+    {
+      host_tensor<T, 2> in({7 * p, 3}), out({7, 3});
+      fill_from(in.view(), data[static_cast<std::size_t>(me)]);
+      fill_value<T>(out.view(), poison<T>());
+      comm().reduce_scatter(in, out, op);
+      expect(out.view());
+    }
+    {  // a strided input, a transposed output
+      host_tensor<T, 2> in_parent({7 * p, 8}), out_parent({3, 7});
+      auto in = in_parent.slice(range(0, none), range(2, 8, 2));  // [7p, 3]
+      fill_from(in, data[static_cast<std::size_t>(me)]);
+      fill_value<T>(out_parent.view(), poison<T>());
+      comm().reduce_scatter(in, out_parent.t(), op);
+      expect(out_parent.t());
+    }
+    {  // in place: the output is this rank's part of the input
+      host_tensor<T, 2> in({7 * p, 3});
+      fill_from(in.view(), data[static_cast<std::size_t>(me)]);
+      comm().reduce_scatter(in, in.slice(range(7 * me, 7 * me + 7)), op);
+      expect(in.slice(range(7 * me, 7 * me + 7)));
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("dist broadcast copies the root's tensor and view to every rank", "[dist]", loom::half, loom::bf16,
+                   float, double) {
+  using T = TestType;
+  const int root = comm().size() - 1;
+  const auto data = all_ranks<T>(51, 33 * 5);
+  host_tensor<T, 2> x({33, 5});
+  host_tensor<T, 2> parent({5, 66});
+  auto v = parent.slice(loom::whole, range(0, none, 2)).t();  // [33, 5], strided
+  if (comm().rank() == root) {
+    fill_from(x.view(), data[0]);
+    fill_from(v, data[1 % data.size()]);
+  } else {
+    fill_value<T>(x.view(), poison<T>());
+    fill_value<T>(parent.view(), poison<T>());
+  }
+  comm().broadcast(x, root);
+  comm().broadcast(v, root);
+  for (index_t i = 0; i < 33 * 5; ++i) {
+    REQUIRE(as_double(x.data()[i]) == as_double(data[0][static_cast<std::size_t>(i)]));
+    REQUIRE(as_double(v.data()[v.offset_of(i)]) == as_double(data[1 % data.size()][static_cast<std::size_t>(i)]));
+  }
+}
+
+TEST_CASE("dist arguments that differ across ranks throw mismatch_error on every rank, before any data moves",
+          "[dist]") {
+  auto& c = comm();
+  REQUIRE(c.checks_metadata());
+  const bool odd = c.rank() % 2 == 1;
+  host_tensor<float, 2> a({3, odd ? 6 : 5});
+  fill_value<float>(a.view(), 2.0);
+  SECTION("shapes") {
+    try {
+      c.all_reduce(a);
+      FAIL("no mismatch_error");
+    } catch (const loom::dist::mismatch_error& e) {
+      const std::string m = e.what();
+      INFO(m);
+      CHECK(m.rfind("loom: ", 0) == 0);
+      CHECK(m.find("rank 0: all_reduce") != std::string::npos);
+      CHECK(m.find("float32 [3, 5]") != std::string::npos);
+      CHECK(m.find("float32 [3, 6]") != std::string::npos);
+    }
+    for (index_t i = 0; i < a.size(); ++i) REQUIRE(a.data()[i] == 2.0f);  // untouched
+  }
+  SECTION("dtypes") {
+    host_tensor<float, 1> f({4});
+    host_tensor<double, 1> d({4});
+    fill_value<float>(f.view(), 1.0);
+    fill_value<double>(d.view(), 1.0);
+    REQUIRE_THROWS_AS(odd ? c.all_reduce(d) : c.all_reduce(f), loom::dist::mismatch_error);
+  }
+  SECTION("collectives and reduce ops") {
+    host_tensor<float, 1> f({4});
+    fill_value<float>(f.view(), 1.0);
+    REQUIRE_THROWS_WITH(odd ? c.broadcast(f, 0) : c.all_reduce(f), Catch::Contains("broadcast (call"));
+    REQUIRE_THROWS_WITH(c.all_reduce(f, odd ? reduce_op::max : reduce_op::sum), Catch::Contains("max"));
+  }
+  SECTION("an output of the wrong shape on one rank") {
+    host_tensor<float, 2> in({2, 3}), out({2 * c.size() + (c.rank() == 0 ? 1 : 0), 3});
+    fill_value<float>(in.view(), 1.0);
+    REQUIRE_THROWS_WITH(c.all_gather(in, out), Catch::Contains("rank 0: the output must have the shape"));
+  }
+  // The communicator stays usable: the next collective agrees.
+  host_tensor<float, 1> one({1});
+  one(0) = 1.0f;
+  c.all_reduce(one);
+  REQUIRE(one(0) == static_cast<float>(c.size()));
+  c.barrier();
+}
+
+TEST_CASE("dist communicator from the environment reads torchrun's variables and has no host collectives", "[dist]") {
+  const auto set = [](const char* k, const char* v) { REQUIRE(setenv(k, v, 1) == 0); };
+  const auto clear = [] {
+    for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOOM_DIST_PORT",
+                          "NCCL_COMM_ID"})
+      unsetenv(k);
+  };
+  clear();
+  REQUIRE_THROWS_AS(loom::dist::communicator::from_env(), loom::value_error);
+  set("RANK", "1");
+  set("WORLD_SIZE", "x");
+  REQUIRE_THROWS_WITH(loom::dist::communicator::from_env(), Catch::Contains("WORLD_SIZE=x"));
+  set("WORLD_SIZE", "2");
+  REQUIRE_THROWS_WITH(loom::dist::communicator::from_env(), Catch::Contains("MASTER_ADDR"));
+  set("MASTER_ADDR", "127.0.0.1");
+  set("MASTER_PORT", "29500");
+  set("LOCAL_RANK", "1");
+  {
+    auto e = loom::dist::communicator::from_env();
+    CHECK(e.rank() == 1);
+    CHECK(e.size() == 2);
+    CHECK(e.local_rank() == 1);
+    CHECK(!e.has_mpi());
+    CHECK(std::string(std::getenv("NCCL_COMM_ID")) == "127.0.0.1:29501");
+    host_tensor<float, 1> f({3});
+    REQUIRE_THROWS_WITH(e.all_reduce(f), Catch::Contains("needs MPI"));
+  }
+  clear();
+}
+
+// Run alone (ctest entry dist_killed_rank): the last rank dies; the others'
+// next collective fails with timeout_error once the timeout has passed.
+TEST_CASE("dist a rank that dies makes the others' collective fail within the timeout", "[.][kill]") {
+  loom::dist::options o;
+  o.timeout = std::chrono::seconds(3);
+  auto c = loom::dist::communicator::from_mpi(o);
+  host_tensor<float, 1> x({1000});
+  fill_value<float>(x.view(), 1.0);
+  c.all_reduce(x);
+  if (c.rank() == c.size() - 1) std::raise(SIGKILL);
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE_THROWS_AS(c.all_reduce(x), loom::dist::timeout_error);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE(waited >= 3.0);
+  REQUIRE(waited < 30.0);
+  REQUIRE_THROWS_WITH(c.barrier(), Catch::Contains("cannot be used again"));
+  std::cout << "loom-dist: rank " << c.rank() << " got timeout_error after " << waited << " s" << std::endl;
+}
+
+int main(int argc, char* argv[]) {
+  loom::dist::mpi_environment mpi(argc, argv);
+  loom::set_fill_uninitialized(true);
+  loom::dist::options o;
+  o.timeout = std::chrono::seconds(60);
+  o.check_metadata = true;
+  auto c = loom::dist::communicator::from_mpi(o);
+  the_comm = &c;
+  const int failed = Catch::Session().run(argc, argv);
+  the_comm = nullptr;
+  return failed;
+}
