@@ -147,6 +147,37 @@ struct block {
   }
 };
 
+double gelu_tanh(double z) {
+  const double c = std::sqrt(2 / 3.14159265358979323846);
+  return 0.5 * z * (1 + std::tanh(c * (z + 0.044715 * z * z * z)));
+}
+
+// A weight and a bias tied across three products: u = gelu_tanh(x w + c);
+// v = u w + c; t = v w + d. In the backward, the last step writes the
+// gradients of w, the middle one adds to w's (through scratch) while it
+// writes c's, the first adds to both (in the GEMMs' epilogue).
+struct tied {
+  static constexpr index_t n = 5, d = 6;
+  std::mt19937_64 g{loom_test::seed_for("model tied")};
+  mat x = random_mat(n, d, g), w = random_mat(d, d, g), dy = random_mat(n, d, g);
+  vec c = random_vec(d, g), bd = random_vec(d, g);
+  mat u{{n, d}}, v{{n, d}}, t{{n, d}};
+  auto make() {
+    return loom::model(loom::parameters(w, c, bd),
+                       loom::step(u, loom::step_policy::recompute) = loom::linear(x, w, c, matmul_activation::gelu_tanh),
+                       loom::step(v) = loom::linear(u, w, c), loom::step(t) = loom::linear(v, w, bd));
+  }
+  double reference() const {
+    auto uv = linear_ref(values(x), n, d, w, c, false);
+    for (auto& z : uv) z = gelu_tanh(z);
+    const auto vv = linear_ref(uv, n, d, w, c, false);
+    const auto tv = linear_ref(vv, n, d, w, bd, false);
+    double total = 0;
+    for (index_t i = 0; i < n * d; ++i) total += tv[static_cast<std::size_t>(i)] * dy.data()[i];
+    return total;
+  }
+};
+
 template <class Net, class... P>
 std::vector<std::vector<double>> grads_of(const Net& net, const P&... p) {
   return {std::vector<double>(net.grad(p).data(), net.grad(p).data() + p.size())...};
@@ -184,6 +215,18 @@ TEST_CASE("model derives every gradient of a residual block with layer norm, add
                   {net.grad(b.w0).data(), net.grad(b.b0).data(), net.grad(b.gamma).data(), net.grad(b.beta).data(),
                    net.grad(b.w1).data(), net.grad(b.b1).data(), net.grad(b.w2).data(), net.grad(b.b2).data()},
                   [&] { return b.reference(); });
+}
+
+TEST_CASE("model adds the gradients of a weight and a bias tied across three products", "[optim][model]") {
+  tied m;
+  auto net = m.make();
+  poison(m.u), poison(m.v), poison(m.t);
+  net.forward();
+  poison(m.u);  // recomputed, with gelu's input, before the middle step's backward reads it
+  net.backward(m.dy);
+  CHECK(net.last_backward().recomputed == 1);
+  check_gradients({m.w.data(), m.c.data(), m.bd.data()}, {m.w.size(), m.c.size(), m.bd.size()},
+                  {net.grad(m.w).data(), net.grad(m.c).data(), net.grad(m.bd).data()}, [&] { return m.reference(); });
 }
 
 TEST_CASE("model gives the same bits in two runs and under the recompute policy", "[optim][model]") {
