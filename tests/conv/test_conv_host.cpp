@@ -122,6 +122,22 @@ void require_close(const vec& got, const vec& want, double tol, const char* what
   REQUIRE(worst <= tol);
 }
 
+// Random extents (1 to max_extent), kernel (1 to 4) and per-axis options
+// (stride 1 to 3, padding 0 to 2, dilation 1 to max_dilation) of a
+// conv_case or a transpose_case.
+template <class Case, class Pick>
+void random_window(Case& k, const Pick& pick, index_t max_extent, index_t max_dilation) {
+  k.h = pick(1, max_extent);
+  k.w = pick(1, max_extent);
+  k.kh = pick(1, 4);
+  k.kw = pick(1, 4);
+  for (int a = 0; a < 2; ++a) {
+    k.o.stride[a] = pick(1, 3);
+    k.o.padding[a] = pick(0, 2);
+    k.o.dilation[a] = pick(1, max_dilation);
+  }
+}
+
 conv_case random_case(std::mt19937_64& g) {
   const auto pick = [&](index_t lo, index_t hi) { return std::uniform_int_distribution<index_t>(lo, hi)(g); };
   for (;;) {
@@ -132,15 +148,7 @@ conv_case random_case(std::mt19937_64& g) {
     k.o.groups = groups;
     k.c = groups * (mode >= 2 ? 1 : pick(1, 3));
     k.cout = groups * (mode == 2 ? 1 : pick(1, 3));
-    k.h = pick(1, 9);
-    k.w = pick(1, 9);
-    k.kh = pick(1, 4);
-    k.kw = pick(1, 4);
-    for (int a = 0; a < 2; ++a) {
-      k.o.stride[a] = pick(1, 3);
-      k.o.padding[a] = pick(0, 2);
-      k.o.dilation[a] = pick(1, 3);
-    }
+    random_window(k, pick, 9, 3);
     if (k.convolves()) return k;
   }
 }
@@ -411,24 +419,16 @@ struct transpose_case {
 
 // Calls f(y index, x index, w index) for every term of the transposed
 // convolution: x(n, c, iy, ix) w(c, oc, ki, kj) adds to y(n, group's oc,
-// iy stride - padding + ki dilation, ...).
+// iy stride - padding + ki dilation, ...). These are the terms of the
+// convolution of an input of y's shape with the same weight and options,
+// whose output has x's shape (output_padding < stride adds no output
+// position), with the roles of x and y swapped.
 template <class F>
 void for_each_transpose_term(const transpose_case& k, F f) {
-  const index_t cig = k.cin / k.o.groups, cog = k.cout / k.o.groups;
-  for (index_t n = 0; n < k.n; ++n)
-    for (index_t c = 0; c < k.cin; ++c)
-      for (index_t iy = 0; iy < k.h; ++iy)
-        for (index_t ix = 0; ix < k.w; ++ix)
-          for (index_t oc = 0; oc < cog; ++oc)
-            for (index_t ki = 0; ki < k.kh; ++ki)
-              for (index_t kj = 0; kj < k.kw; ++kj) {
-                const index_t oy = iy * k.o.stride[0] - k.o.padding[0] + ki * k.o.dilation[0];
-                const index_t ox = ix * k.o.stride[1] - k.o.padding[1] + kj * k.o.dilation[1];
-                if (oy < 0 || oy >= k.out(0) || ox < 0 || ox >= k.out(1)) continue;
-                const index_t o = c / cig * cog + oc;
-                f(((n * k.cout + o) * k.out(0) + oy) * k.out(1) + ox, ((n * k.cin + c) * k.h + iy) * k.w + ix,
-                  ((c * cog + oc) * k.kh + ki) * k.kw + kj);
-              }
+  conv_case c;
+  c.n = k.n, c.c = k.cout, c.h = k.out(0), c.w = k.out(1), c.cout = k.cin, c.kh = k.kh, c.kw = k.kw;
+  c.o.stride = k.o.stride, c.o.padding = k.o.padding, c.o.dilation = k.o.dilation, c.o.groups = k.o.groups;
+  for_each_term(c, [&](index_t yi, index_t xi, index_t wi) { f(xi, yi, wi); });
 }
 }  // namespace
 
@@ -441,16 +441,8 @@ TEST_CASE("conv_transpose2d and its gradients match a direct loop over a random 
     k.o.groups = pick(1, 3);
     k.cin = k.o.groups * pick(1, 2);
     k.cout = k.o.groups * pick(1, 3);
-    k.h = pick(1, 6);
-    k.w = pick(1, 6);
-    k.kh = pick(1, 4);
-    k.kw = pick(1, 4);
-    for (int a = 0; a < 2; ++a) {
-      k.o.stride[a] = pick(1, 3);
-      k.o.dilation[a] = pick(1, 2);
-      k.o.padding[a] = pick(0, 2);
-      k.o.output_padding[a] = pick(0, k.o.stride[a] - 1);
-    }
+    random_window(k, pick, 6, 2);
+    for (int a = 0; a < 2; ++a) k.o.output_padding[a] = pick(0, k.o.stride[a] - 1);
     if (k.out(0) < 1 || k.out(1) < 1) continue;
     INFO("case " << i << ": x " << loom::shape_string(k.x_shape()) << " w " << loom::shape_string(k.w_shape()) << " -> "
                  << loom::shape_string(k.y_shape()));

@@ -242,23 +242,31 @@ using const_view_of = view<const typename view_of<X>::value_type, R, host>;
 template <std::size_t R, class X>
 using out_view_of = view<typename view_of<X>::value_type, R, host>;
 
-template <std::size_t R, class X, class W, class Options>
-void forward_into(const char* op, const out_view_of<R, X>& y, const X& x, const W& w, const Options& o) {
+// The forward with no bias or one bias vector (Bias: zero or one operand).
+template <std::size_t R, class X, class W, class Options, class... Bias>
+void forward_into(const char* op, const out_view_of<R, X>& y, const X& x, const W& w, const Options& o,
+                  const Bias&... bias) {
+  static_assert(sizeof...(Bias) <= 1, "loom: a convolution takes at most one bias");
   require_host_operand<R, X>();
   require_host_operand<R, W>();
   require_same_type<X, W>();
-  run_forward(op, const_view_of<R, X>(as_view(x)), const_view_of<R, X>(as_view(w)),
-              static_cast<const const_view_of<1, X>*>(nullptr), o, y);
+  (require_host_operand<1, Bias>(), ...);
+  (require_same_type<X, Bias>(), ...);
+  if constexpr (sizeof...(Bias) == 0) {
+    run_forward(op, const_view_of<R, X>(as_view(x)), const_view_of<R, X>(as_view(w)),
+                static_cast<const const_view_of<1, X>*>(nullptr), o, y);
+  } else {
+    const const_view_of<1, X> b(as_view(bias)...);
+    run_forward(op, const_view_of<R, X>(as_view(x)), const_view_of<R, X>(as_view(w)), &b, o, y);
+  }
 }
-template <std::size_t R, class X, class W, class B, class Options>
-void forward_into(const char* op, const out_view_of<R, X>& y, const X& x, const W& w, const B& bias, const Options& o) {
+// forward_into a new host tensor, returned.
+template <std::size_t R, class X, class W, class Options, class... Bias>
+auto forward_new(const char* op, const X& x, const W& w, const Options& o, const Bias&... bias) {
   require_host_operand<R, X>();
-  require_host_operand<R, W>();
-  require_host_operand<1, B>();
-  require_same_type<X, W>();
-  require_same_type<X, B>();
-  const const_view_of<1, X> b(as_view(bias));
-  run_forward(op, const_view_of<R, X>(as_view(x)), const_view_of<R, X>(as_view(w)), &b, o, y);
+  auto y = new_output<typename view_of<X>::value_type, R>(op, as_view(x).extents(), as_view(w).extents(), o);
+  forward_into<R>(op, y.view(), x, w, o, bias...);
+  return y;
 }
 template <std::size_t R, class DY, class W, class Options>
 void backward_input_into(const char* op, const out_view_of<R, DY>& dx, const DY& dy, const W& w, const Options& o) {
@@ -273,6 +281,26 @@ void backward_weight_into(const char* op, const out_view_of<R, DY>& dw, const DY
   require_host_operand<R, X>();
   require_same_type<DY, X>();
   run_backward_weight(op, const_view_of<R, DY>(as_view(dy)), const_view_of<R, DY>(as_view(x)), o, dw);
+}
+// The gradients into new host tensors of the input's (weight's) shape,
+// after the geometry's checks.
+template <std::size_t R, class DY, class W, class Options>
+auto backward_input_new(const char* op, const DY& dy, const W& w, const shape<R>& input_shape, const Options& o) {
+  require_host_operand<R, DY>();
+  using T = typename view_of<DY>::value_type;
+  checked_geometry(op, as_2d<T>(input_shape), as_2d<T>(as_view(w).extents()), as_2d(o));
+  tensor<T, R, host> dx(input_shape);
+  backward_input_into<R>(op, dx.view(), dy, w, o);
+  return dx;
+}
+template <std::size_t R, class DY, class X, class Options>
+auto backward_weight_new(const char* op, const DY& dy, const X& x, const shape<R>& weight_shape, const Options& o) {
+  require_host_operand<R, DY>();
+  using T = typename view_of<DY>::value_type;
+  checked_geometry(op, as_2d<T>(as_view(x).extents()), as_2d<T>(weight_shape), as_2d(o));
+  tensor<T, R, host> dw(weight_shape);
+  backward_weight_into<R>(op, dw.view(), dy, x, o);
+  return dw;
 }
 }  // namespace detail::conv
 
@@ -305,27 +333,19 @@ void conv2d_into(Y&& y, const X& x, const W& w, const conv2d_options& o = {}) {
 //! Example: `loom::conv2d_into(y, x, w, b, {.padding = {1, 1}});`
 template <tensor_like Y, tensor_like X, tensor_like W, tensor_like B>
 void conv2d_into(Y&& y, const X& x, const W& w, const B& bias, const conv2d_options& o = {}) {
-  detail::conv::forward_into<4>("conv2d", detail::as_view(y), x, w, bias, o);
+  detail::conv::forward_into<4>("conv2d", detail::as_view(y), x, w, o, bias);
 }
 //! conv2d_into a new host tensor, returned.
 //! Example: `auto y = loom::conv2d(x, w, {.stride = {2, 2}, .padding = {1, 1}});`
 template <tensor_like X, tensor_like W>
 [[nodiscard]] auto conv2d(const X& x, const W& w, const conv2d_options& o = {}) {
-  detail::conv::require_host_operand<4, X>();
-  auto y = detail::conv::new_output<typename detail::conv::view_of<X>::value_type, 4>(
-      "conv2d", detail::as_view(x).extents(), detail::as_view(w).extents(), o);
-  conv2d_into(y, x, w, o);
-  return y;
+  return detail::conv::forward_new<4>("conv2d", x, w, o);
 }
 //! conv2d with a bias [Cout], into a new host tensor.
 //! Example: `auto y = loom::conv2d(x, w, b, {.padding = {1, 1}});`
 template <tensor_like X, tensor_like W, tensor_like B>
 [[nodiscard]] auto conv2d(const X& x, const W& w, const B& bias, const conv2d_options& o = {}) {
-  detail::conv::require_host_operand<4, X>();
-  auto y = detail::conv::new_output<typename detail::conv::view_of<X>::value_type, 4>(
-      "conv2d", detail::as_view(x).extents(), detail::as_view(w).extents(), o);
-  conv2d_into(y, x, w, bias, o);
-  return y;
+  return detail::conv::forward_new<4>("conv2d", x, w, o, bias);
 }
 
 //! The gradient of conv2d's input, written into dx [N, C, H, W] (whose shape
@@ -344,11 +364,7 @@ void conv2d_backward_input_into(DX&& dx, const DY& dy, const W& w, const conv2d_
 template <tensor_like DY, tensor_like W>
 [[nodiscard]] auto conv2d_backward_input(const DY& dy, const W& w, const shape<4>& input_shape,
                                          const conv2d_options& o = {}) {
-  detail::conv::require_host_operand<4, DY>();
-  detail::conv::checked_geometry("conv2d_backward_input", input_shape, detail::as_view(w).extents(), o);
-  tensor<typename detail::conv::view_of<DY>::value_type, 4, host> dx(input_shape);
-  conv2d_backward_input_into(dx, dy, w, o);
-  return dx;
+  return detail::conv::backward_input_new("conv2d_backward_input", dy, w, input_shape, o);
 }
 
 //! The gradient of conv2d's weight, written into dw [Cout, C / groups, kh,
@@ -366,11 +382,7 @@ void conv2d_backward_weight_into(DW&& dw, const DY& dy, const X& x, const conv2d
 template <tensor_like DY, tensor_like X>
 [[nodiscard]] auto conv2d_backward_weight(const DY& dy, const X& x, const shape<4>& weight_shape,
                                           const conv2d_options& o = {}) {
-  detail::conv::require_host_operand<4, DY>();
-  detail::conv::checked_geometry("conv2d_backward_weight", detail::as_view(x).extents(), weight_shape, o);
-  tensor<typename detail::conv::view_of<DY>::value_type, 4, host> dw(weight_shape);
-  conv2d_backward_weight_into(dw, dy, x, o);
-  return dw;
+  return detail::conv::backward_weight_new("conv2d_backward_weight", dy, x, weight_shape, o);
 }
 
 //! The gradient of conv2d's (and conv1d's) bias: db [Cout], each element the
@@ -394,40 +406,26 @@ template <tensor_like DY>
 //! Example: `auto y = loom::conv1d(x, w, {.padding = 1, .groups = 4});`
 template <tensor_like X, tensor_like W>
 [[nodiscard]] auto conv1d(const X& x, const W& w, const conv1d_options& o = {}) {
-  detail::conv::require_host_operand<3, X>();
-  auto y = detail::conv::new_output<typename detail::conv::view_of<X>::value_type, 3>(
-      "conv1d", detail::as_view(x).extents(), detail::as_view(w).extents(), o);
-  detail::conv::forward_into<3>("conv1d", y.view(), x, w, o);
-  return y;
+  return detail::conv::forward_new<3>("conv1d", x, w, o);
 }
 //! conv1d with a bias [Cout].
 //! Example: `auto y = loom::conv1d(x, w, b, {.padding = 1});`
 template <tensor_like X, tensor_like W, tensor_like B>
 [[nodiscard]] auto conv1d(const X& x, const W& w, const B& bias, const conv1d_options& o = {}) {
-  detail::conv::require_host_operand<3, X>();
-  auto y = detail::conv::new_output<typename detail::conv::view_of<X>::value_type, 3>(
-      "conv1d", detail::as_view(x).extents(), detail::as_view(w).extents(), o);
-  detail::conv::forward_into<3>("conv1d", y.view(), x, w, bias, o);
-  return y;
+  return detail::conv::forward_new<3>("conv1d", x, w, o, bias);
 }
 //! The gradient of conv1d's input: dx [N, C, L] (`input_shape`) from dy and w.
 //! Example: `auto dx = loom::conv1d_backward_input(dy, w, x.extents(), opts);`
 template <tensor_like DY, tensor_like W>
 [[nodiscard]] auto conv1d_backward_input(const DY& dy, const W& w, const shape<3>& input_shape,
                                          const conv1d_options& o = {}) {
-  detail::conv::require_host_operand<3, DY>();
-  tensor<typename detail::conv::view_of<DY>::value_type, 3, host> dx(input_shape);
-  detail::conv::backward_input_into<3>("conv1d_backward_input", dx.view(), dy, w, o);
-  return dx;
+  return detail::conv::backward_input_new("conv1d_backward_input", dy, w, input_shape, o);
 }
 //! The gradient of conv1d's weight: dw [Cout, C / groups, k] (`weight_shape`) from dy and x.
 //! Example: `auto dw = loom::conv1d_backward_weight(dy, x, w.extents(), opts);`
 template <tensor_like DY, tensor_like X>
 [[nodiscard]] auto conv1d_backward_weight(const DY& dy, const X& x, const shape<3>& weight_shape,
                                           const conv1d_options& o = {}) {
-  detail::conv::require_host_operand<3, DY>();
-  tensor<typename detail::conv::view_of<DY>::value_type, 3, host> dw(weight_shape);
-  detail::conv::backward_weight_into<3>("conv1d_backward_weight", dw.view(), dy, x, o);
-  return dw;
+  return detail::conv::backward_weight_new("conv1d_backward_weight", dy, x, weight_shape, o);
 }
 }  // namespace loom

@@ -66,8 +66,13 @@ inline shape<4> transposed_output_shape(const char* op, const shape<4>& xs, cons
   return out;
 }
 
-// Checks dy of a transposed convolution against its output shape ys.
-inline void check_transposed_gradient(const char* op, const shape<4>& dys, const shape<4>& ys) {
+// Checks dy of a transposed convolution of an input of shape xs with a
+// weight of shape ws against the output's shape.
+template <class DY>
+void check_transposed_gradient(const char* op, const DY& dy, const shape<4>& xs, const shape<4>& ws,
+                               const conv_transpose2d_options& o) {
+  require_host_operand<4, DY>();
+  const shape<4> ys = transposed_output_shape(op, xs, ws, o), dys = as_view(dy).extents();
   if (dys != ys)
     throw shape_error(std::string("loom: ") + op + ": the output gradient dy has shape " + shape_string(dys) +
                       "; the transposed convolution's output has shape " + shape_string(ys));
@@ -140,13 +145,10 @@ template <tensor_like X, tensor_like W, tensor_like B>
 template <tensor_like DY, tensor_like W>
 [[nodiscard]] auto conv_transpose2d_backward_input(const DY& dy, const W& w, const shape<4>& input_shape,
                                                    const conv_transpose2d_options& o = {}) {
-  detail::conv::require_host_operand<4, DY>();
-  using T = typename detail::conv::view_of<DY>::value_type;
-  const shape<4> ys = detail::conv::transposed_output_shape("conv_transpose2d_backward_input", input_shape,
-                                                            detail::as_view(w).extents(), o);
-  detail::conv::check_transposed_gradient("conv_transpose2d_backward_input", detail::as_view(dy).extents(), ys);
-  tensor<T, 4, host> dx(input_shape);
-  detail::conv::forward_into<4>("conv_transpose2d_backward_input", dx.view(), dy, w, detail::conv::transposed(o));
+  const char* op = "conv_transpose2d_backward_input";
+  detail::conv::check_transposed_gradient(op, dy, input_shape, detail::as_view(w).extents(), o);
+  tensor<typename detail::conv::view_of<DY>::value_type, 4, host> dx(input_shape);
+  detail::conv::forward_into<4>(op, dx.view(), dy, w, detail::conv::transposed(o));
   return dx;
 }
 
@@ -158,14 +160,10 @@ template <tensor_like DY, tensor_like W>
 template <tensor_like DY, tensor_like X>
 [[nodiscard]] auto conv_transpose2d_backward_weight(const DY& dy, const X& x, const shape<4>& weight_shape,
                                                     const conv_transpose2d_options& o = {}) {
-  detail::conv::require_host_operand<4, DY>();
-  using T = typename detail::conv::view_of<DY>::value_type;
-  const shape<4> ys = detail::conv::transposed_output_shape("conv_transpose2d_backward_weight",
-                                                            detail::as_view(x).extents(), weight_shape, o);
-  detail::conv::check_transposed_gradient("conv_transpose2d_backward_weight", detail::as_view(dy).extents(), ys);
-  tensor<T, 4, host> dw(weight_shape);
-  detail::conv::backward_weight_into<4>("conv_transpose2d_backward_weight", dw.view(), x, dy,
-                                        detail::conv::transposed(o));
+  const char* op = "conv_transpose2d_backward_weight";
+  detail::conv::check_transposed_gradient(op, dy, detail::as_view(x).extents(), weight_shape, o);
+  tensor<typename detail::conv::view_of<DY>::value_type, 4, host> dw(weight_shape);
+  detail::conv::backward_weight_into<4>(op, dw.view(), x, dy, detail::conv::transposed(o));
   return dw;
 }
 }  // namespace loom
