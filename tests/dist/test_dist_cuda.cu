@@ -3,7 +3,7 @@
 // one rank made from the environment, so the whole device path runs on a
 // machine with one GPU: the NCCL communicator's creation, every collective
 // on tensors and strided views of each dtype, the metadata check over NCCL,
-// synchronize. With one rank every result equals its input.
+// synchronize, ZeRO-1. With one rank every result equals its input.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <loom/dist/communicator.hpp>
+#include <loom/dist/zero.hpp>
 #include <loom/tensor/tensor.hpp>
 
 namespace {
@@ -83,4 +84,20 @@ TEMPLATE_TEST_CASE("dist device collectives on one rank leave tensors and views 
     auto wrong = loom::to_device(random_host<T>(256, 3, 11));
     REQUIRE_THROWS_AS(c.all_gather(in, wrong), loom::dist::mismatch_error);
   }
+}
+
+TEST_CASE("dist zero1_adamw on one rank equals AdamW on the device", "[cuda][dist]") {
+  auto& c = one_rank();
+  const auto h = random_host<float>(1, 333, 12);
+  const auto hg = random_host<float>(1, 333, 13);
+  auto w = loom::to_device(h), g = loom::to_device(hg), w_ref = loom::to_device(h), g_ref = loom::to_device(hg);
+  loom::dist::zero1_adamw<float, loom::device> zero(c, w.slice(0), g.slice(0), {0.1, 0.9, 0.999, 1e-8, 0.1});
+  loom::optim::adamw<loom::device> ref({0.1, 0.9, 0.999, 1e-8, 0.1});
+  ref.add(w_ref.slice(0), g_ref.slice(0));
+  for (int step = 0; step < 2; ++step) {
+    zero.step();
+    ref.step();
+  }
+  c.synchronize();
+  REQUIRE(same(loom::to_host(w), loom::to_host(w_ref)));
 }

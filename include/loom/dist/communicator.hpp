@@ -304,7 +304,7 @@ class communicator {
                   "loom: a collective's input and output live in the same memory space");
     const auto what = enter(c, dtype_of<T>, op, 0, iv.extents(), ov.extents(), std::is_same_v<typename OV::space, device>);
     const view<const T, IV::rank, typename IV::space> ic = iv;
-    const bool gather = c == detail::collective::all_gather;
+    [[maybe_unused]] const bool gather = c == detail::collective::all_gather;
     if constexpr (std::is_same_v<typename OV::space, host>) {
 #if LOOM_HAS_MPI
       gather ? detail::host_all_gather(*s_, ic, ov, what) : detail::host_reduce_scatter(*s_, ic, ov, op, what);
