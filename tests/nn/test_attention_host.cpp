@@ -5,6 +5,7 @@
 // finite differences of the reference. Seeded random odd sizes, Sq != Skv,
 // D not a power of two, grouped-query heads; outputs poisoned (the test main
 // fills every loom allocation with NaN bytes).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -90,7 +91,7 @@ ref_out reference(const dims& n, const mods& m, const vec& q, const vec& k, cons
 template <class T>
 loom::host_tensor<T, 4> make(const loom::shape<4>& s, const vec& data) {
   loom::host_tensor<T, 4> t(s);
-  for (std::size_t i = 0; i < data.size(); ++i) t.data()[i] = static_cast<T>(data[i]);
+  for (std::size_t i = 0; i < data.size(); ++i) t.data()[i] = loom::detail::convert<T>(data[i]);
   return t;
 }
 vec random_vec(std::size_t n, std::mt19937_64& g) {
@@ -116,12 +117,19 @@ struct tensors {
       : q(make<T>({n.b, n.hq, n.sq, n.d}, in.q)), k(make<T>({n.b, n.hkv, n.skv, n.d}, in.k)),
         v(make<T>({n.b, n.hkv, n.skv, n.d}, in.v)), dout(make<T>({n.b, n.hq, n.sq, n.d}, in.dout)) {}
 };
-// Seeded random inputs of sizes n and their tensors of T.
+// x rounded to T (the values loom reads), in double.
+template <class T>
+inputs rounded(inputs x) {
+  for (vec* v : {&x.q, &x.k, &x.v, &x.dout})
+    for (double& e : *v) e = loom::detail::convert<double>(loom::detail::convert<T>(e));
+  return x;
+}
+// Seeded random inputs of sizes n (rounded to T) and their tensors of T.
 template <class T>
 struct random_case {
   inputs in;
   tensors<T> t;
-  random_case(const dims& n, std::uint64_t seed) : in(random_inputs(n, seed)), t(n, in) {}
+  random_case(const dims& n, std::uint64_t seed) : in(rounded<T>(random_inputs(n, seed))), t(n, in) {}
 };
 
 template <class T, class Got>
@@ -129,7 +137,7 @@ void check_close(const Got& got, const vec& want, double tol, const char* what) 
   INFO(what);
   REQUIRE(static_cast<std::size_t>(got.size()) == want.size());
   for (std::size_t i = 0; i < want.size(); ++i) {
-    const double x = static_cast<double>(got.data()[i]);
+    const double x = loom::detail::convert<double>(got.data()[i]);
     if (std::isinf(want[i])) {
       INFO("element " << i);
       REQUIRE(x == want[i]);
@@ -140,18 +148,44 @@ void check_close(const Got& got, const vec& want, double tol, const char* what) 
   }
 }
 
-// Forward and backward of attention `attn` (with extra arguments ex) against the reference.
-template <class T, class Attn, class... X>
+// Which code runs: the host executor's kernels, or the device kernels'
+// block bodies emulated on the host.
+enum class path { host, emulated };
+template <path P, class Attn, class Q, class X>
+auto forward(const Attn& attn, const Q& q, const Q& k, const Q& v, const X& ex) {
+  if constexpr (P == path::host)
+    return attn(q, k, v, ex);
+  else
+    return loom::detail::attn::device_emulation(attn, q, k, v, ex);
+}
+template <path P, class Attn, class Q, class O, class L, class X>
+auto backward(const Attn& attn, const Q& q, const Q& k, const Q& v, const O& o, const L& lse, const Q& dout,
+              const X& ex) {
+  if constexpr (P == path::host)
+    return loom::grad(attn)(q, k, v, o, lse, dout, ex);
+  else
+    return loom::detail::attn::device_emulation_backward(attn, q, k, v, o, lse, dout, ex);
+}
+// Tolerance of o and lse relative to 1 + |value| for inputs of T: the
+// output's rounding for half and bf16.
+template <class T>
+constexpr double tolerance = std::is_same_v<T, double> ? 1e-10
+                             : std::is_same_v<T, float> ? 2e-4
+                             : std::is_same_v<T, loom::half> ? 2e-3 : 1.6e-2;
+
+// Forward and backward of attention `attn` (with extra arguments ex) on path P against the reference.
+template <class T, class Attn, path P = path::host, class... X>
 void check_case(const Attn& attn, const dims& n, const mods& m, std::uint64_t seed, const X&... ex) {
-  INFO("B " << n.b << " Hq " << n.hq << " Hkv " << n.hkv << " Sq " << n.sq << " Skv " << n.skv << " D " << n.d);
+  INFO("B " << n.b << " Hq " << n.hq << " Hkv " << n.hkv << " Sq " << n.sq << " Skv " << n.skv << " D " << n.d
+            << (P == path::host ? " (host)" : " (device code, emulated)"));
   const random_case<T> c(n, seed);
   const auto &q = c.t.q, &k = c.t.k, &v = c.t.v, &dout = c.t.dout;
   const ref_out want = reference(n, m, c.in.q, c.in.k, c.in.v, &c.in.dout);
-  const double tol = std::is_same_v<T, float> ? 2e-4 : 1e-10;
-  auto [o, lse] = attn(q, k, v, loom::args(ex...));
+  const double tol = tolerance<T>;
+  auto [o, lse] = forward<P>(attn, q, k, v, loom::args(ex...));
   check_close<T>(o, want.o, tol, "o");
-  check_close<T>(lse, want.lse, tol, "lse");
-  auto gr = loom::grad(attn)(q, k, v, o, lse, dout, loom::args(ex...));
+  check_close<T>(lse, want.lse, std::min(tol, 2e-4), "lse");
+  auto gr = backward<P>(attn, q, k, v, o, lse, dout, loom::args(ex...));
   check_close<T>(gr.dq, want.dq, tol * 5, "dq");
   check_close<T>(gr.dk, want.dk, tol * 5, "dk");
   check_close<T>(gr.dv, want.dv, tol * 5, "dv");
@@ -369,4 +403,171 @@ TEST_CASE("attention throws loom errors for bad shapes", "[nn][attention]") {
   auto [o, lse] = attn(q2, k, v);
   loom::host_tensor<float, 3> bad_lse({1, 2, 5});
   CHECK_THROWS_WITH(loom::grad(attn)(q2, k, v, o, bad_lse, o), Contains("lse must have shape"));
+}
+
+namespace {
+// Sizes for the device kernels' tiles (64 query rows, 32 keys; head sizes up
+// to 64 and up to 128): edges of both, Sq != Skv, grouped-query heads.
+const dims kernel_sizes[] = {{1, 1, 1, 1, 1, 1},     {1, 2, 1, 129, 127, 80}, {2, 4, 2, 17, 65, 32},
+                             {1, 1, 1, 127, 129, 128}, {1, 3, 3, 64, 1, 64},    {1, 2, 2, 65, 33, 7}};
+
+using on_host = std::integral_constant<path, path::host>;
+using emulated = std::integral_constant<path, path::emulated>;
+
+// Two of four mask kinds (no mask; causal; a soft-capped sliding window; a
+// document mask whose rows 0..4 attend nothing), chosen by `first`, on path P.
+template <class T, path P>
+void check_masks(const dims& n, int first, std::uint64_t& seed) {
+  for (int i = first; i < first + 2; ++i) {
+    mods m;
+    switch (i % 4) {
+      case 0:
+        check_case<T, decltype(loom::attention(loom::no_mask)), P>(loom::attention(loom::no_mask), n, m, ++seed);
+        break;
+      case 1:
+        m.allowed = [](index_t, index_t, index_t q, index_t kv) { return kv <= q; };
+        check_case<T, decltype(loom::attention(loom::causal)), P>(loom::attention(loom::causal), n, m, ++seed);
+        break;
+      case 2: {
+        m.allowed = [](index_t, index_t, index_t q, index_t kv) { return kv <= q && q - kv < 40; };
+        m.f = [](double s, auto...) { return 2.5 * std::tanh(s / 2.5); };
+        m.df = [](double s, auto...) { return 1 - std::tanh(s / 2.5) * std::tanh(s / 2.5); };
+        const auto window = loom::attention(softcap, loom::sliding_window(40));
+        check_case<T, decltype(window), P>(window, n, m, ++seed);
+        break;
+      }
+      default: {
+        m.allowed = [](index_t, index_t, index_t q, index_t kv) { return q >= 5 && (q - 5) / 13 == kv / 13; };
+        const auto doc =
+            loom::attention(loom::mask_mod([](auto, auto, auto q, auto kv) { return q >= 5 && (q - 5) / 13 == kv / 13; }));
+        check_case<T, decltype(doc), P>(doc, n, m, ++seed);
+      }
+    }
+  }
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("attention's device kernels, emulated on the host, match a double reference", "[nn][attention]",
+                   float, loom::bf16) {
+  std::uint64_t seed = loom_test::seed_for("attention emulated");
+  // float: every size, each with two mask kinds in turn; bf16: three sizes.
+  int first = 0;
+  for (const dims& n : kernel_sizes) {
+    if (std::is_same_v<TestType, float> || first % 2 == 0) check_masks<TestType, path::emulated>(n, first, seed);
+    ++first;
+  }
+}
+
+TEMPLATE_TEST_CASE("attention takes half and bf16 inputs on the host executor", "[nn][attention]", loom::half,
+                   loom::bf16) {
+  std::uint64_t seed = loom_test::seed_for("attention low precision");
+  check_masks<TestType, path::host>(dims{1, 2, 1, 37, 71, 19}, 0, seed);
+  check_masks<TestType, path::host>(dims{2, 2, 2, 70, 33, 64}, 2, seed);
+}
+
+TEST_CASE("attention's device kernels, emulated, run ALiBi with grouped heads and fully masked rows",
+          "[nn][attention]") {
+  std::uint64_t seed = loom_test::seed_for("attention emulated alibi");
+  for (const dims& n : {dims{2, 4, 2, 37, 71, 19}, dims{1, 6, 3, 129, 65, 24}}) {
+    loom::host_tensor<float, 1> slopes({n.hq});
+    vec sl(static_cast<std::size_t>(n.hq));
+    for (index_t h = 0; h < n.hq; ++h) slopes.data()[h] = static_cast<float>(sl[h] = std::exp2(-1.0 - h));
+    mods a;
+    a.f = [sl](double s, index_t, index_t h, index_t q, index_t kv) {
+      return s - sl[h] * static_cast<double>(q > kv ? q - kv : kv - q);
+    };
+    a.allowed = [](index_t, index_t, index_t q, index_t kv) { return kv <= q; };
+    check_case<float, decltype(loom::attention(alibi, loom::causal)), path::emulated>(
+        loom::attention(alibi, loom::causal), n, a, ++seed, slopes);
+  }
+  mods none;
+  none.allowed = [](auto...) { return false; };
+  const auto masked = loom::attention(loom::mask_mod([](auto...) { return false; }));
+  check_case<double, decltype(masked), path::emulated>(masked, dims{1, 1, 1, 4, 3, 2}, none, ++seed);
+}
+
+TEMPLATE_TEST_CASE("attention differentiates extra arguments read at h, q and kv", "[nn][attention]",
+                   on_host, emulated) {
+  constexpr path P = TestType::value;
+  const dims n{2, 2, 1, 6, 9, 3};
+  const inputs in = random_inputs(n, 23);
+  const tensors<double> t(n, in);
+  // f = s + qb[q] · kb[kv] - slope[h] · (q - kv) under a causal mask.
+  const auto attn = loom::attention(loom::score_mod([](auto s, auto, auto h, auto q, auto kv, auto slope, auto qb,
+                                                       auto kb) {
+                                      return s + qb[q] * kb[kv] - slope[h] * static_cast<double>(q - kv);
+                                    }),
+                                    loom::causal);
+  vec slope{0.5, 0.25}, qb(static_cast<std::size_t>(n.sq)), kb(static_cast<std::size_t>(n.skv));
+  for (std::size_t i = 0; i < qb.size(); ++i) qb[i] = 0.3 * static_cast<double>(i) - 0.7;
+  for (std::size_t i = 0; i < kb.size(); ++i) kb[i] = 0.9 - 0.2 * static_cast<double>(i);
+  const auto ref_loss = [&](const vec& sl, const vec& qv, const vec& kv) {
+    mods m;
+    m.f = [&](double s, index_t, index_t h, index_t q, index_t k) {
+      return s + qv[q] * kv[k] - sl[h] * static_cast<double>(q - k);
+    };
+    m.allowed = [](index_t, index_t, index_t q, index_t k) { return k <= q; };
+    const ref_out r = reference(n, m, in.q, in.k, in.v, nullptr);
+    double l = 0;
+    for (std::size_t i = 0; i < r.o.size(); ++i) l += r.o[i] * in.dout[i];
+    return l;
+  };
+  const auto tensor_of = [](const vec& x) {
+    loom::host_tensor<double, 1> y({static_cast<index_t>(x.size())});
+    for (std::size_t i = 0; i < x.size(); ++i) y.data()[i] = x[i];
+    return y;
+  };
+  const auto st = tensor_of(slope), qt = tensor_of(qb), kt = tensor_of(kb);
+  const auto ex = loom::args(st, loom::by_query(qt), loom::by_key(kt));
+  auto [o, lse] = forward<P>(attn, t.q, t.k, t.v, ex);
+  auto gr = backward<P>(attn, t.q, t.k, t.v, o, lse, t.dout, ex);
+  const auto fd = [&](int which, const auto& got) {
+    vec* xs[] = {&slope, &qb, &kb};
+    const vec base = *xs[which];
+    for (std::size_t i = 0; i < base.size(); ++i) {
+      vec up = base, down = base;
+      up[i] += 1e-6;
+      down[i] -= 1e-6;
+      const auto loss = [&](const vec& x) {
+        return ref_loss(which == 0 ? x : slope, which == 1 ? x : qb, which == 2 ? x : kb);
+      };
+      const double want = (loss(up) - loss(down)) / 2e-6;
+      INFO("argument " << which << " element " << i << ": " << got.data()[i] << " vs " << want);
+      CHECK(std::abs(got.data()[i] - want) <= 1e-6 * (1 + std::abs(want)));
+    }
+  };
+  fd(0, std::get<0>(gr.dargs));
+  fd(1, std::get<1>(gr.dargs));
+  fd(2, std::get<2>(gr.dargs));
+  loom::host_tensor<double, 1> short_q({n.sq - 1});
+  CHECK_THROWS_WITH(attn(t.q, t.k, t.v, loom::args(st, loom::by_query(short_q), loom::by_key(kt))),
+                    Contains("indexed by q (loom::by_query) must have Sq = 6"));
+}
+
+TEST_CASE("attention's mask kinds classify tiles that are full or empty correctly", "[nn][attention]") {
+  // Every tile of 1..70 query rows by 1..70 keys at offsets 0..40, brute force.
+  const auto check = [](const auto& mask, const char* what) {
+    INFO(what);
+    for (index_t q0 = 0; q0 < 40; q0 += 3)
+      for (index_t k0 = 0; k0 < 40; k0 += 5)
+        for (index_t nq = 1; nq <= 70; nq += 23)
+          for (index_t nk = 1; nk <= 70; nk += 17) {
+            const loom::tile_kind kind = mask.classify(q0, q0 + nq, k0, k0 + nk);
+            index_t attended = 0;
+            for (index_t q = q0; q < q0 + nq; ++q)
+              for (index_t kv = k0; kv < k0 + nk; ++kv) attended += mask(0, 0, q, kv) ? 1 : 0;
+            INFO("rows [" << q0 << ", " << q0 + nq << ") keys [" << k0 << ", " << k0 + nk << ")");
+            if (kind == loom::tile_kind::full) CHECK(attended == nq * nk);
+            if (kind == loom::tile_kind::empty) CHECK(attended == 0);
+            if (kind == loom::tile_kind::partial) CHECK((attended > 0 && attended < nq * nk));
+          }
+  };
+  check(loom::causal, "causal");
+  for (const index_t w : {1, 7, 32, 64}) check(loom::sliding_window(w), "sliding window");
+}
+
+TEST_CASE("attention's device kernels take head sizes up to 128", "[nn][attention]") {
+  loom::host_tensor<float, 4> q({1, 1, 3, 129}), k({1, 1, 3, 129});
+  CHECK_THROWS_WITH(loom::detail::attn::device_emulation(loom::attention(loom::causal), q, k, k),
+                    Contains("loom: attention on the device") && Contains("D <= 128"));
 }

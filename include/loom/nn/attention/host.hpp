@@ -26,6 +26,7 @@
 #include "loom/core/shape.hpp"
 #include "loom/core/space.hpp"
 #include "loom/nn/attention/mods.hpp"
+#include "loom/nn/attention/tile.hpp"
 #include "loom/tensor/view.hpp"
 
 namespace loom::detail::attn {
@@ -44,32 +45,18 @@ struct geometry {
   index_t k_blocks() const { return (skv + bc - 1) / bc; }
 };
 
-//! An extra argument seen by the score_mod: x[h] (a dual number with
-//! derivative 1 when the backward differentiates with respect to it).
-template <class A, class E, bool Dual>
-struct head_values {
-  const E* p;
-  index_t stride;
-  auto operator[](index_t h) const {
-    const A v = static_cast<A>(p[h * stride]);
-    if constexpr (Dual)
-      return dual<A>{v, A(1)};
-    else
-      return v;
-  }
-};
-template <class A, bool Dual, class V>
-auto accessor(const V& x) {
-  return head_values<A, std::remove_const_t<typename V::value_type>, Dual>{x.data(), x.stride(0)};
-}
-// The accessors of every extra argument, the J-th as a dual number (none for J = -1).
-template <class A, std::ptrdiff_t J, class Ex, std::size_t... I>
-auto accessors(const Ex& ex, std::index_sequence<I...>) {
-  return std::make_tuple(accessor<A, static_cast<std::ptrdiff_t>(I) == J>(std::get<I>(ex))...);
-}
-template <class A, std::ptrdiff_t J, class... V>
-auto accessors(const std::tuple<V...>& ex) {
-  return accessors<A, J>(ex, std::index_sequence_for<V...>{});
+template <class A, class X>
+using extra_values_of =
+    extra_values<A, std::remove_const_t<typename decltype(X::values)::value_type>, X::axis, false>;
+//! The score_mod's accessors of the extra arguments (each an extra_arg).
+template <class A, class... X>
+auto accessors(const std::tuple<X...>& ex) {
+  return std::apply(
+      [](const auto&... x) {
+        return tuple<extra_values_of<A, std::remove_cvref_t<decltype(x)>>...>(
+            extra_values_of<A, std::remove_cvref_t<decltype(x)>>{x.values.data(), x.values.stride(0)}...);
+      },
+      ex);
 }
 
 // Rows [r0, r0 + n) of head (b, h) of x into dst (n x D, contiguous), or
@@ -81,7 +68,7 @@ void load_rows(const view<const T, 4, host>& x, index_t b, index_t h, index_t r0
   for (index_t r = 0; r < n; ++r) {
     const T* row = base + (r0 + r) * x.stride(2);
     for (index_t d = 0; d < dim; ++d) {
-      const A v = static_cast<A>(row[d * x.stride(3)]);
+      const A v = convert<A>(row[d * x.stride(3)]);
       if constexpr (Transposed)
         dst[d * ld + r] = v;
       else
@@ -141,12 +128,6 @@ struct tile {
   tile_kind kind;
 };
 
-// Calls the score_mod on s (plain or dual) at (b, h, q, kv) with the extra arguments ex.
-template <class S, class X, class Ex>
-auto apply_score(const S& score, X s, index_t b, index_t h, index_t q, index_t kv, const Ex& ex) {
-  return std::apply([&](const auto&... e) { return score.f(s, b, h, q, kv, e...); }, ex);
-}
-
 // Whether (q, kv) of tile t is attended: full tiles take no mask test.
 template <class M>
 bool attended(const M& mask, const tile& t, index_t q, index_t kv) {
@@ -165,7 +146,7 @@ void forward(const geometry& g, const S& score, const M& mask, const view<const 
       [&](index_t task) {
         const index_t b = task / (g.heads * g.q_blocks()), h = task / g.q_blocks() % g.heads;
         const index_t q0 = task % g.q_blocks() * br, nq = std::min(br, g.sq - q0), hk = h / g.group();
-        const auto ex = accessors<A, -1>(extra);
+        const auto ex = accessors<A>(extra);
         std::vector<A> qt(static_cast<std::size_t>(br * dim)), kt(static_cast<std::size_t>(dim * bc)),
             vt(static_cast<std::size_t>(bc * dim)), st(static_cast<std::size_t>(br * bc)),
             ot(static_cast<std::size_t>(br * dim), A(0)), m(br, neg_inf), l(br, A(0));
@@ -204,7 +185,7 @@ void forward(const geometry& g, const S& score, const M& mask, const view<const 
           T* out = o + (row0 + r) * dim;
           const bool empty = m[r] == neg_inf;
           const A inv = empty ? A(0) : A(1) / l[r];
-          for (index_t d = 0; d < dim; ++d) out[d] = static_cast<T>(empty ? A(0) : ot[r * dim + d] * inv);
+          for (index_t d = 0; d < dim; ++d) out[d] = convert<T>(empty ? A(0) : ot[r * dim + d] * inv);
           lse[row0 + r] = empty ? neg_inf : m[r] + std::log(l[r]);
         }
       },
@@ -250,23 +231,33 @@ void tile_backward(const geometry& g, const S& score, const M& mask, const tile&
   }
 }
 
-// d extra_J[h] of one tile: the sum of G times d f / d extra_J, in tile order.
-template <class A, class S, class Ex, std::size_t... J>
-void extra_sums(const geometry& g, const S& score, const tile& t, const A* qk, const tile_grads<A>& tg,
-                const Ex& extra, A* sums, std::index_sequence<J...>) {
-  (
-      [&] {
-        const auto ex = accessors<A, static_cast<std::ptrdiff_t>(J)>(extra);
-        for (index_t r = 0; r < t.nq; ++r)
-          for (index_t c = 0; c < t.nk; ++c) {
-            const A gv = tg.gs[r * bc + c];
-            if (gv == A(0)) continue;
-            const auto f = apply_score(score, static_cast<A>(g.scale * qk[r * bc + c]), t.b, t.h, t.q0 + r,
-                                       t.k0 + c, ex);
-            sums[J] += gv * derivative_of<A>(f);
-          }
-      }(),
-      ...);
+// The score_mod and the extra arguments' accessors (add_extra_derivatives' view).
+template <class S, class Ex>
+struct score_with_extras {
+  S score;
+  Ex extra;
+};
+// The rows' partial sums of the extra arguments' gradients (extra_gradient's view).
+template <class A>
+struct extra_partials {
+  index_t batch, heads, kv_heads, sq, skv;
+  A scale;
+  const A *extra_partial, *key_partial;
+};
+
+// sums + row(r, c) * nx += G(r, c) · d f / d extra_J over tile t's attended
+// entries, for the arguments read at kv (OnKeys) or the others; qk holds
+// the tile's q · kᵀ.
+template <bool OnKeys, std::size_t Nx, class A, class C, class Row>
+void extra_sums(const geometry& g, const C& ctx, const tile& t, const A* qk, const tile_grads<A>& tg, A* sums,
+                const Row& row) {
+  for (index_t r = 0; r < t.nq; ++r)
+    for (index_t c = 0; c < t.nk; ++c) {
+      const A gv = tg.gs[r * bc + c];
+      if (gv == A(0)) continue;
+      add_extra_derivatives<OnKeys>(ctx, static_cast<A>(g.scale * qk[r * bc + c]), gv, t.b, t.h, t.q0 + r, t.k0 + c,
+                                    sums + row(r, c) * static_cast<index_t>(Nx), std::make_index_sequence<Nx>{});
+    }
 }
 
 template <class T, class S, class M, class... X>
@@ -287,21 +278,23 @@ void backward(const geometry& g, const S& score, const M& mask, const view<const
         const T* grow = dout.data() + b * dout.stride(0) + h * dout.stride(1) + r * dout.stride(2);
         A s = 0;
         for (index_t d = 0; d < dim; ++d)
-          s += static_cast<A>(orow[d * o.stride(3)]) * static_cast<A>(grow[d * dout.stride(3)]);
+          s += convert<A>(orow[d * o.stride(3)]) * convert<A>(grow[d * dout.stride(3)]);
         row_d[static_cast<std::size_t>(i)] = s;
         row_lse[static_cast<std::size_t>(i)] = lse.data()[lse.offset_of(i)];
       },
       dim);
   const index_t work = g.sq * g.skv / std::max<index_t>(g.q_blocks(), 1) * dim;
-  // dq (and the extra arguments' partial sums, one per task and argument).
-  std::vector<A> partial(static_cast<std::size_t>(g.batch * g.heads * g.q_blocks()) * nx, A(0));
+  // dq (and the partial sums of the extra arguments read at h or q, per query row).
+  const score_with_extras<S, decltype(accessors<A>(extra))> ctx{score, accessors<A>(extra)};
+  std::vector<A> partial(static_cast<std::size_t>(rows) * nx, A(0)),
+      key_partial(static_cast<std::size_t>(g.batch * g.kv_heads * g.skv) * nx, A(0));
   host_for_each(
       g.batch * g.heads * g.q_blocks(),
       [&](index_t task) {
         const index_t b = task / (g.heads * g.q_blocks()), h = task / g.q_blocks() % g.heads;
         const index_t q0 = task % g.q_blocks() * br, nq = std::min(br, g.sq - q0), hk = h / g.group();
         const index_t row0 = (b * g.heads + h) * g.sq + q0;
-        const auto ex = accessors<A, -1>(extra);
+        const auto ex = accessors<A>(extra);
         tile_grads<A> tg(dim);
         std::vector<A> dqt(static_cast<std::size_t>(br * dim), A(0)), ks(static_cast<std::size_t>(bc * dim)),
             qk(nx ? static_cast<std::size_t>(br * bc) : 0);
@@ -320,12 +313,12 @@ void backward(const geometry& g, const S& score, const M& mask, const view<const
             add_rows(dqt.data() + r * dim, nk, dim, [&](index_t c) { return tg.ds[r * bc + c]; },
                      [&](index_t c) { return ks.data() + c * dim; });
           if constexpr (nx > 0)
-            extra_sums(g, score, t, qk.data(), tg, extra, partial.data() + task * static_cast<index_t>(nx),
-                       std::index_sequence_for<X...>{});
+            extra_sums<false, nx>(g, ctx, t, qk.data(), tg, partial.data(),
+                                  [&](index_t r, index_t) { return row0 + r; });
         }
         for (index_t r = 0; r < nq; ++r)
           for (index_t d = 0; d < dim; ++d)
-            dq[(row0 + r) * dim + d] = static_cast<T>(static_cast<A>(g.scale) * dqt[r * dim + d]);
+            dq[(row0 + r) * dim + d] = convert<T>(static_cast<A>(g.scale) * dqt[r * dim + d]);
       },
       work);
   // dk and dv: every query head of the group and every query block, in order.
@@ -335,10 +328,11 @@ void backward(const geometry& g, const S& score, const M& mask, const view<const
         const index_t b = task / (g.kv_heads * g.k_blocks()), hk = task / g.k_blocks() % g.kv_heads;
         const index_t k0 = task % g.k_blocks() * bc, nk = std::min(bc, g.skv - k0);
         tile_grads<A> tg(dim);
-        std::vector<A> dkt(static_cast<std::size_t>(bc * dim), A(0)), dvt(static_cast<std::size_t>(bc * dim), A(0));
+        std::vector<A> dkt(static_cast<std::size_t>(bc * dim), A(0)), dvt(static_cast<std::size_t>(bc * dim), A(0)),
+            qk(nx ? static_cast<std::size_t>(br * bc) : 0);
         load_rows<true>(k, b, hk, k0, nk, dim, tg.kt.data(), bc);
         load_rows<true>(v, b, hk, k0, nk, dim, tg.vt.data(), bc);
-        const auto ex = accessors<A, -1>(extra);
+        const auto ex = accessors<A>(extra);
         for (index_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h)
           for (index_t q0 = 0; q0 < g.sq; q0 += br) {
             const index_t nq = std::min(br, g.sq - q0), row0 = (b * g.heads + h) * g.sq + q0;
@@ -353,23 +347,35 @@ void backward(const geometry& g, const S& score, const M& mask, const view<const
               add_rows(dkt.data() + c * dim, nq, dim, [&](index_t r) { return tg.ds[r * bc + c]; },
                        [&](index_t r) { return tg.qt.data() + r * dim; });
             }
+            if constexpr (nx > 0) {
+              tile_product(tg.qt.data(), tg.kt.data(), nq, dim, qk.data());
+              extra_sums<true, nx>(g, ctx, t, qk.data(), tg, key_partial.data(), [&](index_t, index_t c) {
+                return (b * g.kv_heads + hk) * g.skv + k0 + c;
+              });
+            }
           }
         const index_t row0 = (b * g.kv_heads + hk) * g.skv + k0;
         for (index_t c = 0; c < nk; ++c)
           for (index_t d = 0; d < dim; ++d) {
-            dk[(row0 + c) * dim + d] = static_cast<T>(static_cast<A>(g.scale) * dkt[c * dim + d]);
-            dv[(row0 + c) * dim + d] = static_cast<T>(dvt[c * dim + d]);
+            dk[(row0 + c) * dim + d] = convert<T>(static_cast<A>(g.scale) * dkt[c * dim + d]);
+            dv[(row0 + c) * dim + d] = convert<T>(dvt[c * dim + d]);
           }
       },
       work * g.group());
-  // The extra arguments: per head, the tasks' partial sums in (batch, query block) order.
-  for (std::size_t j = 0; j < nx; ++j)
-    for (index_t h = 0; h < g.heads; ++h) {
-      A s = 0;
-      for (index_t b = 0; b < g.batch; ++b)
-        for (index_t qb = 0; qb < g.q_blocks(); ++qb)
-          s += partial[static_cast<std::size_t>(((b * g.heads + h) * g.q_blocks() + qb)) * nx + j];
-      dextra[j][h] = s;
-    }
+  // The extra arguments: each element's rows' partial sums in a fixed order.
+  const extra_partials<A> parts{g.batch, g.heads, g.kv_heads, g.sq, g.skv, A(1), partial.data(), key_partial.data()};
+  std::size_t j = 0;
+  std::apply(
+      [&](const auto&... x) {
+        (
+            [&] {
+              for (index_t i = 0; i < x.values.extent(0); ++i)
+                dextra[j][i] = extra_gradient(parts, std::remove_cvref_t<decltype(x)>::axis, i,
+                                              static_cast<index_t>(j), static_cast<index_t>(nx));
+              ++j;
+            }(),
+            ...);
+      },
+      extra);
 }
 }  // namespace loom::detail::attn
