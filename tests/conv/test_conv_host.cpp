@@ -817,3 +817,37 @@ TEST_CASE("batch_norm names the operand that does not fit", "[nn][norm][errors]"
                       Contains("dy has shape [2, 3, 4, 4]; input x has shape [2, 3, 4, 5]"));
   REQUIRE_THROWS_WITH(loom::batch_norm_backward(x, x, v3, v3, v4), Contains("saved_invstd [4]"));
 }
+
+TEST_CASE("fold_batch_norm gives one convolution equal to conv2d then batch_norm_inference", "[nn][norm]") {
+  std::mt19937_64 g(loom_test::seed_for("fold_batch_norm"));
+  const conv_case k{.n = 2, .c = 6, .h = 7, .w = 5, .cout = 4, .kh = 3, .kw = 2, .o = {.padding = {1, 0}, .groups = 2}};
+  vec xv, wv, bv, gv, betav, mv, vv;
+  auto x = random_tensor<float>(k.x_shape(), g, xv);
+  auto w = random_tensor<float>(k.w_shape(), g, wv);
+  auto b = random_tensor<float>(loom::shape<1>{k.cout}, g, bv);
+  auto gamma = random_tensor<float>(loom::shape<1>{k.cout}, g, gv);
+  auto beta = random_tensor<float>(loom::shape<1>{k.cout}, g, betav);
+  auto mean = random_tensor<float>(loom::shape<1>{k.cout}, g, mv);
+  auto var = random_tensor<float>(loom::shape<1>{k.cout}, g, vv);
+  loom::assign(var, var + 1.25);
+  for (double& v : vv) v += 1.25;
+  const double eps = 1e-3;
+  for (const bool with_bias : {false, true}) {
+    INFO("conv bias " << with_bias);
+    vec want = ref_forward(k, xv, wv, with_bias ? &bv : nullptr);
+    const std::size_t plane = static_cast<std::size_t>(k.out(0) * k.out(1));
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const std::size_t o = i / plane % static_cast<std::size_t>(k.cout);
+      want[i] = std::max(0.0, (want[i] - mv[o]) / std::sqrt(vv[o] + eps) * gv[o] + betav[o]);
+    }
+    const auto f = with_bias ? loom::fold_batch_norm(w, gamma, beta, mean, var, eps, b)
+                             : loom::fold_batch_norm(w, gamma, beta, mean, var, eps);
+    auto o = k.o;
+    o.activation = loom::matmul_activation::relu;
+    require_close(values_of(loom::conv2d(x, f.weight, f.bias, o).view()), want, 2e-5, "conv + bn + relu");
+  }
+  REQUIRE_THROWS_WITH(loom::fold_batch_norm(w, gamma, beta, mean, loom::host_tensor<float, 1>(loom::shape<1>{3}), eps),
+                      Contains("loom: fold_batch_norm: running_var [3] must have one element per output channel of "
+                               "weight w [4, 3, 3, 2] (4)"));
+  REQUIRE_THROWS_AS(loom::fold_batch_norm(w, gamma, beta, mean, var, 0.0), loom::value_error);
+}

@@ -113,14 +113,28 @@ auto as_vector(const tensor<T, R, S>& t) {
   return t.view().reshape(shape<1>{t.extent(1)});
 }
 
-// Each named vector has one element per channel of x (shape xs).
-template <std::size_t R>
-void check_vectors(const char* op, const shape<R>& xs, std::initializer_list<std::pair<const char*, shape<1>>> vectors) {
+// Each named vector has one element per channel: `channels`, the extent
+// of axis `axis` of the operand described by `of` ("input x [2, 3, 4, 5]").
+inline void check_vectors(const char* op, const std::string& of, index_t channels,
+                          std::initializer_list<std::pair<const char*, shape<1>>> vectors) {
   for (const auto& [name, s] : vectors)
-    if (s[0] != xs[1])
+    if (s[0] != channels)
       throw shape_error(std::string("loom: ") + op + ": " + name + " " + shape_string(s) +
-                        " must have one element per channel of input x " + shape_string(xs) + " (" +
-                        std::to_string(xs[1]) + ")");
+                        " must have one element per " + of + " (" + std::to_string(channels) + ")");
+}
+template <std::size_t R>
+void check_vectors(const char* op, const shape<R>& xs,
+                   std::initializer_list<std::pair<const char*, shape<1>>> vectors) {
+  check_vectors(op, "channel of input x " + shape_string(xs), xs[1], vectors);
+}
+
+// A [C] vector seen as [C, 1, ...] (rank R), broadcasting over a weight's output channels.
+template <std::size_t R, class T, class S>
+view<T, R, S> per_output_channel(const view<T, 1, S>& v) {
+  if constexpr (R == 1)
+    return v;
+  else
+    return per_output_channel<R - 1>(v).unsqueeze(static_cast<int>(R) - 1);
 }
 inline void check_eps(const char* op, double eps) {
   if (!(eps > 0)) throw value_error(std::string("loom: ") + op + ": eps must be above 0; got " + std::to_string(eps));
@@ -243,5 +257,52 @@ template <tensor_like DY, tensor_like X, tensor_like W, tensor_like M, tensor_li
   assign(g.dweight, bn::as_vector(dweight));
   assign(g.dbias, bn::as_vector(dbias));
   return g;
+}
+
+//! A convolution's weight and bias with the inference-mode batch norm that
+//! follows it folded in (fold_batch_norm).
+template <class T, std::size_t R, class S>
+struct folded_convolution {
+  tensor<T, R, S> weight;  //!< the weight's shape: [Cout, C / groups, ...]
+  tensor<T, 1, S> bias;    //!< [Cout]
+};
+
+//! Folds batch_norm_inference(conv(x, w[, conv_bias]), gamma, beta,
+//! running_mean, running_var, eps) into the convolution's weight and bias:
+//! with scale = gamma / sqrt(running_var + eps) per output channel (w's axis
+//! 0), weight = w scale and bias = (conv_bias - running_mean) scale + beta.
+//! conv2d(x, f.weight, f.bias, {.activation = ...}) then runs convolution,
+//! batch norm and the activation in one GEMM with its epilogue. Two
+//! elementwise kernels; any rank of w from 2 (conv1d: 3, conv2d: 4), host or
+//! device. Throws shape_error naming the vector whose extent is not w's
+//! output channels, value_error for eps <= 0.
+//! Example: `auto f = loom::fold_batch_norm(w, gamma, beta, running_mean, running_var, 1e-5);`
+template <tensor_like W, tensor_like G, tensor_like B, tensor_like RM, tensor_like RV, tensor_like... CB>
+[[nodiscard]] auto fold_batch_norm(const W& w, const G& gamma, const B& beta, const RM& running_mean,
+                                   const RV& running_var, double eps, const CB&... conv_bias) {
+  namespace bn = detail::batch_norm;
+  static_assert(sizeof...(CB) <= 1, "loom: fold_batch_norm takes at most one convolution bias");
+  bn::require_operands<W, G, B, RM, RV, CB...>();
+  using V = bn::view_of<W>;
+  using T = typename V::value_type;
+  using S = typename V::space;
+  constexpr std::size_t R = V::rank;
+  const char* op = "fold_batch_norm";
+  const view<const T, R, S> wv(detail::as_view(w));
+  const view<const T, 1, S> g(detail::as_view(gamma)), b(detail::as_view(beta)), m(detail::as_view(running_mean)),
+      v(detail::as_view(running_var));
+  bn::check_vectors(op, "output channel of weight w " + shape_string(wv.extents()), wv.extent(0),
+                    {{"gamma", g.extents()}, {"beta", b.extents()}, {"running_mean", m.extents()},
+                     {"running_var", v.extents()}, {"conv_bias", detail::as_view(conv_bias).extents()}...});
+  bn::check_eps(op, eps);
+  folded_convolution<T, R, S> f{empty_like(wv), tensor<T, 1, S>(g.extents())};
+  assign(f.weight, wv * bn::per_output_channel<R>(g) * rsqrt(bn::per_output_channel<R>(v) + eps));
+  if constexpr (sizeof...(CB) == 0)
+    assign(f.bias, b - m * g * rsqrt(v + eps));
+  else {
+    const view<const T, 1, S> cb(detail::as_view(conv_bias)...);
+    assign(f.bias, b + (cb - m) * g * rsqrt(v + eps));
+  }
+  return f;
 }
 }  // namespace loom
