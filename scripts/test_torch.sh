@@ -4,8 +4,10 @@
 # torch and NumPy from PyPI into a virtual environment (reused when it already
 # imports them), builds the extension once (torch.utils.cpp_extension; cached
 # while its sources are unchanged), runs its tests, compiles the recipe of
-# docs/11_pytorch.md as written, runs the data-parallel check (2 processes,
-# gloo, on loopback), and prints the time of each step.
+# docs/11_pytorch.md as written, compares loom's convolution, pooling and
+# batch norm with torch's in float64 (examples/torch/check_conv.py, run on
+# $LOOM_BUILD_DIR/examples/08_cnn when it is built), runs the data-parallel
+# check (2 processes, gloo, on loopback), and prints the time of each step.
 # With a GPU the extension also gets its CUDA kernels, the tests their CUDA
 # cases, and the data-parallel check also runs on NCCL (one process per GPU,
 # at most 2; with one GPU a one-process group, which still runs the loom op
@@ -79,6 +81,13 @@ step "build the extension ($MAX_JOBS jobs)" build_extension
 step "tests (examples/torch/test_torch_ext.py)" "$python" "$LOOM_ROOT/examples/torch/test_torch_ext.py"
 step "docs/11's recipe compiles as written (examples/torch/check_recipe.py)" \
   "$python" "$LOOM_ROOT/examples/torch/check_recipe.py"
+cnn="$LOOM_BUILD_DIR/examples/08_cnn"
+if [[ -x "$cnn" ]]; then
+  step "convolution, pooling, batch norm, the CNN vs torch float64 (examples/torch/check_conv.py)" \
+    "$python" "$LOOM_ROOT/examples/torch/check_conv.py" "$cnn"
+else
+  echo "$cnn is not built: the convolution check against torch does not run"
+fi
 step "data-parallel check: gloo, 2 processes, float32" "$python" "$LOOM_ROOT/examples/torch/ddp_train.py"
 step "data-parallel check: gloo, 2 processes, float64" "$python" "$LOOM_ROOT/examples/torch/ddp_train.py" --dtype float64
 gpus="$("$python" -c 'import torch; print(torch.cuda.device_count())')"
