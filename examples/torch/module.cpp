@@ -4,7 +4,8 @@
 // loom tensors that Python takes through DLPack (class LoomTensor, from
 // dlpack_python.hpp) and what the tests inspect: what the last forward and
 // backward saw (data pointers, kernels), and DLPack round trips between loom
-// and torch, fp8 included.
+// and torch, fp8 included; loom::optim's steps and loom::model's gradients
+// for the comparisons with torch.optim and torch.autograd.
 #include <torch/extension.h>
 
 #include <memory>
@@ -12,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include <loom/model/model.hpp>
 #include <loom/optim/optim.hpp>
 
 #include "dlpack_python.hpp"
@@ -139,6 +141,69 @@ std::uint64_t optimizer_steps(const std::string& name, const py::capsule& w, con
   }
   throw py::value_error("optimizer is sgd, adamw or lion, not " + name);
 }
+
+// A float64 loom::model on the CPU tensors `t` (DLPack capsules, read in
+// place), its gradients written into the capsules `g`: for "mlp", t = (x, labels,
+// w1, b1, w2, b2), h = relu(x w1 + b1), logits = h w2 + b2, the mean
+// cross-entropy (returned); for "block", t = (x, dy, w0, b0, gamma, beta, w1,
+// b1, w2, b2), e = x w0 + b0, y = e + relu(layer_norm(e) w1 + b1) w2 + b2
+// (eps 1e-5) for the gradient dy of y. g holds one gradient per parameter.
+constexpr auto model_layer_norm = loom::layer([](auto x, auto w, auto b) {
+  auto c = x - row_mean(x);
+  return c * rsqrt(row_mean(c * c) + 1e-5) * w + b;
+});
+constexpr auto model_residual = loom::layer([](auto x, auto v) { return x + v; });
+
+double model_gradients(const std::string& name, const py::list& t, const py::list& g) {
+  using mat = loom::dlpack_tensor<double, 2, loom::host>;
+  using vec = loom::dlpack_tensor<double, 1, loom::host>;
+  const auto m = [&](std::size_t i) { return loom_python::from_capsule<double, 2, loom::host>(t[i].cast<py::capsule>()); };
+  const auto v = [&](std::size_t i) { return loom_python::from_capsule<double, 1, loom::host>(t[i].cast<py::capsule>()); };
+  const auto out = [&](std::size_t i, const auto& grad) {
+    constexpr std::size_t rank = std::remove_cvref_t<decltype(grad)>::rank;
+    auto dst = loom_python::from_capsule<double, rank, loom::host>(g[i].cast<py::capsule>());
+    loom::assign(dst.view(), grad);
+  };
+  if (name == "mlp") {
+    const mat x = m(0);
+    const auto labels = loom_python::from_capsule<const std::int64_t, 1, loom::host>(t[1].cast<py::capsule>());
+    mat w1 = m(2), w2 = m(4);
+    vec b1 = v(3), b2 = v(5);
+    auto pw1 = w1.view(), pw2 = w2.view();
+    auto pb1 = b1.view(), pb2 = b2.view();
+    loom::host_tensor<double, 2> h({x.view().extent(0), pw1.extent(1)}), logits({x.view().extent(0), pw2.extent(1)});
+    loom::host_tensor<double, 0> loss(loom::shape<0>{});
+    loom::model net(loom::parameters(pw1, pb1, pw2, pb2),
+                    loom::step(h) = loom::linear(x.view(), pw1, pb1, loom::matmul_activation::relu),
+                    loom::step(logits) = loom::linear(h, pw2, pb2),
+                    loom::step(loss) = loom::cross_entropy_loss(logits, labels.view()));
+    net.forward();
+    net.backward();
+    out(0, net.grad(pw1)), out(1, net.grad(pb1)), out(2, net.grad(pw2)), out(3, net.grad(pb2));
+    return loss.item();
+  }
+  if (name == "block") {
+    const mat x = m(0), dy = m(1);
+    mat w0 = m(2), w1 = m(6), w2 = m(8);
+    vec b0 = v(3), gamma = v(4), beta = v(5), b1 = v(7), b2 = v(9);
+    auto pw0 = w0.view(), pw1 = w1.view(), pw2 = w2.view();
+    auto pb0 = b0.view(), pg = gamma.view(), pbeta = beta.view(), pb1 = b1.view(), pb2 = b2.view();
+    const loom::index_t n = x.view().extent(0), d = pw0.extent(1), f = pw1.extent(1);
+    loom::host_tensor<double, 2> e({n, d}), nrm({n, d}), u({n, f}), vv({n, d}), y({n, d});
+    loom::model net(loom::parameters(pw0, pb0, pg, pbeta, pw1, pb1, pw2, pb2),
+                    loom::step(e) = loom::linear(x.view(), pw0, pb0),
+                    loom::step(nrm) = loom::apply(model_layer_norm, e, pg, pbeta),
+                    loom::step(u) = loom::linear(nrm, pw1, pb1, loom::matmul_activation::relu),
+                    loom::step(vv) = loom::linear(u, pw2, pb2),
+                    loom::step(y) = loom::apply(model_residual, e, vv));
+    net.forward();
+    net.backward(dy.view());
+    out(0, net.grad(pw0)), out(1, net.grad(pb0)), out(2, net.grad(pg)), out(3, net.grad(pbeta));
+    out(4, net.grad(pw1)), out(5, net.grad(pb1)), out(6, net.grad(pw2)), out(7, net.grad(pb2));
+    return 0;
+  }
+  throw py::value_error("model is mlp or block, not " + name);
+}
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -162,4 +227,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fp8_rounded", &fp8_rounded, py::arg("capsule"), py::arg("format"));
   m.def("optimizer_steps", &optimizer_steps, py::arg("name"), py::arg("w"), py::arg("g"), py::arg("options"),
         "len(g) steps of loom::optim's optimizer `name` on the float64 vector w (in place), gradients by row of g");
+  m.def("model_gradients", &model_gradients, py::arg("name"), py::arg("tensors"), py::arg("gradients"),
+        "the parameters' gradients of a float64 loom::model ('mlp' or 'block') into `gradients`; the loss of 'mlp'");
 }

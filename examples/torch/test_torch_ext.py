@@ -11,7 +11,8 @@ between loom and Python: loom's LoomTensor read by torch.from_dlpack and
 numpy.from_dlpack (versioned and legacy, each deleter called once, a capsule
 consumed once), torch's capsules read by loom, fp8 both ways; loom's errors as Python exceptions; torch's own
 custom-op checks (torch.library.opcheck); loom::optim's SGD and AdamW against torch.optim (Lion against its
-formula), 3 steps in float64.
+formula), 3 steps in float64; loom::model's derived gradients of an MLP and of a residual block with layer norm
+against torch.autograd in float64.
 
 Usage: test_torch_ext.py. Exits 0 when all pass, 1 when one fails, 77 when
 torch or NumPy cannot be imported (ctest: Skipped). Builds the extension first
@@ -439,6 +440,42 @@ def test_optimizers(ext):
         check(kernels == want, f"{what}: {want} kernel(s) in a step ({kernels})")
 
 
+def test_models(ext):
+    """loom::model's gradients of every parameter against torch.autograd in float64, 1e-10 relative."""
+    gen = torch.Generator().manual_seed(57)
+
+    def rand(*shape, scale=0.5):
+        return (torch.rand(*shape, dtype=torch.float64, generator=gen) * 2 - 1) * scale
+
+    def compare(name, tensors, params, loss):
+        loss.backward()
+        grads = [torch.full_like(p, float("nan")) for p in params]
+        cap = torch.utils.dlpack.to_dlpack
+        value = ext.model_gradients(name, [cap(t.detach()) for t in tensors], [cap(g) for g in grads])
+        for i, (p, g) in enumerate(zip(params, grads)):
+            err = ((g - p.grad).abs() / p.grad.abs().clamp_min(1e-3)).max().item()
+            check(err <= 1e-10, f"loom::model {name}: the gradient of parameter {i} matches torch.autograd "
+                                f"(max relative error {err:.1e})")
+        return value
+
+    n, d_in, hidden, classes = 7, 5, 9, 3
+    x, labels = rand(n, d_in, scale=1.0), torch.randint(0, classes, (n,), generator=gen)
+    w1, b1, w2, b2 = (t.requires_grad_() for t in (rand(d_in, hidden), rand(hidden), rand(hidden, classes), rand(classes)))
+    loss = torch.nn.functional.cross_entropy(torch.relu(x @ w1 + b1) @ w2 + b2, labels)
+    value = compare("mlp", [x, labels, w1, b1, w2, b2], [w1, b1, w2, b2], loss)
+    check(abs(value - loss.item()) <= 1e-12, f"loom::model mlp: the loss matches torch ({value} vs {loss.item()})")
+
+    n, d_in, d, f = 5, 3, 7, 11
+    x, dy = rand(n, d_in, scale=1.0), rand(n, d, scale=1.0)
+    w0, b0, gamma, beta, w1, b1, w2, b2 = (t.requires_grad_() for t in (
+        rand(d_in, d), rand(d), rand(d) + 1, rand(d), rand(d, f), rand(f), rand(f, d), rand(d)))
+    e = x @ w0 + b0
+    normed = torch.nn.functional.layer_norm(e, (d,), gamma, beta, eps=1e-5)
+    y = e + torch.relu(normed @ w1 + b1) @ w2 + b2
+    compare("block", [x, dy, w0, b0, gamma, beta, w1, b1, w2, b2], [w0, b0, gamma, beta, w1, b1, w2, b2],
+            (y * dy).sum())
+
+
 def main():
     start = time.perf_counter()
     ext = loom_torch.load()
@@ -460,6 +497,7 @@ def main():
     test_dlpack_import(ext)
     test_dlpack_fp8(ext)
     test_optimizers(ext)
+    test_models(ext)
     print(f"{passed} passed, {len(failures)} failed")
     return 1 if failures else 0
 

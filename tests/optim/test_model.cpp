@@ -278,7 +278,12 @@ TEST_CASE("model refuses shapes that do not match between steps, naming the step
   CHECK_THROWS_WITH(model(parameters(b.w0, b.b0), step(b.e) = linear(b.x, b.w0, b.b0),
                           step(b.y) = apply(residual, view<double, 2, host>(b.e.data() + 1, {b.n - 1, b.d}), b.v)),
                     Contains("loom: model step 1 (layer): operand 0 of shape [4, 7] overlaps the output of step 0"));
-  // The recompute-free MLP without its loss: backward() asks for dy.
+  // A step that reads a tensor a later step writes: the steps out of order.
+  CHECK_THROWS_WITH(model(parameters(m.w2, m.b2), step(m.logits) = linear(m.h, m.w2, m.b2),
+                          step(m.h) = linear(m.x, m.w1, m.b1, matmul_activation::relu)),
+                    Contains("loom: model step 1 (linear): its output overlaps operand a of step 0, which reads it "
+                             "before it is written"));
+  // The MLP without its loss: backward() asks for dy.
   auto net = model(parameters(m.w1, m.b1), step(m.h) = linear(m.x, m.w1, m.b1, matmul_activation::relu));
   mat dh_bad({m.n, m.hidden + 1});
   CHECK_THROWS_WITH(net.backward(dh_bad), Contains("loom: model: backward(dy): dy of shape [7, 10]"));

@@ -258,6 +258,14 @@ class model<detail::model::parameter_list<P...>, detail::model::planned_step<S>.
         if (val.key.overlaps(k))
           throw aliasing_error("loom: model step " + std::to_string(i) + " (" + s.kind + "): its output of shape " +
                                shape_string(s.out.extents()) + " overlaps " + who(val) + "; give each step its own output");
+      for (const auto& c : constants_)
+        if (c.key.overlaps(k))
+          throw aliasing_error("loom: model step " + std::to_string(i) + " (" + s.kind + "): its output overlaps " +
+                               c.what + ", which reads it before it is written; give the steps in the forward's order");
+      s.for_each_operand([&](auto& o) {
+        if (o.producer < 0 && o.param < 0)
+          constants_.push_back({key_of(o.v), "operand " + std::string(o.name) + " of step " + std::to_string(i)});
+      });
       s.for_each_operand([&](auto& o) {
         if (key_of(o.v).overlaps(k))
           throw aliasing_error("loom: model step " + std::to_string(i) + " (" + s.kind + "): its output overlaps its " + o.describe());
@@ -360,6 +368,11 @@ class model<detail::model::parameter_list<P...>, detail::model::planned_step<S>.
   std::array<std::size_t, n_steps> step_value_{};
   std::array<bool, n_steps> active_{};
   std::vector<std::size_t> unreached_;
+  struct constant_operand {
+    detail::model::value_key key;
+    std::string what;
+  };
+  std::vector<constant_operand> constants_;  // operands that are neither parameters nor outputs (planning)
   backward_info info_;
 };
 
