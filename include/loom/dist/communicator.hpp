@@ -346,7 +346,7 @@ class communicator {
       if (c == detail::collective::broadcast) throw value_error("loom: " + r.describe() + ": " + p);
       throw shape_error("loom: " + r.describe() + ": " + p);
     }
-    return r.describe() + " on rank " + std::to_string(s.rank);
+    return r.describe();
   }
 
   void release() noexcept {
