@@ -851,3 +851,34 @@ TEST_CASE("fold_batch_norm gives one convolution equal to conv2d then batch_norm
                                "weight w [4, 3, 3, 2] (4)"));
   REQUIRE_THROWS_AS(loom::fold_batch_norm(w, gamma, beta, mean, var, 0.0), loom::value_error);
 }
+
+TEST_CASE("channels-last (NHWC) tensors enter as permuted views and give the NCHW results", "[nn][conv]") {
+  std::mt19937_64 g(loom_test::seed_for("channels last"));
+  const conv_case k{.n = 2, .c = 6, .h = 9, .w = 7, .cout = 4, .kh = 3, .kw = 3,
+                    .o = {.stride = {2, 1}, .padding = {1, 1}, .groups = 2}};
+  vec xv, wv, dyv;
+  // The same values in channels-last memory [N, H, W, C] and in NCHW.
+  auto nhwc = random_tensor<float>(loom::shape<4>{k.n, k.h, k.w, k.c}, g, xv);
+  const auto x_view = nhwc.view().permute({0, 3, 1, 2});  // logical NCHW, strides {H W C, 1, W C, C}
+  const auto x = loom::materialize(x_view);
+  auto w = random_tensor<float>(k.w_shape(), g, wv);
+  auto dy = random_tensor<float>(k.y_shape(), g, dyv);
+  const auto same = [](const auto& a, const auto& b, const char* what) {
+    INFO(what);
+    REQUIRE(a.extents() == b.extents());
+    REQUIRE(std::equal(a.data(), a.data() + a.size(), b.data()));
+  };
+  same(loom::conv2d(x_view, w, k.o), loom::conv2d(x, w, k.o), "conv2d");
+  same(loom::conv2d_backward_weight(dy, x_view, k.w_shape(), k.o),
+       loom::conv2d_backward_weight(dy, x, k.w_shape(), k.o), "conv2d_backward_weight");
+  same(loom::max_pool2d(x_view, {.kernel = {3, 2}, .padding = {1, 1}}).values,
+       loom::max_pool2d(x, {.kernel = {3, 2}, .padding = {1, 1}}).values, "max_pool2d");
+  same(loom::avg_pool2d(x_view, {.kernel = {2, 2}}), loom::avg_pool2d(x, {.kernel = {2, 2}}), "avg_pool2d");
+  loom::host_tensor<float, 1> ones(loom::shape<1>{k.c}), zeros(loom::shape<1>{k.c}), m1(loom::shape<1>{k.c}),
+      v1(loom::shape<1>{k.c}), m2(loom::shape<1>{k.c}), v2(loom::shape<1>{k.c});
+  for (auto* t : {&ones, &v1, &v2}) loom::fill(*t, 1.0f);
+  for (auto* t : {&zeros, &m1, &m2}) loom::fill(*t, 0.0f);
+  const auto bn_view = loom::batch_norm_training(x_view, ones, zeros, m1, v1);
+  const auto bn = loom::batch_norm_training(x, ones, zeros, m2, v2);
+  require_close(values_of(bn_view.y.view()), values_of(bn.y.view()), 1e-6, "batch_norm");
+}
