@@ -1,12 +1,4 @@
 // SPDX-License-Identifier: Apache-2.0
-// Part 0 of the [cuda] reduction tests (three files compile in parallel).
-#define LOOM_TEST_SPACE loom::device
-#define LOOM_TEST_TAG "[cuda]"
-// Fewer types than the host test: each adds every reduction's CUB and block
-// kernels to the compile time. The host test covers all seven. double is
-// here for its own device paths: var/std of double has a 24-byte
-// accumulator, too wide for CUB's pointer kernel (lift_items instead), and
-// the 8-byte elements' vector widths.
-#define LOOM_REDUCE_TYPES float, double, loom::half, std::int32_t, bool
+// Part 0 of the [cuda] reduction tests (reduce_cuda.cu says why in parts).
 #define LOOM_REDUCE_PART 0
-#include "reduce_cases.inl"
+#include "reduce_cuda.cu"
