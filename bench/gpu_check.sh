@@ -20,7 +20,8 @@
 #     op, thrust::transform), row layers forward and backward, the
 #     embedding's forward (vs a hand row-copy kernel) and backward, matmul vs
 #     cuBLASLt (bench_matmul), fp8 quantization and the fp8 GEMM
-#     (bench_lowp_gpu), then loom inside PyTorch (scripts/test_torch.sh with
+#     (bench_lowp_gpu), fused attention (bench_attention_gpu) beside
+#     PyTorch's SDPA and FlexAttention (attention_torch.py), then loom inside PyTorch (scripts/test_torch.sh with
 #     the machine's python3: the extension's CUDA kernels, its tests, DDP on
 #     NCCL; not run, and said so, where python3 has no torch with CUDA), and
 #     PyTorch eager / torch.compile (torch_layers.py, matmul_torch.py);
@@ -399,6 +400,9 @@ if [[ -x "$sanitizer" ]]; then
     # Every indexing case: out-of-range indices must be read clamped, never out of bounds.
     "memcheck $t/indexing/test_indexing_cuda 1 16"
     "racecheck $t/nn/test_nn_cuda 6 4"
+    # Attention's kernels share tiles between phases of a block: the float case, both tools.
+    "memcheck $t/nn/test_attention_cuda 3 1"
+    "racecheck $t/nn/test_attention_cuda 3 1"
     "racecheck $t/reduce/test_reduce_cuda 6 4"
     "racecheck $t/reduce/test_scan_cuda 6 3 scans_across_rows_of_a_few_long_lines"
     "initcheck $t/expr/test_expr_cuda 9 4"
@@ -452,6 +456,11 @@ logs+=(--log "Matmul vs cuBLASLt (bench_matmul)=$log_dir/bench_matmul.log")
 
 stage "benchmark: fp8 quantization and the fp8 GEMM (bench_lowp_gpu)"
 run_logged bench_lowp_gpu 120 "$log_dir/bench_lowp_gpu.log" "$b/bench_lowp_gpu" --json "$out/gpu.jsonl"
+
+stage "benchmark: fused attention (bench_attention_gpu) beside PyTorch's SDPA and FlexAttention"
+run_logged bench_attention_gpu 90 "$log_dir/bench_attention_gpu.log" "$b/bench_attention_gpu" --json "$out/gpu.jsonl"
+run_logged attention_torch 100 "$log_dir/attention_torch.log" python3 "$LOOM_ROOT/bench/gpu/attention_torch.py" \
+  --json "$out/gpu.jsonl" --budget-s 60
 
 stage "loom inside PyTorch on the GPU: the extension's CUDA kernels, its tests, DDP on NCCL (scripts/test_torch.sh)"
 # Needs a python3 that imports torch (with CUDA) and numpy: this machine has
