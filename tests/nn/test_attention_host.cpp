@@ -571,3 +571,90 @@ TEST_CASE("attention's device kernels take head sizes up to 128", "[nn][attentio
   CHECK_THROWS_WITH(loom::detail::attn::device_emulation(loom::attention(loom::causal), q, k, k),
                     Contains("loom: attention on the device") && Contains("D <= 128"));
 }
+
+TEST_CASE("attention runs packed sequences of different lengths", "[nn][attention]") {
+  // Five sequences; the second has no query rows, the fourth no keys (its
+  // rows attend nothing). Sequence b attends keys kv <= q + b, and adds the
+  // key bias kb[kv] (read at kv of the sequence, packed as the keys are).
+  const std::vector<index_t> lq{5, 0, 40, 3, 33}, lk{7, 3, 36, 0, 70};
+  const index_t hq = 4, hkv = 2, d = 6, n = 5;
+  loom::host_tensor<index_t, 1> cu_q({n + 1}), cu_k({n + 1});
+  cu_q.data()[0] = cu_k.data()[0] = 0;
+  for (index_t i = 0; i < n; ++i) {
+    cu_q.data()[i + 1] = cu_q.data()[i] + lq[i];
+    cu_k.data()[i + 1] = cu_k.data()[i] + lk[i];
+  }
+  const index_t tq = cu_q.data()[n], tk = cu_k.data()[n];
+  const dims all{1, hq, hkv, tq, tk, d};
+  const random_case<double> c(all, 29);
+  vec kb(static_cast<std::size_t>(tk));
+  for (std::size_t i = 0; i < kb.size(); ++i) kb[i] = 0.05 * static_cast<double>(i % 11) - 0.2;
+  loom::host_tensor<double, 1> kbt({tk});
+  for (index_t i = 0; i < tk; ++i) kbt.data()[i] = kb[static_cast<std::size_t>(i)];
+  const auto attn = loom::attention(loom::score_mod([](auto s, auto, auto, auto, auto kv, auto bias) { return s + bias[kv]; }),
+                                    loom::mask_mod([](auto b, auto, auto q, auto kv) { return kv <= q + b; }));
+  const auto seqs = loom::varlen(cu_q, cu_k);
+  const auto ex = loom::args(loom::by_key(kbt));
+  auto [o, lse] = attn(c.t.q, c.t.k, c.t.v, seqs, ex);
+  auto gr = loom::grad(attn)(c.t.q, c.t.k, c.t.v, o, lse, c.t.dout, seqs, ex);
+  // The reference, sequence by sequence (rows copied out of the packed inputs).
+  const auto rows_of = [&](const vec& x, index_t heads, index_t total, index_t r0, index_t nr) {
+    vec y(static_cast<std::size_t>(heads * nr * d));
+    for (index_t h = 0; h < heads; ++h)
+      for (index_t r = 0; r < nr; ++r)
+        for (index_t e = 0; e < d; ++e) y[static_cast<std::size_t>((h * nr + r) * d + e)] = x[static_cast<std::size_t>((h * total + r0 + r) * d + e)];
+    return y;
+  };
+  const auto seq_loss = [&](const vec& bias, index_t i, ref_out* out) {
+    const index_t q0 = cu_q.data()[i], k0 = cu_k.data()[i];
+    const dims sd{1, hq, hkv, lq[static_cast<std::size_t>(i)], lk[static_cast<std::size_t>(i)], d};
+    mods m;
+    m.allowed = [i](index_t, index_t, index_t q, index_t kv) { return kv <= q + i; };
+    m.f = [&bias, k0](double s, index_t, index_t, index_t, index_t kv) { return s + bias[static_cast<std::size_t>(k0 + kv)]; };
+    const vec dout = rows_of(c.in.dout, hq, tq, q0, sd.sq);
+    const ref_out r = reference(sd, m, rows_of(c.in.q, hq, tq, q0, sd.sq), rows_of(c.in.k, hkv, tk, k0, sd.skv),
+                                rows_of(c.in.v, hkv, tk, k0, sd.skv), &dout);
+    double l = 0;
+    for (std::size_t e = 0; e < r.o.size(); ++e) l += r.o[e] * dout[e];
+    if (out) *out = r;
+    return l;
+  };
+  vec want_o(static_cast<std::size_t>(hq * tq * d)), want_lse(static_cast<std::size_t>(hq * tq)),
+      want_dq(want_o.size()), want_dk(static_cast<std::size_t>(hkv * tk * d)), want_dv(want_dk.size());
+  const auto put = [&](vec& dst, const vec& src, index_t heads, index_t total, index_t r0, index_t nr, index_t width) {
+    for (index_t h = 0; h < heads; ++h)
+      for (index_t r = 0; r < nr; ++r)
+        for (index_t e = 0; e < width; ++e)
+          dst[static_cast<std::size_t>((h * total + r0 + r) * width + e)] = src[static_cast<std::size_t>((h * nr + r) * width + e)];
+  };
+  for (index_t i = 0; i < n; ++i) {
+    ref_out r;
+    seq_loss(kb, i, &r);
+    const index_t q0 = cu_q.data()[i], k0 = cu_k.data()[i], nq = lq[static_cast<std::size_t>(i)], nk = lk[static_cast<std::size_t>(i)];
+    put(want_o, r.o, hq, tq, q0, nq, d);
+    put(want_lse, r.lse, hq, tq, q0, nq, 1);
+    put(want_dq, r.dq, hq, tq, q0, nq, d);
+    put(want_dk, r.dk, hkv, tk, k0, nk, d);
+    put(want_dv, r.dv, hkv, tk, k0, nk, d);
+  }
+  check_close<double>(o, want_o, 1e-10, "o");
+  check_close<double>(lse, want_lse, 1e-10, "lse");
+  check_close<double>(gr.dq, want_dq, 1e-9, "dq");
+  check_close<double>(gr.dk, want_dk, 1e-9, "dk");
+  check_close<double>(gr.dv, want_dv, 1e-9, "dv");
+  // The key bias's gradient against central differences of the reference.
+  for (index_t j = 0; j < tk; j += 7) {
+    index_t i = 0;
+    while (cu_k.data()[i + 1] <= j) ++i;
+    vec up = kb, down = kb;
+    up[static_cast<std::size_t>(j)] += 1e-6;
+    down[static_cast<std::size_t>(j)] -= 1e-6;
+    const double want = (seq_loss(up, i, nullptr) - seq_loss(down, i, nullptr)) / 2e-6;
+    INFO("key " << j << " of sequence " << i);
+    CHECK(std::abs(std::get<0>(gr.dargs).data()[j] - want) <= 1e-6 * (1 + std::abs(want)));
+  }
+  loom::host_tensor<index_t, 1> bad({n + 1});
+  for (index_t i = 0; i <= n; ++i) bad.data()[i] = cu_q.data()[i];
+  bad.data()[2] = bad.data()[3] + 1;
+  CHECK_THROWS_WITH(attn(c.t.q, c.t.k, c.t.v, loom::varlen(bad, cu_k), ex), Contains("without decreasing"));
+}

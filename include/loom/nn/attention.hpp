@@ -2,7 +2,8 @@
 #pragma once
 
 // Attention with the user's score_mod and mask_mod (docs/15_attention.md):
-// the public API. The host executor's tiled kernels live in
+// the public API. Its argument types and checks live in
+// nn/attention/args.hpp, the host executor's tiled kernels in
 // nn/attention/host.hpp, the device kernels' block bodies in
 // nn/attention/tile.hpp, their launches and host emulation in
 // nn/attention/kernels.hpp, the mask kinds and the dual numbers that derive
@@ -10,14 +11,17 @@
 
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "loom/core/error.hpp"
 #include "loom/core/shape.hpp"
 #include "loom/core/space.hpp"
+#include "loom/nn/attention/args.hpp"
 #include "loom/nn/attention/host.hpp"
 #include "loom/nn/attention/kernels.hpp"
 #include "loom/nn/attention/mods.hpp"
@@ -26,136 +30,21 @@
 
 namespace loom {
 namespace detail::attn {
-template <class X>
-using view_t = decltype(detail::as_view(std::declval<const X&>()));
-template <class T, class Space, class X>
-using extra_grad_t = tensor<acc_t<T>, 1, Space>;
-}  // namespace detail::attn
+//! What runs a call: the host executor's tiled kernels, nothing but the
+//! checks and the outputs' allocation, the device block bodies on the GPU,
+//! or those bodies emulated on the host.
+enum class run_on { host_executor, checks_only, gpu, emulated };
+constexpr block_exec blocks_on(run_on r) { return r == run_on::gpu ? block_exec::gpu : block_exec::emulated; }
 
-//! What `attention(...)(q, k, v)` returns: o [B, Hq, Sq, D] in q's type and
-//! the log-sum-exp of each row's scores, lse [B, Hq, Sq] in float (double
-//! for double inputs), natural log; -inf for a fully masked row. In q's
-//! memory space.
-template <class T, class Space = host>
-struct attention_result {
-  tensor<T, 4, Space> o;
-  tensor<detail::attn::acc_t<T>, 3, Space> lse;
-};
-
-//! What `loom::grad(attn)(q, k, v, o, lse, dout[, args])` returns. dargs
-//! holds the gradient of each extra argument (a tensor of its shape, in the
-//! accumulation type), in order.
-template <class T, class Space, class... X>
-struct attention_gradients {
-  tensor<T, 4, Space> dq, dk, dv;
-  std::tuple<detail::attn::extra_grad_t<T, Space, X>...> dargs;
-};
-
-//! An extra argument of a score_mod with the index it is read at (see
-//! loom::by_query, loom::by_key; a plain tensor is read at the query head).
-template <detail::attn::extra_axis Axis, class V>
-struct extra_arg {
-  static constexpr detail::attn::extra_axis axis = Axis;
-  V values;
-};
-//! An extra argument read at the query row, `x[q]`: Sq values (a bias per
-//! query position). Example: `loom::args(loom::by_query(qbias))`.
-template <class X>
-[[nodiscard]] auto by_query(const X& x) {
-  return extra_arg<detail::attn::extra_axis::query, detail::attn::view_t<X>>{detail::as_view(x)};
-}
-//! An extra argument read at the key row, `x[kv]`: Skv values (a bias per
-//! key position). Example: `loom::args(loom::by_key(kbias))`.
-template <class X>
-[[nodiscard]] auto by_key(const X& x) {
-  return extra_arg<detail::attn::extra_axis::key, detail::attn::view_t<X>>{detail::as_view(x)};
-}
-
-namespace detail::attn {
-template <class X>
-struct as_extra_t {
-  using type = extra_arg<extra_axis::head, view_t<X>>;
-  static type make(const X& x) { return {detail::as_view(x)}; }
-};
-template <extra_axis Axis, class V>
-struct as_extra_t<extra_arg<Axis, V>> {
-  using type = extra_arg<Axis, V>;
-  static type make(const type& x) { return x; }
-};
-}  // namespace detail::attn
-
-//! The extra arguments of a score_mod, in order: rank-1 tensors or views,
-//! read at the query head (`slope[h]`, Hq values) unless wrapped in
-//! loom::by_query (`x[q]`, Sq values) or loom::by_key (`x[kv]`, Skv values).
-template <class... X>
-struct attention_args {
-  std::tuple<X...> values;
-};
-//! Example: `auto [o, lse] = attn(q, k, v, loom::args(slopes));`
-template <class... X>
-[[nodiscard]] auto args(const X&... x) {
-  return attention_args<typename detail::attn::as_extra_t<X>::type...>{{detail::attn::as_extra_t<X>::make(x)...}};
-}
-
-namespace detail::attn {
-template <class X>
-constexpr void require_4d() {
-  using V = view_t<X>;
-  using T = std::remove_const_t<typename V::value_type>;
-  static_assert(V::rank == 4, "loom: attention takes q [B, Hq, Sq, D], k and v [B, Hkv, Skv, D] (rank 4)");
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, half> ||
-                    std::is_same_v<T, bf16>,
-                "loom: attention takes float, double, half or bf16 elements; convert others with loom::cast");
-  constexpr bool on_device = std::is_same_v<typename V::space, device>;
-  static_assert(cuda_compiler || !on_device, "loom: attention on device tensors launches kernels; compile this file "
-                                             "with nvcc (a .cu file) or copy q, k and v with loom::to_host");
-  static_assert(!on_device || !std::is_same_v<T, double>,
-                "loom: attention on the device takes float, half or bf16 (accumulating in float); convert double "
-                "with loom::cast or run it on the host");
-}
-
-[[noreturn]] inline void throw_shapes(const char* what, const std::string& detail_text) {
-  throw shape_error(std::string("loom: ") + what + ": " + detail_text);
-}
-
-template <class QV, class KV, class VV>
-geometry check_qkv(const char* what, const QV& q, const KV& k, const VV& v) {
-  const auto qs = q.extents(), ks = k.extents(), vs = v.extents();
-  const std::string all =
-      "q " + shape_string(qs) + ", k " + shape_string(ks) + ", v " + shape_string(vs);
-  if (ks != vs) throw_shapes(what, "k and v must have one shape [B, Hkv, Skv, D]; got " + all);
-  if (qs[0] != ks[0]) throw_shapes(what, "q and k must have the same batch B; got " + all);
-  if (qs[3] != ks[3]) throw_shapes(what, "q and k must have the same head size D; got " + all);
-  if (ks[1] <= 0 || qs[1] % ks[1] != 0)
-    throw_shapes(what, "the key heads Hkv must divide the query heads Hq (grouped-query attention); got " + all);
-  if (qs[3] <= 0) throw_shapes(what, "the head size D must be at least 1; got " + all);
-  return geometry{.batch = qs[0], .heads = qs[1], .kv_heads = ks[1], .sq = qs[2], .skv = ks[2], .dim = qs[3]};
-}
-
-template <class Space, class X>
-void check_extra(const char* what, const X& x, const geometry& g) {
-  using V = decltype(x.values);
-  static_assert(std::is_same_v<typename V::space, Space> && V::rank == 1,
-                "loom: attention's extra arguments are rank-1 tensors in q's memory space");
-  const char* names[] = {"h must have Hq", "q (loom::by_query) must have Sq", "kv (loom::by_key) must have Skv"};
-  const index_t want[] = {g.heads, g.sq, g.skv};
-  const auto axis = static_cast<std::size_t>(X::axis);
-  if (x.values.extent(0) != want[axis])
-    throw_shapes(what, std::string("an extra argument indexed by ") + names[axis] + " = " +
-                           std::to_string(want[axis]) + " values; got " + shape_string(x.values.extents()));
-}
-}  // namespace detail::attn
-
-namespace detail::attn {
-// The forward on q's executor (Exec: the host's tiled kernels, or the
-// device block bodies on the GPU or emulated), outputs in Space.
-template <class Space, int Exec, class S, class M, class Q, class K, class V, class... X>
+// The forward on Exec, outputs in Space.
+template <class Space, run_on Exec, class S, class M, class Q, class K, class V, class... X>
 auto run_attention_forward(const S& score, const M& mask, double scale, const Q& q, const K& k, const V& v,
                            const std::tuple<X...>& extra) {
   require_4d<Q>();
   require_4d<K>();
   require_4d<V>();
   using T = std::remove_const_t<typename view_t<Q>::value_type>;
+  using A = acc_t<T>;
   static_assert(std::is_same_v<T, std::remove_const_t<typename view_t<K>::value_type>> &&
                     std::is_same_v<T, std::remove_const_t<typename view_t<V>::value_type>>,
                 "loom: attention's q, k and v must have one element type; convert with loom::cast");
@@ -169,13 +58,57 @@ auto run_attention_forward(const S& score, const M& mask, double scale, const Q&
   g.scale = scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(g.dim));
   attention_result<T, Space> r{tensor<T, 4, Space>(qv.extents()),
                                tensor<acc_t<T>, 3, Space>(shape<3>{g.batch, g.heads, g.sq})};
-  if constexpr (Exec < 0) {
-    forward(g, score, mask, qv, kv, vv, extra, r.o.data(), r.lse.data());
+  if constexpr (Exec == run_on::checks_only) {
+    (void)g;
+  } else if constexpr (Exec == run_on::host_executor) {
+    forward(g, score, mask, qv, kv, vv, extra, operand_of<T>(detail::as_view(r.o)), lse_operand<A>(detail::as_view(r.lse)));
   } else {
     auto p = make_params<T>(g, score, mask, qv, kv, vv, extra);
     p.o = r.o.data();
     p.lse = r.lse.data();
-    run_forward<static_cast<block_exec>(Exec)>(p);
+    run_forward<blocks_on(Exec)>(p);
+  }
+  return r;
+}
+}  // namespace detail::attn
+
+namespace detail::attn {
+template <class Q>
+constexpr void require_host_for_packed() {
+  static_assert(std::is_same_v<typename view_t<Q>::space, host>,
+                "loom: packed sequences (loom::varlen) run on the host executor; copy q, k and v with loom::to_host");
+}
+
+// The forward of packed sequences on the host executor: one pass of the
+// tiled kernels per sequence, over its rows of q, k, v and the outputs.
+template <class Attn, class Q, class K, class V, class... X>
+auto run_packed_forward(const Attn& a, const Q& q, const K& k, const V& v, const packed_sequences& seqs,
+                        const std::tuple<X...>& extra) {
+  require_host_for_packed<Q>();
+  auto r = run_attention_forward<host, run_on::checks_only>(a.score, a.mask, a.scale, q, k, v, extra);
+  using T = std::remove_const_t<typename view_t<Q>::value_type>;
+  using A = acc_t<T>;
+  const view<const T, 4, host> qv(detail::as_view(q)), kv(detail::as_view(k)), vv(detail::as_view(v));
+  geometry g = check_qkv("attention", qv, kv, vv);
+  const index_t n = check_packed("attention", seqs, g);
+  g.scale = a.scale != 0 ? a.scale : 1.0 / std::sqrt(static_cast<double>(g.dim));
+  for (index_t i = 0; i < n; ++i) {
+    const index_t q0 = seqs.q(i), nq = seqs.q(i + 1) - q0, k0 = seqs.kv(i), nk = seqs.kv(i + 1) - k0;
+    if (nq == 0) continue;
+    const auto o = r.o.slice(whole, whole, range(q0, q0 + nq));
+    const auto lse = r.lse.slice(whole, whole, range(q0, q0 + nq));
+    if (nk == 0) {  // no key: every row fully masked
+      fill(o, T(0.0f));
+      fill(lse, -std::numeric_limits<A>::infinity());
+      continue;
+    }
+    geometry gi = g;
+    gi.sq = nq, gi.skv = nk, gi.batch_base = i;
+    const auto rows = range(q0, q0 + nq), keys = range(k0, k0 + nk);
+    forward(gi, a.score, a.mask, qv.slice(whole, whole, rows), kv.slice(whole, whole, keys),
+            vv.slice(whole, whole, keys),
+            std::apply([&](const auto&... x) { return std::make_tuple(slice_extra(x, q0, nq, k0, nk)...); }, extra),
+            operand_of<T>(o), lse_operand<A>(lse));
   }
   return r;
 }
@@ -198,8 +131,15 @@ struct attention_fn {
   template <tensor_like Q, tensor_like K, tensor_like V, class... X>
   [[nodiscard]] auto operator()(const Q& q, const K& k, const V& v, const attention_args<X...>& extra = {}) const {
     using QS = typename detail::attn::view_t<Q>::space;
-    constexpr int exec = std::is_same_v<QS, host> ? -1 : static_cast<int>(detail::attn::block_exec::gpu);
+    constexpr auto exec = std::is_same_v<QS, host> ? detail::attn::run_on::host_executor : detail::attn::run_on::gpu;
     return detail::attn::run_attention_forward<QS, exec>(score, mask, scale, q, k, v, extra.values);
+  }
+  //! Packed sequences of different lengths (loom::varlen), host tensors:
+  //! q [1, Hq, total_q, D], k and v [1, Hkv, total_kv, D].
+  template <tensor_like Q, tensor_like K, tensor_like V, class... X>
+  [[nodiscard]] auto operator()(const Q& q, const K& k, const V& v, const packed_sequences& seqs,
+                                const attention_args<X...>& extra = {}) const {
+    return detail::attn::run_packed_forward(*this, q, k, v, seqs, extra.values);
   }
 };
 
@@ -216,7 +156,7 @@ template <class M>
 }
 
 namespace detail::attn {
-template <class Space, int Exec, class S, class M, class Q, class K, class V, class O, class L, class DO,
+template <class Space, run_on Exec, class S, class M, class Q, class K, class V, class O, class L, class DO,
           class... X>
 auto run_attention_backward(const attention_fn<S, M>& a, const Q& q, const K& k, const V& v, const O& o,
                             const L& lse, const DO& dout, const std::tuple<X...>& extra) {
@@ -253,8 +193,11 @@ auto run_attention_backward(const attention_fn<S, M>& a, const Q& q, const K& k,
     std::size_t i = 0;
     ((extents[i] = t.extent(0), dx[i++] = t.data()), ...);
   }, r.dargs);
-  if constexpr (Exec < 0) {
-    backward(g, a.score, a.mask, qv, kv, vv, ov, lv, dov, extra, r.dq.data(), r.dk.data(), r.dv.data(), dx);
+  if constexpr (Exec == run_on::checks_only) {
+    (void)dx;
+  } else if constexpr (Exec == run_on::host_executor) {
+    backward(g, a.score, a.mask, qv, kv, vv, ov, lv, dov, extra, operand_of<T>(detail::as_view(r.dq)), operand_of<T>(detail::as_view(r.dk)),
+             operand_of<T>(detail::as_view(r.dv)), dx);
   } else {
     // Scratch: D per query row, the extra arguments' partial sums per query and per key row.
     tensor<A, 1, Space> row_d(shape<1>{g.batch * g.heads * g.sq}),
@@ -266,7 +209,65 @@ auto run_attention_backward(const attention_fn<S, M>& a, const Q& q, const K& k,
     p.lse_in = lv.data();
     p.dq = r.dq.data(), p.dk = r.dk.data(), p.dv = r.dv.data();
     p.row_d = row_d.data(), p.extra_partial = partial.data(), p.key_partial = key_partial.data();
-    run_backward<static_cast<block_exec>(Exec), nx>(p, axes, extents, dx);
+    run_backward<blocks_on(Exec), nx>(p, axes, extents, dx);
+  }
+  return r;
+}
+}  // namespace detail::attn
+
+namespace detail::attn {
+// Adds one sequence's gradient of an extra argument read along Axis (its
+// rows start at q0, keys at k0) into the whole gradient t.
+template <extra_axis Axis, class Tn, class A>
+void add_sequence_gradient(Tn& t, const std::vector<A>& part, index_t q0, index_t k0) {
+  const index_t base = Axis == extra_axis::query ? q0 : Axis == extra_axis::key ? k0 : 0;
+  for (std::size_t i = 0; i < part.size(); ++i) t.data()[base + static_cast<index_t>(i)] += part[i];
+}
+
+// The backward of packed sequences on the host executor: one run of the
+// backward passes per sequence, in order; each extra argument read at h
+// adds the sequences' gradients in that order.
+template <class S, class M, class Q, class K, class V, class O, class L, class DO, class... X>
+auto run_packed_backward(const attention_fn<S, M>& a, const Q& q, const K& k, const V& v, const O& o, const L& lse,
+                         const DO& dout, const packed_sequences& seqs, const std::tuple<X...>& extra) {
+  require_host_for_packed<Q>();
+  auto r = run_attention_backward<host, run_on::checks_only>(a, q, k, v, o, lse, dout, extra);
+  using T = std::remove_const_t<typename view_t<Q>::value_type>;
+  using A = acc_t<T>;
+  const view<const T, 4, host> qv(detail::as_view(q)), kv(detail::as_view(k)), vv(detail::as_view(v)),
+      ov(detail::as_view(o)), dov(detail::as_view(dout));
+  const view<const A, 3, host> lv(detail::as_view(lse));
+  geometry g = check_qkv("attention backward", qv, kv, vv);
+  const index_t n = check_packed("attention backward", seqs, g);
+  g.scale = a.scale != 0 ? a.scale : 1.0 / std::sqrt(static_cast<double>(g.dim));
+  // Rows of no sequence with keys (or keys of no sequence with rows) get 0.
+  fill(r.dq, T(0.0f));
+  fill(r.dk, T(0.0f));
+  fill(r.dv, T(0.0f));
+  std::apply([](auto&... t) { (fill(t, A(0)), ...); }, r.dargs);
+  constexpr std::size_t nx = sizeof...(X);
+  std::vector<A> part[nx + 1];
+  for (index_t i = 0; i < n; ++i) {
+    const index_t q0 = seqs.q(i), nq = seqs.q(i + 1) - q0, k0 = seqs.kv(i), nk = seqs.kv(i + 1) - k0;
+    if (nq == 0 || nk == 0) continue;
+    geometry gi = g;
+    gi.sq = nq, gi.skv = nk, gi.batch_base = i;
+    const auto rows = range(q0, q0 + nq), keys = range(k0, k0 + nk);
+    const auto ex = std::apply([&](const auto&... x) { return std::make_tuple(slice_extra(x, q0, nq, k0, nk)...); },
+                               extra);
+    A* dx[nx + 1] = {};
+    std::apply([&](const auto&... x) {
+      std::size_t j = 0;
+      ((part[j].assign(static_cast<std::size_t>(x.values.extent(0)), A(0)), dx[j] = part[j].data(), ++j), ...);
+    }, ex);
+    backward(gi, a.score, a.mask, qv.slice(whole, whole, rows), kv.slice(whole, whole, keys),
+             vv.slice(whole, whole, keys), ov.slice(whole, whole, rows), lv.slice(whole, whole, rows),
+             dov.slice(whole, whole, rows), ex, operand_of<T>(r.dq.slice(whole, whole, rows)),
+             operand_of<T>(r.dk.slice(whole, whole, keys)), operand_of<T>(r.dv.slice(whole, whole, keys)), dx);
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      (add_sequence_gradient<std::tuple_element_t<J, std::tuple<X...>>::axis>(std::get<J>(r.dargs), part[J], q0, k0),
+       ...);
+    }(std::index_sequence_for<X...>{});
   }
   return r;
 }
@@ -285,8 +286,16 @@ template <class S, class M, tensor_like Q, tensor_like K, tensor_like V, tensor_
 [[nodiscard]] auto attention_backward(const attention_fn<S, M>& a, const Q& q, const K& k, const V& v, const O& o,
                                       const L& lse, const DO& dout, const attention_args<X...>& extra = {}) {
   using QS = typename detail::attn::view_t<Q>::space;
-  constexpr int exec = std::is_same_v<QS, host> ? -1 : static_cast<int>(detail::attn::block_exec::gpu);
+  constexpr auto exec = std::is_same_v<QS, host> ? detail::attn::run_on::host_executor : detail::attn::run_on::gpu;
   return detail::attn::run_attention_backward<QS, exec>(a, q, k, v, o, lse, dout, extra.values);
+}
+//! The gradients of attention a over packed sequences (loom::varlen), host tensors.
+template <class S, class M, tensor_like Q, tensor_like K, tensor_like V, tensor_like O, tensor_like L,
+          tensor_like DO, class... X>
+[[nodiscard]] auto attention_backward(const attention_fn<S, M>& a, const Q& q, const K& k, const V& v, const O& o,
+                                      const L& lse, const DO& dout, const packed_sequences& seqs,
+                                      const attention_args<X...>& extra = {}) {
+  return detail::attn::run_packed_backward(a, q, k, v, o, lse, dout, seqs, extra.values);
 }
 
 namespace detail::attn {
@@ -304,14 +313,14 @@ struct attention_grad_fn {
 template <class S, class M, class Q, class K, class V, class... X>
 auto device_emulation(const attention_fn<S, M>& a, const Q& q, const K& k, const V& v,
                       const attention_args<X...>& extra = {}) {
-  return run_attention_forward<host, static_cast<int>(block_exec::emulated)>(a.score, a.mask, a.scale, q, k, v,
+  return run_attention_forward<host, run_on::emulated>(a.score, a.mask, a.scale, q, k, v,
                                                                              extra.values);
 }
 //! The backward's device block bodies run on the host (test hook).
 template <class S, class M, class Q, class K, class V, class O, class L, class DO, class... X>
 auto device_emulation_backward(const attention_fn<S, M>& a, const Q& q, const K& k, const V& v, const O& o,
                                const L& lse, const DO& dout, const attention_args<X...>& extra = {}) {
-  return run_attention_backward<host, static_cast<int>(block_exec::emulated)>(a, q, k, v, o, lse, dout,
+  return run_attention_backward<host, run_on::emulated>(a, q, k, v, o, lse, dout,
                                                                               extra.values);
 }
 }  // namespace detail::attn

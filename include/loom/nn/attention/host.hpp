@@ -40,6 +40,7 @@ constexpr index_t bc = 64;  // key rows of a tile
 struct geometry {
   index_t batch = 0, heads = 0, kv_heads = 0, sq = 0, skv = 0, dim = 0;
   double scale = 1;
+  index_t batch_base = 0;  // added to b where score_mod and mask_mod see it (a packed sequence's number)
   index_t group() const { return heads / kv_heads; }
   index_t q_blocks() const { return (sq + br - 1) / br; }
   index_t k_blocks() const { return (skv + bc - 1) / bc; }
@@ -136,8 +137,8 @@ bool attended(const M& mask, const tile& t, index_t q, index_t kv) {
 
 template <class T, class S, class M, class... X>
 void forward(const geometry& g, const S& score, const M& mask, const view<const T, 4, host>& q,
-             const view<const T, 4, host>& k, const view<const T, 4, host>& v, const std::tuple<X...>& extra, T* o,
-             acc_t<T>* lse) {
+             const view<const T, 4, host>& k, const view<const T, 4, host>& v, const std::tuple<X...>& extra,
+             const operand<T>& o, const operand<acc_t<T>>& lse) {
   using A = acc_t<T>;
   constexpr A neg_inf = -std::numeric_limits<A>::infinity();
   const index_t tasks = g.batch * g.heads * g.q_blocks(), dim = g.dim;
@@ -153,7 +154,7 @@ void forward(const geometry& g, const S& score, const M& mask, const view<const 
         load_rows<false>(q, b, h, q0, nq, dim, qt.data());
         for (index_t k0 = 0; k0 < g.skv; k0 += bc) {
           const index_t nk = std::min(bc, g.skv - k0);
-          const tile t{b, h, q0, nq, k0, nk, mask.classify(q0, q0 + nq, k0, k0 + nk)};
+          const tile t{b + g.batch_base, h, q0, nq, k0, nk, mask.classify(q0, q0 + nq, k0, k0 + nk)};
           if (t.kind == tile_kind::empty) continue;
           load_rows<true>(k, b, hk, k0, nk, dim, kt.data(), bc);
           load_rows<false>(v, b, hk, k0, nk, dim, vt.data());
@@ -164,7 +165,7 @@ void forward(const geometry& g, const S& score, const M& mask, const view<const 
             for (index_t c = 0; c < nk; ++c) {
               const index_t qi = q0 + r, ki = k0 + c;
               s[c] = attended(mask, t, qi, ki)
-                         ? static_cast<A>(apply_score(score, static_cast<A>(g.scale * s[c]), b, h, qi, ki, ex))
+                         ? static_cast<A>(apply_score(score, static_cast<A>(g.scale * s[c]), t.b, h, qi, ki, ex))
                          : neg_inf;
               mx = s[c] > mx || s[c] != s[c] ? s[c] : mx;  // NaN stays
             }
@@ -180,13 +181,12 @@ void forward(const geometry& g, const S& score, const M& mask, const view<const 
             m[r] = m_new;
           }
         }
-        const index_t row0 = (b * g.heads + h) * g.sq + q0;
         for (index_t r = 0; r < nq; ++r) {
-          T* out = o + (row0 + r) * dim;
+          T* out = o.row(b, h, q0 + r);
           const bool empty = m[r] == neg_inf;
           const A inv = empty ? A(0) : A(1) / l[r];
-          for (index_t d = 0; d < dim; ++d) out[d] = convert<T>(empty ? A(0) : ot[r * dim + d] * inv);
-          lse[row0 + r] = empty ? neg_inf : m[r] + std::log(l[r]);
+          for (index_t d = 0; d < dim; ++d) out[d * o.sd] = convert<T>(empty ? A(0) : ot[r * dim + d] * inv);
+          *lse.row(b, h, q0 + r) = empty ? neg_inf : m[r] + std::log(l[r]);
         }
       },
       g.sq * g.skv / std::max<index_t>(g.q_blocks(), 1) * dim);
@@ -264,7 +264,8 @@ template <class T, class S, class M, class... X>
 void backward(const geometry& g, const S& score, const M& mask, const view<const T, 4, host>& q,
               const view<const T, 4, host>& k, const view<const T, 4, host>& v, const view<const T, 4, host>& o,
               const view<const acc_t<T>, 3, host>& lse, const view<const T, 4, host>& dout,
-              const std::tuple<X...>& extra, T* dq, T* dk, T* dv, acc_t<T>* const* dextra) {
+              const std::tuple<X...>& extra, const operand<T>& dq, const operand<T>& dk, const operand<T>& dv,
+              acc_t<T>* const* dextra) {
   using A = acc_t<T>;
   constexpr std::size_t nx = sizeof...(X);
   const index_t dim = g.dim, rows = g.batch * g.heads * g.sq;
@@ -302,7 +303,7 @@ void backward(const geometry& g, const S& score, const M& mask, const view<const
         load_rows<false>(dout, b, h, q0, nq, dim, tg.dot.data());
         for (index_t k0 = 0; k0 < g.skv; k0 += bc) {
           const index_t nk = std::min(bc, g.skv - k0);
-          const tile t{b, h, q0, nq, k0, nk, mask.classify(q0, q0 + nq, k0, k0 + nk)};
+          const tile t{b + g.batch_base, h, q0, nq, k0, nk, mask.classify(q0, q0 + nq, k0, k0 + nk)};
           if (t.kind == tile_kind::empty) continue;
           load_rows<true>(k, b, hk, k0, nk, dim, tg.kt.data(), bc);
           load_rows<true>(v, b, hk, k0, nk, dim, tg.vt.data(), bc);
@@ -318,7 +319,7 @@ void backward(const geometry& g, const S& score, const M& mask, const view<const
         }
         for (index_t r = 0; r < nq; ++r)
           for (index_t d = 0; d < dim; ++d)
-            dq[(row0 + r) * dim + d] = convert<T>(static_cast<A>(g.scale) * dqt[r * dim + d]);
+            dq.row(b, h, q0 + r)[d * dq.sd] = convert<T>(static_cast<A>(g.scale) * dqt[r * dim + d]);
       },
       work);
   // dk and dv: every query head of the group and every query block, in order.
@@ -336,7 +337,7 @@ void backward(const geometry& g, const S& score, const M& mask, const view<const
         for (index_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h)
           for (index_t q0 = 0; q0 < g.sq; q0 += br) {
             const index_t nq = std::min(br, g.sq - q0), row0 = (b * g.heads + h) * g.sq + q0;
-            const tile t{b, h, q0, nq, k0, nk, mask.classify(q0, q0 + nq, k0, k0 + nk)};
+            const tile t{b + g.batch_base, h, q0, nq, k0, nk, mask.classify(q0, q0 + nq, k0, k0 + nk)};
             if (t.kind == tile_kind::empty) continue;
             load_rows<false>(q, b, h, q0, nq, dim, tg.qt.data());
             load_rows<false>(dout, b, h, q0, nq, dim, tg.dot.data());
@@ -354,11 +355,10 @@ void backward(const geometry& g, const S& score, const M& mask, const view<const
               });
             }
           }
-        const index_t row0 = (b * g.kv_heads + hk) * g.skv + k0;
         for (index_t c = 0; c < nk; ++c)
           for (index_t d = 0; d < dim; ++d) {
-            dk[(row0 + c) * dim + d] = convert<T>(static_cast<A>(g.scale) * dkt[c * dim + d]);
-            dv[(row0 + c) * dim + d] = convert<T>(dvt[c * dim + d]);
+            dk.row(b, hk, k0 + c)[d * dk.sd] = convert<T>(static_cast<A>(g.scale) * dkt[c * dim + d]);
+            dv.row(b, hk, k0 + c)[d * dv.sd] = convert<T>(dvt[c * dim + d]);
           }
       },
       work * g.group());
