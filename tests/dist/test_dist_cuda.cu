@@ -3,7 +3,7 @@
 // one rank made from the environment, so the whole device path runs on a
 // machine with one GPU: the NCCL communicator's creation, every collective
 // on tensors and strided views of each dtype, the metadata check over NCCL,
-// synchronize, ZeRO-1. With one rank every result equals its input.
+// synchronize, ZeRO-1, gradient buckets. With one rank every result equals its input.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <loom/dist/buckets.hpp>
 #include <loom/dist/communicator.hpp>
 #include <loom/dist/zero.hpp>
 #include <loom/tensor/tensor.hpp>
@@ -100,4 +101,17 @@ TEST_CASE("dist zero1_adamw on one rank equals AdamW on the device", "[cuda][dis
   }
   c.synchronize();
   REQUIRE(same(loom::to_host(w), loom::to_host(w_ref)));
+}
+
+TEST_CASE("dist gradient_buckets on one rank leave the gradients as they were on the device", "[cuda][dist]") {
+  auto& c = one_rank();
+  const auto h = random_host<float>(1, 333, 14);
+  auto g = loom::to_device(h);
+  loom::dist::gradient_buckets<float, loom::device> buckets(c, g.slice(0), {{300, 33}, {0, 300}}, 100 * sizeof(float));
+  REQUIRE(buckets.size() == 2);
+  buckets.ready(0);
+  buckets.ready(1);
+  buckets.wait();
+  c.synchronize();
+  REQUIRE(same(loom::to_host(g), h));
 }

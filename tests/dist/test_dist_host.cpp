@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include <loom/dist/buckets.hpp>
 #include <loom/dist/communicator.hpp>
 #include <loom/dist/zero.hpp>
 #include <loom/memory/memory.hpp>
@@ -359,6 +361,63 @@ TEMPLATE_TEST_CASE("dist zero1_adamw equals unsharded AdamW on the average gradi
     CHECK(worst <= tol);
     CHECK(control > 10 * tol);
   }
+}
+
+TEST_CASE("dist gradient_buckets average each bucket once its gradients are ready, in bucket order", "[dist]") {
+  const int me = comm().rank();
+  // Parameters laid out in forward order; the backward finishes them last first.
+  const std::vector<index_t> sizes{5, 300, 17, 64, 1, 99, 40};
+  std::vector<std::pair<index_t, index_t>> segments;
+  index_t n = 0;
+  for (index_t s : sizes) {
+    segments.emplace_back(n, s);
+    n += s;
+  }
+  std::reverse(segments.begin(), segments.end());
+  host_tensor<float, 1> g({n});
+  loom::dist::gradient_buckets<float, loom::host> buckets(comm(), g.view(), segments, 100 * sizeof(float));
+  // At least 100 floats each, in the backward's order: {40, 99}, {1, 64, 17, 300}, {5}.
+  REQUIRE(buckets.size() == 3);
+  REQUIRE(buckets.bucket_range(0) == std::pair<index_t, index_t>{387, 526});
+  REQUIRE(buckets.bucket_range(1) == std::pair<index_t, index_t>{5, 387});
+  REQUIRE(buckets.bucket_range(2) == std::pair<index_t, index_t>{0, 5});
+  const auto average_at = [&](const std::vector<std::vector<float>>& data, index_t i) {
+    std::vector<double> xs;
+    for (const auto& d : data) xs.push_back(d[static_cast<std::size_t>(i)]);
+    return std::pair{combine(xs, reduce_op::average), tolerance<float>(xs)};
+  };
+  for (int step = 0; step < 2; ++step) {
+    INFO("step " << step);
+    const auto data = all_ranks<float>(81 + static_cast<std::uint64_t>(step), n);
+    fill_from(g.view(), data[static_cast<std::size_t>(me)]);
+    if (step == 0) {  // in order: the first bucket is averaged as soon as its last gradient is ready
+      const auto [b0, e0] = buckets.bucket_range(0);
+      buckets.ready(0);
+      buckets.ready(1);
+      for (index_t i = 0; i < n; ++i) {
+        const auto [ref, tol] = average_at(data, i);
+        const bool averaged = i >= b0 && i < e0;
+        INFO("element " << i);
+        REQUIRE((averaged ? std::fabs(g(i) - ref) <= tol : g(i) == data[static_cast<std::size_t>(me)][static_cast<std::size_t>(i)]));
+      }
+      for (std::size_t k = 2; k < segments.size(); ++k) buckets.ready(k);
+    } else {  // each rank in another order: the buckets still go in the same order on every rank
+      for (std::size_t k = 0; k < segments.size(); ++k) buckets.ready(me % 2 == 0 ? k : segments.size() - 1 - k);
+    }
+    buckets.wait();
+    for (index_t i = 0; i < n; ++i) {
+      const auto [ref, tol] = average_at(data, i);
+      INFO("element " << i);
+      REQUIRE(std::fabs(g(i) - ref) <= tol);
+    }
+  }
+  // Misuse, the same on every rank (so that no rank waits in a collective).
+  REQUIRE_THROWS_WITH(buckets.wait(), Catch::Contains("before segment 0 was marked ready"));
+  buckets.ready(0);
+  REQUIRE_THROWS_WITH(buckets.ready(0), Catch::Contains("marked ready twice"));
+  std::swap(segments[0], segments[2]);
+  using buckets_type = loom::dist::gradient_buckets<float, loom::host>;
+  REQUIRE_THROWS_WITH((buckets_type(comm(), g.view(), segments, 100 * sizeof(float))), Catch::Contains("do not tile"));
 }
 
 // Run alone (ctest entry dist_killed_rank): the last rank dies; the others'
