@@ -151,6 +151,8 @@ void check_close(const Got& got, const vec& want, double tol, const char* what) 
 // Which code runs: the host executor's kernels, or the device kernels'
 // block bodies emulated on the host.
 enum class path { host, emulated };
+using on_host = std::integral_constant<path, path::host>;
+using emulated = std::integral_constant<path, path::emulated>;
 template <path P, class Attn, class Q, class X>
 auto forward(const Attn& attn, const Q& q, const Q& k, const Q& v, const X& ex) {
   if constexpr (P == path::host)
@@ -277,7 +279,8 @@ TEST_CASE("attention gives fully masked rows o = 0, lse = -inf and zero gradient
   check_case<double>(loom::attention(loom::mask_mod([](auto...) { return false; })), none, all_masked, 3);
 }
 
-TEST_CASE("attention propagates NaN from attended scores only", "[nn][attention]") {
+TEMPLATE_TEST_CASE("attention propagates NaN from attended scores only", "[nn][attention]", on_host, emulated) {
+  constexpr path P = TestType::value;
   const dims n{1, 1, 1, 9, 70, 4};
   const random_case<float> c(n, 13);
   const auto &q = c.t.q, &k = c.t.k, &v = c.t.v, &dout = c.t.dout;
@@ -286,9 +289,10 @@ TEST_CASE("attention propagates NaN from attended scores only", "[nn][attention]
                                       return kv > q || (q == 0 && kv == 0) ? s * std::numeric_limits<float>::quiet_NaN() : s;
                                     }),
                                     loom::causal);
-  auto [o, lse] = attn(q, k, v);
-  auto gr = loom::grad(attn)(q, k, v, o, lse, dout);
+  auto [o, lse] = forward<P>(attn, q, k, v, loom::args());
+  auto gr = backward<P>(attn, q, k, v, o, lse, dout, loom::args());
   CHECK(std::isnan(lse.data()[0]));
+  CHECK(std::isnan(gr.dq.data()[0]));
   for (index_t d = 0; d < n.d; ++d) CHECK(std::isnan(o.data()[d]));
   for (index_t i = n.d; i < o.size(); ++i) CHECK(std::isfinite(o.data()[i]));
   for (index_t r = 1; r < n.sq; ++r) CHECK(std::isfinite(lse.data()[r]));
@@ -296,7 +300,8 @@ TEST_CASE("attention propagates NaN from attended scores only", "[nn][attention]
   for (index_t i = 9 * n.d; i < gr.dk.size(); ++i) CHECK((gr.dk.data()[i] == 0.0f && gr.dv.data()[i] == 0.0f));
 }
 
-TEST_CASE("attention reads no v, k or dout row of a masked entry", "[nn][attention]") {
+TEMPLATE_TEST_CASE("attention reads no v, k or dout row of a masked entry", "[nn][attention]", on_host, emulated) {
+  constexpr path P = TestType::value;
   // Keys 3.. are attended by no query of rows 0..2 and hold NaN in v; query
   // row 0 attends nothing and holds NaN in dout.
   const dims n{1, 1, 1, 3, 8, 5};
@@ -305,8 +310,8 @@ TEST_CASE("attention reads no v, k or dout row of a masked entry", "[nn][attenti
   for (std::size_t i = 0; i < 5; ++i) in.dout[i] = std::numeric_limits<double>::quiet_NaN();
   const tensors<double> t(n, in);
   const auto attn = loom::attention(loom::mask_mod([](auto, auto, auto q, auto kv) { return q > 0 && kv < q; }));
-  auto [o, lse] = attn(t.q, t.k, t.v);
-  auto gr = loom::grad(attn)(t.q, t.k, t.v, o, lse, t.dout);
+  auto [o, lse] = forward<P>(attn, t.q, t.k, t.v, loom::args());
+  auto gr = backward<P>(attn, t.q, t.k, t.v, o, lse, t.dout, loom::args());
   for (index_t i = 0; i < o.size(); ++i) CHECK(std::isfinite(o.data()[i]));
   for (index_t i = 0; i < gr.dq.size(); ++i) CHECK(std::isfinite(gr.dq.data()[i]));
   for (index_t i = 0; i < gr.dk.size(); ++i) CHECK((std::isfinite(gr.dk.data()[i]) && std::isfinite(gr.dv.data()[i])));
@@ -410,9 +415,6 @@ namespace {
 // to 64 and up to 128): edges of both, Sq != Skv, grouped-query heads.
 const dims kernel_sizes[] = {{1, 1, 1, 1, 1, 1},     {1, 2, 1, 129, 127, 80}, {2, 4, 2, 17, 65, 32},
                              {1, 1, 1, 127, 129, 128}, {1, 3, 3, 64, 1, 64},    {1, 2, 2, 65, 33, 7}};
-
-using on_host = std::integral_constant<path, path::host>;
-using emulated = std::integral_constant<path, path::emulated>;
 
 // Two of four mask kinds (no mask; causal; a soft-capped sliding window; a
 // document mask whose rows 0..4 attend nothing), chosen by `first`, on path P.

@@ -327,7 +327,7 @@ LOOM_HD void dq_block(const P& p, index_t b, index_t h, index_t q0, A* smem, con
   });
   over_key_tiles<Tl>(p, b, hk, q0, nq, ks, vs, threads, [&](index_t k0, index_t nk, tile_kind kind) {
     threads([&](int t, state& st) {
-      if (t >= nq || st.lse == neg_inf<A>() || st.lse != st.lse) return;
+      if (t >= nq || st.lse == neg_inf<A>()) return;  // a fully masked row (NaN goes on: it propagates)
       const index_t qi = q0 + t;
       const A* qrow = qs + t * Tl::pad;
       const A* dorow = dos + t * Tl::pad;
@@ -399,7 +399,7 @@ LOOM_HD void dkdv_block(const P& p, index_t b, index_t hk, index_t k0, A* smem, 
         for (int r = 0; r < nq; ++r) {
           const index_t qi = q0 + r;
           const A lse = lses[r];
-          if (lse == neg_inf<A>() || lse != lse) continue;
+          if (lse == neg_inf<A>()) continue;
           if (kind != tile_kind::full && !p.mask(b, h, qi, ki)) continue;
           const A* qrow = qs + r * Tl::pad;
           const A* dorow = dos + r * Tl::pad;
