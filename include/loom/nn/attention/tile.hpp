@@ -188,16 +188,23 @@ struct dkdv_row {
 template <class Tl, class P, class A>
 LOOM_HD void forward_row_tile(const P& p, index_t b, index_t h, index_t qi, tile_kind kind, index_t k0, index_t nk,
                               const A* qrow, const A* ks, const A* vs, forward_row<A, Tl::max_dim>& st) {
+  // q · kᵀ for the tile's keys, q[d] read once for all of them (each sum
+  // still runs over d in order, as dot does).
   A s[Tl::keys];
+  LOOM_UNROLL
+  for (int c = 0; c < Tl::keys; ++c) s[c] = 0;
+  for (int d = 0; d < Tl::max_dim; ++d) {
+    if (d >= p.dim) break;
+    const A qd = qrow[d];
+    LOOM_UNROLL
+    for (int c = 0; c < Tl::keys; ++c) s[c] += qd * ks[c * Tl::pad + d];
+  }
   A mx = neg_inf<A>();
   LOOM_UNROLL
   for (int c = 0; c < Tl::keys; ++c) {
-    s[c] = neg_inf<A>();
-    if (c >= nk) continue;
     const index_t ki = k0 + c;
-    if (kind == tile_kind::full || p.mask(b, h, qi, ki))
-      s[c] = static_cast<A>(apply_score(p.score, p.scale * dot<Tl::max_dim>(qrow, ks + c * Tl::pad, p.dim), b, h,
-                                        qi, ki, p.extra));
+    const bool attended = c < nk && (kind == tile_kind::full || p.mask(b, h, qi, ki));
+    s[c] = attended ? static_cast<A>(apply_score(p.score, p.scale * s[c], b, h, qi, ki, p.extra)) : neg_inf<A>();
     mx = s[c] > mx || s[c] != s[c] ? s[c] : mx;  // NaN stays
   }
   const A m_new = mx != mx || st.m != st.m ? mx + st.m : (mx > st.m ? mx : st.m);
