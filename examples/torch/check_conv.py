@@ -4,12 +4,13 @@
 
 Runs examples/08_cnn with --torch-check into a temporary folder, which
 writes (examples/torch/conv_cases.hpp) a seeded random sweep of cases of
-conv2d, conv1d, conv_transpose2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d
-and batch_norm: their inputs, and loom's outputs and gradients computed in
-float on the host executor; and the small CNN's inputs, parameters, step-0
-loss, gradients and running statistics. Each case is recomputed here with
-torch.nn.functional in float64 (the inputs are float values, exact in float64),
-its gradients by autograd for the same output gradient dy, and compared:
+conv2d (NCHW and NHWC), conv1d, conv_transpose2d, max_pool2d, avg_pool2d,
+adaptive_avg_pool2d and batch_norm: their inputs, and loom's outputs and
+gradients computed in float on the host executor; and the small CNN's
+inputs, parameters, step-0 loss, gradients and running statistics. Each
+case is recomputed here with torch.nn.functional in float64 (the inputs are
+float values, exact in float64), its gradients by autograd for the same
+output gradient dy, and compared:
 max |loom - torch| <= tol * max(1, max |torch|), with tol a few hundred float
 roundings; max pooling's indices must be equal.
 
@@ -60,6 +61,9 @@ def reference(op, o, a):
             f = lambda x, w, b: F.conv2d(x, w, b, **kw)  # noqa: E731
         else:
             f = lambda x, w, b: F.conv_transpose2d(x, w, b, output_padding=o["output_padding"], **kw)  # noqa: E731
+        if o.get("nhwc"):  # channels last: x, y and their gradients [N, H, W, C]
+            y, (dx, dw, db) = grads(f, [x.permute(0, 3, 1, 2), a["w"], a["b"]], dy.permute(0, 3, 1, 2))
+            return {"y": y.permute(0, 2, 3, 1), "dx": dx.permute(0, 2, 3, 1), "dw": dw, "db": db}
         y, (dx, dw, db) = grads(f, [x, a["w"], a["b"]], dy)
         return {"y": y, "dx": dx, "dw": dw, "db": db}
     if op == "max_pool2d":

@@ -4,9 +4,9 @@
 // A seeded random sweep of loom's convolution, pooling and batch-norm
 // functions on the host executor (float), written for
 // examples/torch/check_conv.py, which recomputes every case with PyTorch in
-// float64 and compares: conv2d, conv1d and conv_transpose2d (stride,
-// padding, dilation, groups including depthwise, output padding, a bias;
-// forward and the input, weight and bias gradients), max_pool2d (values,
+// float64 and compares: conv2d (NCHW and NHWC), conv1d and
+// conv_transpose2d (stride, padding, dilation, groups including depthwise,
+// output padding, a bias; forward and the input, weight and bias gradients), max_pool2d (values,
 // indices, gradient), avg_pool2d, adaptive_avg_pool2d and
 // batch_norm_training (output, running statistics, the three gradients).
 //
@@ -115,15 +115,15 @@ struct generator {
 };
 
 // The arrays of one convolution case, after writer::begin: random x, w, b
-// and dy of the given shapes, loom's y, dx and dw (run(x, w, b, dy) returns
-// them as a tuple) and the bias gradient.
+// (out_channels) and dy of the given shapes, and loom's y, dx, dw and db
+// (run(x, w, b, dy) returns them as a tuple).
 template <std::size_t R, class Run>
 void conv_arrays(generator& r, writer& w, const loom::shape<R>& xs, const loom::shape<R>& ws,
-                 const loom::shape<R>& ys, Run run) {
+                 const loom::shape<R>& ys, index_t out_channels, Run run) {
   const auto x = r.random(xs), wt = r.random(ws), dy = r.random(ys);
-  const auto b = r.random(loom::shape<1>{ys[1]});
-  const auto [y, dx, dw] = run(x, wt, b, dy);
-  w.arrays("x", x, "w", wt, "b", b, "dy", dy, "y", y, "dx", dx, "dw", dw, "db", loom::conv2d_backward_bias(dy));
+  const auto b = r.random(loom::shape<1>{out_channels});
+  const auto [y, dx, dw, db] = run(x, wt, b, dy);
+  w.arrays("x", x, "w", wt, "b", b, "dy", dy, "y", y, "dx", dx, "dw", dw, "db", db);
   w.end();
 }
 
@@ -141,12 +141,21 @@ inline void conv2d_case(generator& r, writer& w) {
     } catch (const loom::shape_error&) {
       continue;  // the dilated kernel does not fit: draw again
     }
+    // One case in four channels last: x, y and their gradients [N, H, W, C].
+    const bool nhwc = r.pick(0, 3) == 0;
+    const auto layout = [nhwc](const loom::shape<4>& s) {
+      return nhwc ? loom::shape<4>{s[0], s[2], s[3], s[1]} : s;
+    };
+    if (nhwc) o.layout = loom::conv_layout::nhwc;
     w.begin("conv2d", pair("stride", o.stride) + ", " + pair("padding", o.padding) + ", " +
-                          pair("dilation", o.dilation) + ", " + number("groups", double(o.groups)));
-    conv_arrays(r, w, xs, ws, ys, [&](const auto& x, const auto& wt, const auto& b, const auto& dy) {
-      return std::tuple{loom::conv2d(x, wt, b, o), loom::conv2d_backward_input(dy, wt, xs, o),
-                        loom::conv2d_backward_weight(dy, x, ws, o)};
-    });
+                          pair("dilation", o.dilation) + ", " + number("groups", double(o.groups)) + ", " +
+                          number("nhwc", nhwc));
+    conv_arrays(r, w, layout(xs), ws, layout(ys), cout,
+                [&](const auto& x, const auto& wt, const auto& b, const auto& dy) {
+                  const auto dy_nchw = nhwc ? dy.view().permute({0, 3, 1, 2}) : dy.view();
+                  return std::tuple{loom::conv2d(x, wt, b, o), loom::conv2d_backward_input(dy, wt, x.extents(), o),
+                                    loom::conv2d_backward_weight(dy, x, ws, o), loom::conv2d_backward_bias(dy_nchw)};
+                });
     return;
   }
 }
@@ -162,10 +171,10 @@ inline void conv1d_case(generator& r, writer& w) {
     const index_t ol = (xs[2] + 2 * o.padding - (ws[2] - 1) * o.dilation - 1) / o.stride + 1;
     w.begin("conv1d", number("stride", double(o.stride)) + ", " + number("padding", double(o.padding)) + ", " +
                           number("dilation", double(o.dilation)) + ", " + number("groups", double(o.groups)));
-    conv_arrays(r, w, xs, ws, loom::shape<3>{xs[0], cout, ol},
+    conv_arrays(r, w, xs, ws, loom::shape<3>{xs[0], cout, ol}, cout,
                 [&](const auto& x, const auto& wt, const auto& b, const auto& dy) {
                   return std::tuple{loom::conv1d(x, wt, b, o), loom::conv1d_backward_input(dy, wt, xs, o),
-                                    loom::conv1d_backward_weight(dy, x, ws, o)};
+                                    loom::conv1d_backward_weight(dy, x, ws, o), loom::conv2d_backward_bias(dy)};
                 });
     return;
   }
@@ -191,9 +200,9 @@ inline void conv_transpose2d_case(generator& r, writer& w) {
     w.begin("conv_transpose2d", pair("stride", o.stride) + ", " + pair("padding", o.padding) + ", " +
                                     pair("output_padding", o.output_padding) + ", " + pair("dilation", o.dilation) +
                                     ", " + number("groups", double(o.groups)));
-    conv_arrays(r, w, xs, ws, ys, [&](const auto& x, const auto& wt, const auto& b, const auto& dy) {
+    conv_arrays(r, w, xs, ws, ys, cout, [&](const auto& x, const auto& wt, const auto& b, const auto& dy) {
       return std::tuple{loom::conv_transpose2d(x, wt, b, o), loom::conv_transpose2d_backward_input(dy, wt, xs, o),
-                        loom::conv_transpose2d_backward_weight(dy, x, ws, o)};
+                        loom::conv_transpose2d_backward_weight(dy, x, ws, o), loom::conv2d_backward_bias(dy)};
     });
     return;
   }

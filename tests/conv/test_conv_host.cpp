@@ -882,3 +882,43 @@ TEST_CASE("channels-last (NHWC) tensors enter as permuted views and give the NCH
   const auto bn = loom::batch_norm_training(x, ones, zeros, m2, v2);
   require_close(values_of(bn_view.y.view()), values_of(bn.y.view()), 1e-6, "batch_norm");
 }
+
+TEST_CASE("conv2d with layout nhwc takes and gives channels-last tensors", "[nn][conv]") {
+  std::mt19937_64 g(loom_test::seed_for("conv2d nhwc"));
+  const auto to_nhwc = [](const loom::shape<4>& s) { return loom::shape<4>{s[0], s[2], s[3], s[1]}; };
+  for (int i = 0; i < 60; ++i) {
+    conv_case k = random_case(g);
+    k.o.layout = loom::conv_layout::nhwc;
+    k.o.activation = i % 2 ? loom::matmul_activation::relu : loom::matmul_activation::none;
+    INFO("case " << i << ": x " << loom::shape_string(k.x_shape()) << " w " << loom::shape_string(k.w_shape())
+                 << " groups " << k.o.groups);
+    vec xv, wv, bv, dyv;
+    // Channels-last tensors; their values in NCHW order for the references.
+    auto x = random_tensor<float>(to_nhwc(k.x_shape()), g, xv);
+    auto dy = random_tensor<float>(to_nhwc(k.y_shape()), g, dyv);
+    auto w = random_tensor<float>(k.w_shape(), g, wv);
+    auto b = random_tensor<float>(loom::shape<1>{k.cout}, g, bv);
+    xv = values_of(x.view().permute({0, 3, 1, 2}));
+    dyv = values_of(dy.view().permute({0, 3, 1, 2}));
+    REQUIRE(loom::conv2d_output_shape(x.extents(), w.extents(), k.o) == to_nhwc(k.y_shape()));
+    loom::host_tensor<float, 4> y(to_nhwc(k.y_shape())), dx(x.extents());
+    fill_nan(y.data(), y.size());
+    fill_nan(dx.data(), dx.size());
+    loom::conv2d_into(y, x, w, b, k.o);
+    require_close(values_of(y.view().permute({0, 3, 1, 2})), activated(k, ref_forward(k, xv, wv, &bv)), 1e-5, "y");
+    if (i % 2)
+      loom::conv2d_backward_input_into(dx, dy, w, k.o);
+    else
+      dx = loom::conv2d_backward_input(dy, w, x.extents(), k.o);
+    require_close(values_of(dx.view().permute({0, 3, 1, 2})), ref_backward_input(k, dyv, wv), 1e-5, "dx");
+    require_close(values_of(loom::conv2d_backward_weight(dy, x, k.w_shape(), k.o).view()),
+                  ref_backward_weight(k, dyv, xv), 1e-5, "dw");
+  }
+  loom::host_tensor<float, 4> x(loom::shape<4>{2, 8, 8, 6}), w(loom::shape<4>{4, 3, 3, 3});
+  loom::fill(x, 1.0f);
+  loom::fill(w, 1.0f);
+  REQUIRE_THROWS_WITH(loom::conv2d(x, w, {.layout = loom::conv_layout::nhwc}),
+                      Contains("takes 3 channels per group, 3 in all"));
+  REQUIRE(loom::conv2d(x, w, {.groups = 2, .layout = loom::conv_layout::nhwc}).extents() ==
+          loom::shape<4>{2, 6, 6, 4});
+}

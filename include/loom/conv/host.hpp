@@ -92,20 +92,23 @@ void im2col(const view<const T, 4, host>& x, const geometry& g, index_t n0, inde
       g.positions());
 }
 
-// dx[n0 + i] (contiguous [N, C, H, W]) = the sum, over the column entries that
-// im2col would fill from each element, of dcol ([count, rows, L], contiguous).
-// Each plane is one thread's: zeroed, then the rows added in the order
+// dx[n0 + i] (contiguous [N, C, H, W], or [N, H, W, C] with channels_last)
+// = the sum, over the column entries that im2col would fill from each
+// element, of dcol ([count, rows, L], contiguous). Each plane (image,
+// channel) is one thread's: zeroed, then the rows added in the order
 // (ki, kj), so every element sums its terms in that order. One parallel pass.
 template <class T>
-void col2im(const T* dcol, const geometry& g, index_t n0, index_t count, T* dx) {
+void col2im(const T* dcol, const geometry& g, index_t n0, index_t count, bool channels_last, T* dx) {
   const index_t khw = g.kernel_h * g.kernel_w, positions = g.positions(), plane = g.height * g.width;
+  // Where element (c, iy, ix) of an image lies: c channel_stride + (iy W + ix) element_stride.
+  const index_t channel_stride = channels_last ? 1 : plane, element_stride = channels_last ? g.channels : 1;
   host_for_each(
       count * g.channels,
       [&](index_t p) {
         const index_t i = p / g.channels, c = p % g.channels;
         const T* rows = dcol + (i * g.rows() + c * khw) * positions;
-        T* out = dx + ((n0 + i) * g.channels + c) * plane;
-        std::fill(out, out + plane, T(0));
+        T* out = dx + (n0 + i) * g.channels * plane + c * channel_stride;
+        for (index_t e = 0; e < plane; ++e) out[e * element_stride] = T(0);
         for (index_t ki = 0; ki < g.kernel_h; ++ki)
           for (index_t kj = 0; kj < g.kernel_w; ++kj) {
             const index_t off_y = ki * g.dilation_h - g.pad_h, off_x = kj * g.dilation_w - g.pad_w;
@@ -113,38 +116,51 @@ void col2im(const T* dcol, const geometry& g, index_t n0, index_t count, T* dx) 
             const tap_range xs = valid_outputs(off_x, g.stride_w, g.width, g.out_w);
             const T* row = rows + (ki * g.kernel_w + kj) * positions;
             for (index_t oy = ys.lo; oy < ys.hi; ++oy) {
-              T* dst = out + (oy * g.stride_h + off_y) * g.width;
+              T* dst = out + (oy * g.stride_h + off_y) * g.width * element_stride;
               const T* src = row + oy * g.out_w;
-              for (index_t ox = xs.lo; ox < xs.hi; ++ox) dst[ox * g.stride_w + off_x] += src[ox];
+              for (index_t ox = xs.lo; ox < xs.hi; ++ox) dst[(ox * g.stride_w + off_x) * element_stride] += src[ox];
             }
           }
       },
       plane * khw);
 }
 
-// y (contiguous [N, Cout, oh, ow]) = act(conv(x, w) + bias); w contiguous,
-// bias null or a [Cout] vector of stride bias_stride.
+// y (contiguous [N, Cout, oh, ow], or [N, oh, ow, Cout] with channels_last)
+// = act(conv(x, w) + bias); w contiguous, bias null or a [Cout] vector of
+// stride bias_stride. Channels last, the GEMM is transposed: y[n, g]
+// (L x Cout/G, rows Cout apart) = col[n, g]^T W[g]^T, both read in place.
 template <class T>
 void forward(const view<const T, 4, host>& x, const view<const T, 4, host>& w, const T* bias, index_t bias_stride,
-             matmul_activation act, const geometry& g, T* y) {
+             matmul_activation act, const geometry& g, bool channels_last, T* y) {
   const index_t G = g.groups, K = g.patch(), L = g.positions(), M = g.out_per_group(), chunk = g.chunk();
+  const index_t C = g.out_channels;
   tensor<T, 1, host> col(shape<1>{chunk * g.rows() * L});
   for (index_t n0 = 0; n0 < g.batch; n0 += chunk) {
     const index_t count = std::min(chunk, g.batch - n0);
     im2col(x, g, n0, count, col.data(), g.rows() * L, L);
-    const view<const T, 4, host> a(w.data(), shape<4>{count, G, M, K}, shape<4>{0, M * K, K, 1});
-    const view<const T, 4, host> b(col.data(), shape<4>{count, G, K, L});
-    const view<T, 4, host> d(y + n0 * g.out_channels * L, shape<4>{count, G, M, L});
     gemm_epilogue<T, 4> ep;
     ep.act = act;
-    if (bias) ep.bias = view<const T, 4, host>(bias, d.extents(), shape<4>{0, M * bias_stride, bias_stride, 0});
-    host_gemm<T, T, 4>(a, b, d, ep);
+    if (!channels_last) {
+      const view<const T, 4, host> a(w.data(), shape<4>{count, G, M, K}, shape<4>{0, M * K, K, 1});
+      const view<const T, 4, host> b(col.data(), shape<4>{count, G, K, L});
+      const view<T, 4, host> d(y + n0 * C * L, shape<4>{count, G, M, L});
+      if (bias) ep.bias = view<const T, 4, host>(bias, d.extents(), shape<4>{0, M * bias_stride, bias_stride, 0});
+      host_gemm<T, T, 4>(a, b, d, ep);
+    } else {
+      const view<const T, 4, host> a(col.data(), shape<4>{count, G, L, K}, shape<4>{g.rows() * L, K * L, 1, L});
+      const view<const T, 4, host> b(w.data(), shape<4>{count, G, K, M}, shape<4>{0, M * K, 1, K});
+      const view<T, 4, host> d(y + n0 * C * L, shape<4>{count, G, L, M}, shape<4>{L * C, M, C, 1});
+      if (bias) ep.bias = view<const T, 4, host>(bias, d.extents(), shape<4>{0, M * bias_stride, 0, bias_stride});
+      host_gemm<T, T, 4>(a, b, d, ep);
+    }
   }
 }
 
-// dx (contiguous [N, C, H, W]) from dy (4-D, its last two axes mergeable) and w (contiguous).
+// dx (contiguous [N, C, H, W], or [N, H, W, C] with channels_last) from dy
+// (4-D NCHW, its last two axes mergeable) and w (contiguous).
 template <class T>
-void backward_input(const view<const T, 4, host>& dy, const view<const T, 4, host>& w, const geometry& g, T* dx) {
+void backward_input(const view<const T, 4, host>& dy, const view<const T, 4, host>& w, const geometry& g,
+                    bool channels_last, T* dx) {
   const index_t G = g.groups, K = g.patch(), L = g.positions(), M = g.out_per_group(), chunk = g.chunk();
   tensor<T, 1, host> dcol(shape<1>{chunk * g.rows() * L});
   for (index_t n0 = 0; n0 < g.batch; n0 += chunk) {
@@ -154,7 +170,7 @@ void backward_input(const view<const T, 4, host>& dy, const view<const T, 4, hos
                                    shape<4>{dy.stride(0), M * dy.stride(1), dy.stride(1), dy.stride(3)});
     const view<T, 4, host> d(dcol.data(), shape<4>{count, G, K, L});
     host_gemm<T, T, 4>(a, b, d, {});
-    col2im(dcol.data(), g, n0, count, dx);
+    col2im(dcol.data(), g, n0, count, channels_last, dx);
   }
 }
 

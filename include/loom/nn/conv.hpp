@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// 2-D and 1-D convolution, NCHW (NCL), with stride, padding, dilation and
-// groups (depthwise included), an optional bias, and the three gradients
-// (data, weight, bias) as functions. On the host executor: im2col and the
-// host GEMM (conv/host.hpp). The device path is not built yet: a device
-// tensor is a compile-time error that says so.
+// 2-D and 1-D convolution, NCHW (NCL) or channels-last NHWC (2-D), with
+// stride, padding, dilation and groups (depthwise included), an optional
+// bias, and the three gradients (data, weight, bias) as functions. On the
+// host executor: im2col and the host GEMM (conv/host.hpp). The device path
+// is not built yet: a device tensor is a compile-time error that says so.
 
 #include <array>
 #include <cstddef>
@@ -21,6 +21,10 @@
 #include "loom/tensor/view.hpp"
 
 namespace loom {
+//! The memory layout of a 2-D convolution's input and output and their
+//! gradients: nchw [N, C, H, W], or nhwc [N, H, W, C] (channels last).
+enum class conv_layout { nchw, nhwc };
+
 //! How a 2-D convolution slides its kernel: per axis (height, width) the
 //! stride, the zero padding on both sides, and the dilation; and the number
 //! of groups (channels split into `groups` independent convolutions;
@@ -34,6 +38,9 @@ struct conv2d_options {
   //! applied to each output element after the bias, in the GEMM's epilogue
   //! (forward only: the gradients take dy of the convolution's own output)
   matmul_activation activation = matmul_activation::none;
+  //! the memory layout of x, y and their gradients (the weight is
+  //! [Cout, C / groups, kh, kw] in both)
+  conv_layout layout = conv_layout::nchw;
 };
 
 //! The 1-D form of conv2d_options: a convolution over the last axis.
@@ -184,6 +191,25 @@ shape<R> from_2d(const shape<4>& s) {
     return s;
 }
 
+// x, y and their gradients as the NCHW views and shapes the host loops
+// take: conv1d's NCL with height 1, conv2d's NHWC (layout nhwc) permuted.
+inline bool channels_last(const conv2d_options& o) { return o.layout == conv_layout::nhwc; }
+inline bool channels_last(const conv1d_options&) { return false; }
+template <class T, std::size_t R, class Options>
+view<const T, 4, host> data_2d(const view<const T, R, host>& v, const Options& o) {
+  const view<const T, 4, host> v4 = as_2d(v);
+  return channels_last(o) ? v4.permute({0, 3, 1, 2}) : v4;
+}
+template <class T, std::size_t R, class Options>
+shape<4> data_shape_2d(const shape<R>& s, const Options& o) {
+  const shape<4> s4 = as_2d<T>(s);
+  return channels_last(o) ? shape<4>{s4[0], s4[3], s4[1], s4[2]} : s4;
+}
+template <std::size_t R, class Options>
+shape<R> data_from_2d(const shape<4>& s, const Options& o) {
+  return from_2d<R>(channels_last(o) ? shape<4>{s[0], s[2], s[3], s[1]} : s);
+}
+
 // Checks an output given to a *_into form: contiguous, of the expected
 // shape, overlapping no input.
 template <class T, std::size_t R, class... In>
@@ -204,36 +230,40 @@ void check_output(const char* op, const char* name, const view<T, R, host>& out,
 template <class T, std::size_t R, class Options>
 void run_forward(const char* op, const view<const T, R, host>& x, const view<const T, R, host>& w,
                  const view<const T, 1, host>* bias, const Options& o, const view<T, R, host>& y) {
-  const geometry g = checked_geometry(op, as_2d<T>(x.extents()), as_2d<T>(w.extents()), as_2d(o));
+  const geometry g = checked_geometry(op, data_shape_2d<T>(x.extents(), o), as_2d<T>(w.extents()), as_2d(o));
   index_t bias_stride = 0;
   const T* b = bias ? checked_bias(op, *bias, as_2d<T>(w.extents()), bias_stride) : nullptr;
   if (bias)
-    check_output(op, "y", y, from_2d<R>(output_shape(g)), x, w, *bias);
+    check_output(op, "y", y, data_from_2d<R>(output_shape(g), o), x, w, *bias);
   else
-    check_output(op, "y", y, from_2d<R>(output_shape(g)), x, w);
+    check_output(op, "y", y, data_from_2d<R>(output_shape(g), o), x, w);
   tensor<T, R, host> w_store;
-  forward(as_2d(x), as_2d(contiguous_or_copy(w, w_store)), b, bias_stride, as_2d(o).activation, g, y.data());
+  forward(data_2d(x, o), as_2d(contiguous_or_copy(w, w_store)), b, bias_stride, as_2d(o).activation, g,
+          channels_last(o), y.data());
 }
 template <class T, std::size_t R, class Options>
 void run_backward_input(const char* op, const view<const T, R, host>& dy, const view<const T, R, host>& w,
                         const Options& o, const view<T, R, host>& dx) {
-  const geometry g = checked_geometry(op, as_2d<T>(dx.extents()), as_2d<T>(w.extents()), as_2d(o));
-  check_output_gradient(op, as_2d<T>(dy.extents()), g);
+  const geometry g = checked_geometry(op, data_shape_2d<T>(dx.extents(), o), as_2d<T>(w.extents()), as_2d(o));
+  check_output_gradient(op, data_shape_2d<T>(dy.extents(), o), g);
   check_output(op, "dx", dx, dx.extents(), dy, w);
-  tensor<T, R, host> w_store, dy_store;
-  backward_input(as_2d(contiguous_or_copy(dy, dy_store)), as_2d(contiguous_or_copy(w, w_store)), g, dx.data());
+  tensor<T, R, host> w_store;
+  tensor<T, 4, host> dy_store;
+  backward_input(contiguous_or_copy(data_2d(dy, o), dy_store), as_2d(contiguous_or_copy(w, w_store)), g,
+                 channels_last(o), dx.data());
 }
 template <class T, std::size_t R, class Options>
 void run_backward_weight(const char* op, const view<const T, R, host>& dy, const view<const T, R, host>& x,
                          const Options& o, const view<T, R, host>& dw) {
-  const geometry g = checked_geometry(op, as_2d<T>(x.extents()), as_2d<T>(dw.extents()), as_2d(o));
-  check_output_gradient(op, as_2d<T>(dy.extents()), g);
+  const geometry g = checked_geometry(op, data_shape_2d<T>(x.extents(), o), as_2d<T>(dw.extents()), as_2d(o));
+  check_output_gradient(op, data_shape_2d<T>(dy.extents(), o), g);
   check_output(op, "dw", dw, dw.extents(), dy, x);
-  backward_weight(as_2d(dy), as_2d(x), g, dw.data());
+  backward_weight(data_2d(dy, o), data_2d(x, o), g, dw.data());
 }
 template <class T, std::size_t R, class Options>
 tensor<T, R, host> new_output(const char* op, const shape<R>& xs, const shape<R>& ws, const Options& o) {
-  return tensor<T, R, host>(from_2d<R>(output_shape(checked_geometry(op, as_2d<T>(xs), as_2d<T>(ws), as_2d(o)))));
+  return tensor<T, R, host>(
+      data_from_2d<R>(output_shape(checked_geometry(op, data_shape_2d<T>(xs, o), as_2d<T>(ws), as_2d(o))), o));
 }
 // The typed entry points shared by conv2d (R == 4) and conv1d (R == 3):
 // operands as const views, outputs as views (the *_into forms) or new tensors.
@@ -288,7 +318,7 @@ template <std::size_t R, class DY, class W, class Options>
 auto backward_input_new(const char* op, const DY& dy, const W& w, const shape<R>& input_shape, const Options& o) {
   require_host_operand<R, DY>();
   using T = typename view_of<DY>::value_type;
-  checked_geometry(op, as_2d<T>(input_shape), as_2d<T>(as_view(w).extents()), as_2d(o));
+  checked_geometry(op, data_shape_2d<T>(input_shape, o), as_2d<T>(as_view(w).extents()), as_2d(o));
   tensor<T, R, host> dx(input_shape);
   backward_input_into<R>(op, dx.view(), dy, w, o);
   return dx;
@@ -297,7 +327,7 @@ template <std::size_t R, class DY, class X, class Options>
 auto backward_weight_new(const char* op, const DY& dy, const X& x, const shape<R>& weight_shape, const Options& o) {
   require_host_operand<R, DY>();
   using T = typename view_of<DY>::value_type;
-  checked_geometry(op, as_2d<T>(as_view(x).extents()), as_2d<T>(weight_shape), as_2d(o));
+  checked_geometry(op, data_shape_2d<T>(as_view(x).extents(), o), as_2d<T>(weight_shape), as_2d(o));
   tensor<T, R, host> dw(weight_shape);
   backward_weight_into<R>(op, dw.view(), dy, x, o);
   return dw;
@@ -306,16 +336,19 @@ auto backward_weight_new(const char* op, const DY& dy, const X& x, const shape<R
 
 //! The output shape [N, Cout, oh, ow] of conv2d of an input of shape `x`
 //! ([N, C, H, W]) with a weight of shape `w` ([Cout, C / groups, kh, kw]):
-//! o = (H + 2 padding - dilation (kh - 1) - 1) / stride + 1 per axis. Throws
-//! shape_error when they do not convolve, value_error for bad options. O(1).
+//! o = (H + 2 padding - dilation (kh - 1) - 1) / stride + 1 per axis (x and
+//! the result [N, H, W, C] with layout nhwc). Throws shape_error when they do
+//! not convolve, value_error for bad options. O(1).
 //! Example: `auto s = loom::conv2d_output_shape({8, 3, 32, 32}, {16, 3, 3, 3}, {.padding = {1, 1}});`
 inline shape<4> conv2d_output_shape(const shape<4>& x, const shape<4>& w, const conv2d_options& o = {}) {
-  return detail::conv::output_shape(detail::conv::checked_geometry("conv2d", x, w, o));
+  namespace c = detail::conv;
+  return c::data_from_2d<4>(c::output_shape(c::checked_geometry("conv2d", c::data_shape_2d<float>(x, o), w, o)), o);
 }
 
 //! The 2-D convolution (cross-correlation, as in PyTorch) of x [N, C, H, W]
 //! with w [Cout, C / groups, kh, kw], written into y [N, Cout, oh, ow]
-//! (contiguous host memory that overlaps neither). x may have any strides; a
+//! (contiguous host memory that overlaps neither; x [N, H, W, C] and y
+//! [N, oh, ow, Cout] with layout nhwc). x may have any strides; a
 //! non-contiguous w is copied first. Host: per chunk of images (columns of at
 //! most 2^21 elements) one im2col pass and one host GEMM (BLAS or loom's
 //! kernel). Throws shape_error (naming x, w or y) when they do not convolve,
