@@ -208,6 +208,9 @@ TEST_CASE("model derives every gradient of a residual block with layer norm, add
   net.forward();
   net.backward(b.dy);
   CHECK(net.last_backward().steps == 5);
+  // The residual add's 1 (de and dv), v's 4, u's 5 (with the ReLU's dz), the
+  // layer norm's 2 and the add of its de into the residual's, e's 3 (no dx).
+  CHECK(net.last_backward().kernels == 16);
   check_gradients({b.w0.data(), b.b0.data(), b.gamma.data(), b.beta.data(), b.w1.data(), b.b1.data(), b.w2.data(),
                    b.b2.data()},
                   {b.w0.size(), b.b0.size(), b.gamma.size(), b.beta.size(), b.w1.size(), b.b1.size(), b.w2.size(),
