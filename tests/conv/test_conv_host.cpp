@@ -811,7 +811,12 @@ TEST_CASE("batch_norm names the operand that does not fit", "[nn][norm][errors]"
   REQUIRE_THROWS_AS(loom::batch_norm_training(x, v3, v3, v3, v3, {.eps = 0}), loom::value_error);
   REQUIRE(v3.data()[0] == 1.0f);  // nothing written by a failed call
   loom::host_tensor<float, 2> single(loom::shape<2>{1, 3});
-  REQUIRE_THROWS_WITH(loom::batch_norm_training(single, v3, v3, v3, v3), Contains("has one value per channel"));
+  REQUIRE_THROWS_WITH(loom::batch_norm_training(single, v3, v3, v3, v3), Contains("has 1 value(s) per channel"));
+  const auto empty_batch = loom::host_tensor<float, 4>(loom::shape<4>{0, 3, 2, 2});
+  REQUIRE_THROWS_WITH(loom::batch_norm_training(empty_batch, v3, v3, v3, v3), Contains("has 0 value(s) per channel"));
+  const auto no_channels = loom::host_tensor<float, 4>(loom::shape<4>{2, 0, 2, 2});
+  const loom::host_tensor<float, 1> v0(loom::shape<1>{0});
+  REQUIRE(loom::batch_norm_backward(no_channels, no_channels, v0, v0, v0).dx.size() == 0);
   REQUIRE_THROWS_WITH(loom::batch_norm_inference(x, v3, v3, v4, v3), Contains("running_mean [4]"));
   REQUIRE_THROWS_WITH(loom::batch_norm_backward(loom::host_tensor<float, 4>(loom::shape<4>{2, 3, 4, 4}), x, v3, v3, v3),
                       Contains("dy has shape [2, 3, 4, 4]; input x has shape [2, 3, 4, 5]"));

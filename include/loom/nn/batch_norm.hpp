@@ -136,6 +136,14 @@ view<T, R, S> per_output_channel(const view<T, 1, S>& v) {
   else
     return per_output_channel<R - 1>(v).unsqueeze(static_cast<int>(R) - 1);
 }
+// N H W: the values of each channel (the product of every extent but axis 1's).
+template <std::size_t R>
+index_t values_per_channel(const shape<R>& xs) {
+  index_t count = 1;
+  for (std::size_t d = 0; d < R; ++d)
+    if (d != 1) count *= xs[d];
+  return count;
+}
 inline void check_eps(const char* op, double eps) {
   if (!(eps > 0)) throw value_error(std::string("loom: ") + op + ": eps must be above 0; got " + std::to_string(eps));
 }
@@ -173,10 +181,10 @@ template <tensor_like X, tensor_like W, tensor_like B, tensor_like RM, tensor_li
   bn::check_eps(op, o.eps);
   if (!(o.momentum >= 0 && o.momentum <= 1))
     throw value_error(std::string("loom: ") + op + ": momentum must lie in [0, 1]; got " + std::to_string(o.momentum));
-  const index_t count = xv.size() / xv.extent(1);
+  const index_t count = bn::values_per_channel(xv.extents());
   if (count < 2)
-    throw value_error(std::string("loom: ") + op + ": input x " + shape_string(xv.extents()) +
-                      " has one value per channel; the batch variance needs more than one");
+    throw value_error(std::string("loom: ") + op + ": input x " + shape_string(xv.extents()) + " has " +
+                      std::to_string(count) + " value(s) per channel; the batch variance needs at least two");
 
   const auto mean = loom::mean(xv, bn::batch_axes<R>::value, keepdims);
   const auto var = loom::var(xv, bn::batch_axes<R>::value, keepdims, correction{0});
@@ -249,7 +257,8 @@ template <tensor_like DY, tensor_like X, tensor_like W, tensor_like M, tensor_li
   const auto xhat = (xv - bn::per_channel<R>(mv)) * bn::per_channel<R>(iv);
   const auto dbias = loom::sum(gv, bn::batch_axes<R>::value, keepdims);
   const auto dweight = loom::sum(gv * xhat, bn::batch_axes<R>::value, keepdims);
-  const double inv_count = 1.0 / static_cast<double>(xv.size() / xv.extent(1));
+  const index_t count = bn::values_per_channel(xv.extents());
+  const double inv_count = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
   batch_norm_gradients<T, R, S> g{empty_like(xv), tensor<T, 1, S>(shape<1>{xv.extent(1)}),
                                   tensor<T, 1, S>(shape<1>{xv.extent(1)})};
   assign(g.dx, bn::per_channel<R>(wv) * bn::per_channel<R>(iv) *
