@@ -24,6 +24,7 @@
 #include "loom/linalg/scaled_matmul.hpp"
 #include "loom/memory/memory.hpp"
 #include "loom/nn/attention.hpp"
+#include "loom/nn/attention/block_mask.hpp"
 #include "loom/nn/batch_norm.hpp"
 #include "loom/nn/conv.hpp"
 #include "loom/nn/conv_transpose.hpp"

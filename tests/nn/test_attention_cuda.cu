@@ -131,3 +131,24 @@ TEST_CASE("attention on the device throws loom errors for bad shapes", "[nn][att
   CHECK_THROWS_WITH(loom::attention(loom::causal)(q, k, k), Catch::Matchers::Contains("must divide the query heads"));
   CHECK_THROWS_WITH(loom::attention(loom::causal)(big, big, big), Catch::Matchers::Contains("D <= 128"));
 }
+
+TEST_CASE("attention on the device with a block mask gives the bits of its mask_mod", "[nn][attention][cuda]") {
+  const auto doc = loom::mask_mod(document_fn{});
+  const auto blocks = loom::make_block_mask<loom::device>(doc, 2, 2, 150, 150);
+  std::mt19937_64 g(41);
+  const auto q = loom::to_device(random_tensor<float>({2, 2, 150, 40}, g)),
+             k = loom::to_device(random_tensor<float>({2, 1, 150, 40}, g)),
+             v = loom::to_device(random_tensor<float>({2, 1, 150, 40}, g)),
+             dout = loom::to_device(random_tensor<float>({2, 2, 150, 40}, g));
+  const auto plain = loom::attention(loom::score_mod(softcap_fn{}), doc);
+  const auto blocked = loom::attention(loom::score_mod(softcap_fn{}), blocks);
+  auto a = plain(q, k, v);
+  auto b = blocked(q, k, v);
+  check_same_bits(a.o, b.o);
+  check_same_bits(a.lse, b.lse);
+  auto ga = loom::grad(plain)(q, k, v, a.o, a.lse, dout);
+  auto gb = loom::grad(blocked)(q, k, v, b.o, b.lse, dout);
+  check_same_bits(ga.dq, gb.dq);
+  check_same_bits(ga.dk, gb.dk);
+  check_same_bits(ga.dv, gb.dv);
+}

@@ -6,6 +6,7 @@
 // D not a power of two, grouped-query heads; outputs poisoned (the test main
 // fills every loom allocation with NaN bytes).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include <loom/nn/attention.hpp>
+#include <loom/nn/attention/block_mask.hpp>
 
 #include "loom_test.hpp"
 
@@ -361,6 +363,21 @@ TEST_CASE("attention's gradients match central finite differences", "[nn][attent
   CHECK(std::abs(std::get<0>(gr.dargs).data()[0] - want_slope) <= 1e-6 * (1 + std::abs(want_slope)));
 }
 
+// The same bits in two runs' outputs and gradients.
+template <class A, class B>
+void same_bits(const A& a, const B& b) {
+  REQUIRE(a.size() == b.size());
+  for (index_t i = 0; i < a.size(); ++i) REQUIRE(loom_test::same_bits(a.data()[i], b.data()[i]));
+}
+template <class O, class L, class G>
+void same_results(const O& o, const L& lse, const G& gr, const O& o2, const L& lse2, const G& gr2) {
+  same_bits(o, o2);
+  same_bits(lse, lse2);
+  same_bits(gr.dq, gr2.dq);
+  same_bits(gr.dk, gr2.dk);
+  same_bits(gr.dv, gr2.dv);
+}
+
 // x [B, H, S, D] stored as [B, S, H, D] (the layout of a projection's output).
 template <class T>
 loom::host_tensor<T, 4> as_bshd(const loom::host_tensor<T, 4>& x) {
@@ -382,15 +399,7 @@ TEST_CASE("attention reads strided views as it reads contiguous tensors", "[nn][
   auto [o2, lse2] = attn(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2));
   auto gr = loom::grad(attn)(q, k, v, o, lse, dout);
   auto gr2 = loom::grad(attn)(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2), o2, lse2, dos.transpose(1, 2));
-  const auto same = [](const auto& a, const auto& b) {
-    REQUIRE(a.size() == b.size());
-    for (index_t i = 0; i < a.size(); ++i) REQUIRE(loom_test::same_bits(a.data()[i], b.data()[i]));
-  };
-  same(o, o2);
-  same(lse, lse2);
-  same(gr.dq, gr2.dq);
-  same(gr.dk, gr2.dk);
-  same(gr.dv, gr2.dv);
+  same_results(o, lse, gr, o2, lse2, gr2);
 }
 
 TEST_CASE("attention throws loom errors for bad shapes", "[nn][attention]") {
@@ -554,7 +563,7 @@ TEST_CASE("attention's mask kinds classify tiles that are full or empty correctl
       for (index_t k0 = 0; k0 < 40; k0 += 5)
         for (index_t nq = 1; nq <= 70; nq += 23)
           for (index_t nk = 1; nk <= 70; nk += 17) {
-            const loom::tile_kind kind = mask.classify(q0, q0 + nq, k0, k0 + nk);
+            const loom::tile_kind kind = mask.classify(0, 0, q0, q0 + nq, k0, k0 + nk);
             index_t attended = 0;
             for (index_t q = q0; q < q0 + nq; ++q)
               for (index_t kv = k0; kv < k0 + nk; ++kv) attended += mask(0, 0, q, kv) ? 1 : 0;
@@ -659,4 +668,50 @@ TEST_CASE("attention runs packed sequences of different lengths", "[nn][attentio
   for (index_t i = 0; i <= n; ++i) bad.data()[i] = cu_q.data()[i];
   bad.data()[2] = bad.data()[3] + 1;
   CHECK_THROWS_WITH(attn(c.t.q, c.t.k, c.t.v, loom::varlen(bad, cu_k), ex), Contains("without decreasing"));
+}
+
+TEMPLATE_TEST_CASE("attention with a block mask gives the bits of its mask_mod and skips empty tiles",
+                   "[nn][attention]", on_host, emulated) {
+  constexpr path P = TestType::value;
+  // Documents of 37 rows, queries causal within theirs: many empty and full tiles.
+  // The predicate counts its calls.
+  std::atomic<long> calls{0};
+  const auto doc = loom::mask_mod([&calls](auto, auto h, auto q, auto kv) {
+    calls.fetch_add(1, std::memory_order_relaxed);
+    return (q + h) / 37 == (kv + h) / 37 && kv <= q;
+  });
+  const dims n{2, 2, 1, 150, 150, 8};
+  const random_case<float> c(n, 31);
+  const auto bm = loom::make_block_mask(doc, n.b, n.hq, n.sq, n.skv);
+  // The table against the predicate, cell by cell (brute force).
+  for (index_t b = 0; b < n.b; ++b)
+    for (index_t h = 0; h < n.hq; ++h)
+      for (index_t q0 = 0; q0 < n.sq; q0 += 16)
+        for (index_t k0 = 0; k0 < n.skv; k0 += 16) {
+          const index_t q1 = std::min(q0 + 32, n.sq), k1 = std::min(k0 + 16, n.skv);
+          index_t on = 0;
+          for (index_t q = q0; q < q1; ++q)
+            for (index_t kv = k0; kv < k1; ++kv) on += doc(b, h, q, kv) ? 1 : 0;
+          const loom::tile_kind kind = bm.kind.classify(b, h, q0, q1, k0, k1);
+          INFO("b " << b << " h " << h << " rows [" << q0 << ", " << q1 << ") keys [" << k0 << ", " << k1 << ")");
+          CHECK((kind == loom::tile_kind::empty) == (on == 0));
+          CHECK((kind == loom::tile_kind::full) == (on == (q1 - q0) * (k1 - k0)));
+        }
+  const auto plain = loom::attention(softcap, doc);
+  const auto blocked = loom::attention(softcap, bm);
+  calls = 0;
+  auto [o, lse] = forward<P>(plain, c.t.q, c.t.k, c.t.v, loom::args());
+  const long plain_calls = calls.exchange(0);
+  auto [o2, lse2] = forward<P>(blocked, c.t.q, c.t.k, c.t.v, loom::args());
+  const long blocked_calls = calls.load();
+  // Every element of every tile without the table; with it the partial
+  // tiles' (about half here: tiles of 32 or 64 rows straddle documents of 37).
+  CHECK(plain_calls >= n.b * n.hq * n.sq * n.skv);
+  CHECK(blocked_calls > 0);
+  CHECK(blocked_calls * 3 < plain_calls * 2);
+  auto gr = backward<P>(plain, c.t.q, c.t.k, c.t.v, o, lse, c.t.dout, loom::args());
+  auto gr2 = backward<P>(blocked, c.t.q, c.t.k, c.t.v, o2, lse2, c.t.dout, loom::args());
+  same_results(o, lse, gr, o2, lse2, gr2);
+  const random_case<float> other(dims{2, 2, 1, 149, 150, 8}, 32);
+  CHECK_THROWS_WITH(blocked(other.t.q, other.t.k, other.t.v), Contains("the block mask was made for batch 2"));
 }

@@ -36,6 +36,16 @@ namespace detail::attn {
 enum class run_on { host_executor, checks_only, gpu, emulated };
 constexpr block_exec blocks_on(run_on r) { return r == run_on::gpu ? block_exec::gpu : block_exec::emulated; }
 
+// A mask kind with a table (a block mask): in q's memory space, made for the call's sizes.
+template <class Space, class M>
+void check_mask(const char* what, const M& mask, const geometry& g) {
+  if constexpr (requires { typename M::space; }) {
+    static_assert(std::is_same_v<typename M::space, Space>,
+                  "loom: a block mask must be in q's memory space: make_block_mask<loom::device> for device tensors");
+    mask.check_sizes(what, g.batch, g.heads, g.sq, g.skv);
+  }
+}
+
 // The forward on Exec, outputs in Space.
 template <class Space, run_on Exec, class S, class M, class Q, class K, class V, class... X>
 auto run_attention_forward(const S& score, const M& mask, double scale, const Q& q, const K& k, const V& v,
@@ -55,6 +65,7 @@ auto run_attention_forward(const S& score, const M& mask, double scale, const Q&
   const view<const T, 4, QS> qv(detail::as_view(q)), kv(detail::as_view(k)), vv(detail::as_view(v));
   geometry g = check_qkv("attention", qv, kv, vv);
   std::apply([&](const auto&... x) { (check_extra<QS>("attention", x, g), ...); }, extra);
+  if constexpr (Exec != run_on::checks_only) check_mask<QS>("attention", mask, g);
   g.scale = scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(g.dim));
   attention_result<T, Space> r{tensor<T, 4, Space>(qv.extents()),
                                tensor<acc_t<T>, 3, Space>(shape<3>{g.batch, g.heads, g.sq})};
@@ -73,10 +84,12 @@ auto run_attention_forward(const S& score, const M& mask, double scale, const Q&
 }  // namespace detail::attn
 
 namespace detail::attn {
-template <class Q>
+template <class Q, class M>
 constexpr void require_host_for_packed() {
   static_assert(std::is_same_v<typename view_t<Q>::space, host>,
                 "loom: packed sequences (loom::varlen) run on the host executor; copy q, k and v with loom::to_host");
+  static_assert(!requires { typename M::space; },
+                "loom: a block mask is made for a batch of one length; packed sequences (loom::varlen) take a mask_mod");
 }
 
 // The forward of packed sequences on the host executor: one pass of the
@@ -84,7 +97,7 @@ constexpr void require_host_for_packed() {
 template <class Attn, class Q, class K, class V, class... X>
 auto run_packed_forward(const Attn& a, const Q& q, const K& k, const V& v, const packed_sequences& seqs,
                         const std::tuple<X...>& extra) {
-  require_host_for_packed<Q>();
+  require_host_for_packed<Q, std::remove_cvref_t<decltype(a.mask)>>();
   auto r = run_attention_forward<host, run_on::checks_only>(a.score, a.mask, a.scale, q, k, v, extra);
   using T = std::remove_const_t<typename view_t<Q>::value_type>;
   using A = acc_t<T>;
@@ -180,6 +193,7 @@ auto run_attention_backward(const attention_fn<S, M>& a, const Q& q, const K& k,
                                            shape_string(shape<3>{g.batch, g.heads, g.sq}) + "; got " +
                                            shape_string(lv.extents()));
   std::apply([&](const auto&... x) { (check_extra<QS>("attention backward", x, g), ...); }, extra);
+  if constexpr (Exec != run_on::checks_only) check_mask<QS>("attention backward", a.mask, g);
   g.scale = a.scale != 0 ? a.scale : 1.0 / std::sqrt(static_cast<double>(g.dim));
   attention_gradients<T, Space, X...> r{
       tensor<T, 4, Space>(qv.extents()), tensor<T, 4, Space>(kv.extents()), tensor<T, 4, Space>(vv.extents()),
@@ -230,7 +244,7 @@ void add_sequence_gradient(Tn& t, const std::vector<A>& part, index_t q0, index_
 template <class S, class M, class Q, class K, class V, class O, class L, class DO, class... X>
 auto run_packed_backward(const attention_fn<S, M>& a, const Q& q, const K& k, const V& v, const O& o, const L& lse,
                          const DO& dout, const packed_sequences& seqs, const std::tuple<X...>& extra) {
-  require_host_for_packed<Q>();
+  require_host_for_packed<Q, M>();
   auto r = run_attention_backward<host, run_on::checks_only>(a, q, k, v, o, lse, dout, extra);
   using T = std::remove_const_t<typename view_t<Q>::value_type>;
   using A = acc_t<T>;

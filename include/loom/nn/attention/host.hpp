@@ -154,7 +154,7 @@ void forward(const geometry& g, const S& score, const M& mask, const view<const 
         load_rows<false>(q, b, h, q0, nq, dim, qt.data());
         for (index_t k0 = 0; k0 < g.skv; k0 += bc) {
           const index_t nk = std::min(bc, g.skv - k0);
-          const tile t{b + g.batch_base, h, q0, nq, k0, nk, mask.classify(q0, q0 + nq, k0, k0 + nk)};
+          const tile t{b + g.batch_base, h, q0, nq, k0, nk, mask.classify(b + g.batch_base, h, q0, q0 + nq, k0, k0 + nk)};
           if (t.kind == tile_kind::empty) continue;
           load_rows<true>(k, b, hk, k0, nk, dim, kt.data(), bc);
           load_rows<false>(v, b, hk, k0, nk, dim, vt.data());
@@ -303,7 +303,7 @@ void backward(const geometry& g, const S& score, const M& mask, const view<const
         load_rows<false>(dout, b, h, q0, nq, dim, tg.dot.data());
         for (index_t k0 = 0; k0 < g.skv; k0 += bc) {
           const index_t nk = std::min(bc, g.skv - k0);
-          const tile t{b + g.batch_base, h, q0, nq, k0, nk, mask.classify(q0, q0 + nq, k0, k0 + nk)};
+          const tile t{b + g.batch_base, h, q0, nq, k0, nk, mask.classify(b + g.batch_base, h, q0, q0 + nq, k0, k0 + nk)};
           if (t.kind == tile_kind::empty) continue;
           load_rows<true>(k, b, hk, k0, nk, dim, tg.kt.data(), bc);
           load_rows<true>(v, b, hk, k0, nk, dim, tg.vt.data(), bc);
@@ -337,7 +337,7 @@ void backward(const geometry& g, const S& score, const M& mask, const view<const
         for (index_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h)
           for (index_t q0 = 0; q0 < g.sq; q0 += br) {
             const index_t nq = std::min(br, g.sq - q0), row0 = (b * g.heads + h) * g.sq + q0;
-            const tile t{b + g.batch_base, h, q0, nq, k0, nk, mask.classify(q0, q0 + nq, k0, k0 + nk)};
+            const tile t{b + g.batch_base, h, q0, nq, k0, nk, mask.classify(b + g.batch_base, h, q0, q0 + nq, k0, k0 + nk)};
             if (t.kind == tile_kind::empty) continue;
             load_rows<false>(q, b, h, q0, nq, dim, tg.qt.data());
             load_rows<false>(dout, b, h, q0, nq, dim, tg.dot.data());

@@ -55,19 +55,19 @@ template <class T, class S, class M, class QV, class... X>
 params_t<T, S, M, X...> make_params(const geometry& g, const S& score, const M& mask, const QV& q, const QV& k,
                                     const QV& v, const std::tuple<X...>& extra) {
   using A = acc_t<T>;
-  params_t<T, S, M, X...> p{};
-  p.batch = g.batch, p.heads = g.heads, p.kv_heads = g.kv_heads, p.sq = g.sq, p.skv = g.skv, p.dim = g.dim;
-  p.scale = static_cast<A>(g.scale);
-  p.q = operand_of<const T>(q), p.k = operand_of<const T>(k), p.v = operand_of<const T>(v);
-  p.score = score;
-  p.mask = mask;
-  std::apply(
+  // Built in one aggregate initialization: a score_mod or mask_mod that
+  // captures is copyable but neither default-constructible nor assignable.
+  return std::apply(
       [&](const auto&... x) {
-        p.extra = decltype(p.extra)(extra_values_of<A, std::remove_cvref_t<decltype(x)>>{
-            x.values.data(), x.values.stride(0)}...);
+        return params_t<T, S, M, X...>{g.batch, g.heads, g.kv_heads, g.sq, g.skv, g.dim, static_cast<A>(g.scale),
+                                       operand_of<const T>(q), operand_of<const T>(k), operand_of<const T>(v), {}, {},
+                                       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                       score, mask,
+                                       decltype(params_t<T, S, M, X...>::extra)(
+                                           extra_values_of<A, std::remove_cvref_t<decltype(x)>>{
+                                               x.values.data(), x.values.stride(0)}...)};
       },
       extra);
-  return p;
 }
 
 //! The GPU's thread group: f(threadIdx.x, this thread's state), then a

@@ -143,7 +143,8 @@ struct identity_score {
 //! The identity score_mod (plain attention).
 inline constexpr score_mod_fn<detail::attn::identity_score> no_score_mod{};
 
-//! How a mask kind sees a tile of query rows [q0, q1) and key rows [k0, k1).
+//! How a mask kind sees a tile of query rows [q0, q1) and key rows [k0, k1)
+//! of batch b and query head h (`classify(b, h, q0, q1, k0, k1)`).
 enum class tile_kind { empty, partial, full };
 
 //! A mask from the user's predicate m(b, h, q, kv) -> bool (true: the key is
@@ -153,7 +154,7 @@ template <class F>
 struct mask_mod_fn {
   F f;
   constexpr bool operator()(index_t b, index_t h, index_t q, index_t kv) const { return static_cast<bool>(f(b, h, q, kv)); }
-  static constexpr tile_kind classify(index_t, index_t, index_t, index_t) { return tile_kind::partial; }
+  static constexpr tile_kind classify(index_t, index_t, index_t, index_t, index_t, index_t) { return tile_kind::partial; }
 };
 template <class F>
 [[nodiscard]] constexpr mask_mod_fn<F> mask_mod(F f) {
@@ -163,7 +164,7 @@ template <class F>
 //! No mask: every tile is full.
 struct no_mask_t {
   constexpr bool operator()(index_t, index_t, index_t, index_t) const { return true; }
-  static constexpr tile_kind classify(index_t, index_t, index_t, index_t) { return tile_kind::full; }
+  static constexpr tile_kind classify(index_t, index_t, index_t, index_t, index_t, index_t) { return tile_kind::full; }
 };
 inline constexpr no_mask_t no_mask{};
 
@@ -172,7 +173,7 @@ inline constexpr no_mask_t no_mask{};
 //! are skipped, those below take no mask test.
 struct causal_t {
   constexpr bool operator()(index_t, index_t, index_t q, index_t kv) const { return kv <= q; }
-  static constexpr tile_kind classify(index_t q0, index_t q1, index_t k0, index_t k1) {
+  static constexpr tile_kind classify(index_t, index_t, index_t q0, index_t q1, index_t k0, index_t k1) {
     if (q1 - 1 < k0) return tile_kind::empty;
     return k1 - 1 <= q0 ? tile_kind::full : tile_kind::partial;
   }
@@ -184,7 +185,7 @@ inline constexpr causal_t causal{};
 struct sliding_window_t {
   index_t w = 1;
   constexpr bool operator()(index_t, index_t, index_t q, index_t kv) const { return kv <= q && q - kv < w; }
-  constexpr tile_kind classify(index_t q0, index_t q1, index_t k0, index_t k1) const {
+  constexpr tile_kind classify(index_t, index_t, index_t q0, index_t q1, index_t k0, index_t k1) const {
     if (q1 - 1 < k0 || q0 - (k1 - 1) >= w) return tile_kind::empty;
     return (k1 - 1 <= q0 && (q1 - 1) - k0 < w) ? tile_kind::full : tile_kind::partial;
   }

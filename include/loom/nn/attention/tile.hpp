@@ -239,13 +239,14 @@ LOOM_HD void over_tiles(index_t extent, const Classify& classify, const Threads&
     step(r0, n, kind);
   }
 }
-// over_tiles of the key tiles for query rows [q0, q0 + nq): k and v rows
-// (key head hk) loaded into ks and vs.
+// over_tiles of the key tiles for query rows [q0, q0 + nq) of query head h:
+// k and v rows (of h's key head) loaded into ks and vs.
 template <class Tl, class P, class A, class Threads, class Step>
-LOOM_HD void over_key_tiles(const P& p, index_t b, index_t hk, index_t q0, index_t nq, A* ks, A* vs,
+LOOM_HD void over_key_tiles(const P& p, index_t b, index_t h, index_t q0, index_t nq, A* ks, A* vs,
                             const Threads& threads, const Step& step) {
+  const index_t hk = h / p.group();
   over_tiles<Tl::keys>(
-      p.skv, [&](index_t k0, index_t nk) { return p.mask.classify(q0, q0 + nq, k0, k0 + nk); }, threads,
+      p.skv, [&](index_t k0, index_t nk) { return p.mask.classify(b, h, q0, q0 + nq, k0, k0 + nk); }, threads,
       [&](int t, index_t k0, index_t nk) {
         load_tile<Tl::max_dim, Tl::keys>(p.k, b, hk, k0, nk, p.dim, ks, t, Tl::rows);
         load_tile<Tl::max_dim, Tl::keys>(p.v, b, hk, k0, nk, p.dim, vs, t, Tl::rows);
@@ -261,14 +262,14 @@ LOOM_HD void forward_block(const P& p, index_t b, index_t h, index_t q0, A* smem
   A* qs = smem;
   A* ks = qs + Tl::rows * Tl::pad;
   A* vs = ks + Tl::keys * Tl::pad;
-  const index_t nq = p.sq - q0 < Tl::rows ? p.sq - q0 : Tl::rows, hk = h / p.group();
+  const index_t nq = p.sq - q0 < Tl::rows ? p.sq - q0 : Tl::rows;
   threads([&](int t, forward_row<A, Tl::max_dim>& st) {
     st.m = neg_inf<A>();
     st.l = 0;
     for (int d = 0; d < Tl::max_dim; ++d) st.o[d] = 0;
     if (t < nq) load_row<Tl::max_dim>(p.q, b, h, q0 + t, p.dim, qs + t * Tl::pad);
   });
-  over_key_tiles<Tl>(p, b, hk, q0, nq, ks, vs, threads, [&](index_t k0, index_t nk, tile_kind kind) {
+  over_key_tiles<Tl>(p, b, h, q0, nq, ks, vs, threads, [&](index_t k0, index_t nk, tile_kind kind) {
     threads([&](int t, forward_row<A, Tl::max_dim>& st) {
       if (t < nq) forward_row_tile<Tl>(p, b, h, q0 + t, kind, k0, nk, qs + t * Tl::pad, ks, vs, st);
     });
@@ -315,7 +316,7 @@ LOOM_HD void dq_block(const P& p, index_t b, index_t h, index_t q0, A* smem, con
   A* dos = qs + Tl::rows * Tl::pad;
   A* ks = dos + Tl::rows * Tl::pad;
   A* vs = ks + Tl::keys * Tl::pad;
-  const index_t nq = p.sq - q0 < Tl::rows ? p.sq - q0 : Tl::rows, hk = h / p.group();
+  const index_t nq = p.sq - q0 < Tl::rows ? p.sq - q0 : Tl::rows;
   using state = dq_row<A, Tl::max_dim, Extras>;
   threads([&](int t, state& st) {
     for (int d = 0; d < Tl::max_dim; ++d) st.dq[d] = 0;
@@ -332,7 +333,7 @@ LOOM_HD void dq_block(const P& p, index_t b, index_t h, index_t q0, A* smem, con
     st.lse = p.lse_in[row];
     p.row_d[row] = dsum;
   });
-  over_key_tiles<Tl>(p, b, hk, q0, nq, ks, vs, threads, [&](index_t k0, index_t nk, tile_kind kind) {
+  over_key_tiles<Tl>(p, b, h, q0, nq, ks, vs, threads, [&](index_t k0, index_t nk, tile_kind kind) {
     threads([&](int t, state& st) {
       if (t >= nq || st.lse == neg_inf<A>()) return;  // a fully masked row (NaN goes on: it propagates)
       const index_t qi = q0 + t;
@@ -395,7 +396,7 @@ LOOM_HD void dkdv_block(const P& p, index_t b, index_t hk, index_t k0, A* smem, 
         ds_[t] = p.row_d[row];
       }
     };
-    const auto classify = [&](index_t q0, index_t nq) { return p.mask.classify(q0, q0 + nq, k0, k0 + nk); };
+    const auto classify = [&](index_t q0, index_t nq) { return p.mask.classify(b, h, q0, q0 + nq, k0, k0 + nk); };
     over_tiles<Tl::keys>(p.sq, classify, threads, load, [&](index_t q0, index_t nq, tile_kind kind) {
       threads([&](int t, state& st) {
         if (t >= nk) return;
