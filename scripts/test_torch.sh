@@ -88,6 +88,13 @@ if [[ -x "$cnn" ]]; then
 else
   echo "$cnn is not built: the convolution check against torch does not run"
 fi
+gpt2="$LOOM_BUILD_DIR/examples/gpt2"
+if [[ -x "$gpt2" ]]; then
+  step "GPT-2's loss vs torch float64, llm.c's formats (examples/gpt2/reference.py)" \
+    "$python" "$LOOM_ROOT/examples/gpt2/reference.py" "$gpt2"
+else
+  echo "$gpt2 is not built: the GPT-2 check against torch does not run"
+fi
 step "data-parallel check: gloo, 2 processes, float32" "$python" "$LOOM_ROOT/examples/torch/ddp_train.py"
 step "data-parallel check: gloo, 2 processes, float64" "$python" "$LOOM_ROOT/examples/torch/ddp_train.py" --dtype float64
 gpus="$("$python" -c 'import torch; print(torch.cuda.device_count())')"
