@@ -100,7 +100,7 @@ else
   cat "$LOOM_TORCH_DIR/install.log"
   # The extension's host code at -O1 here: 43 s to build instead of 53 s at
   # -O3, and the checks are the same.
-  LOOM_TORCH_HOST_OPT=-O1 "$LOOM_ROOT/scripts/test_torch.sh"
+  LOOM_BUILD_DIR="$LOOM_BUILD_DIR" LOOM_TORCH_HOST_OPT=-O1 "$LOOM_ROOT/scripts/test_torch.sh"
 fi
 
 section "install, then build examples/consumer with find_package(loom)"
