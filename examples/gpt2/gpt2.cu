@@ -5,10 +5,12 @@
 //
 //   gpt2                                   self-check on a tiny model (CI runs this)
 //   gpt2 --init random --out m.bin [--layers 2 --heads 2 --channels 64 --max-seq 16 --vocab 500 --seed 1337]
-//   gpt2 --load m.bin --tokens t.bin [--batch 4 --seq 16] [--time N]
+//   gpt2 --load m.bin --tokens t.bin [--batch 4 --seq 16] [--time N] [--steps N --lr 1e-4] [--grad-out g.bin]
 //
 // With --tokens it prints the loss of the first batch: inputs are the first
-// B * T tokens of the shard, targets the same shifted by one.
+// B * T tokens of the shard, targets the same shifted by one. --steps N
+// trains N steps of AdamW on that batch and prints each step's loss;
+// --grad-out writes the gradients of the loss in the checkpoint's format.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,17 +27,19 @@
 
 #include "checkpoint.hpp"
 #include "model.hpp"
+#include "train.hpp"
 
 namespace {
 using loom::host;
 using loom::index_t;
 
 struct options {
-  std::string init, out, load, tokens;
+  std::string init, out, load, tokens, grad_out;
   gpt2::gpt2_config config{16, 500, 2, 2, 64, 0};
   index_t batch = 4, seq = 0;
   std::uint64_t seed = 1337;
-  int time = 0;
+  int time = 0, steps = 0;
+  double lr = 1e-4;
 };
 
 options parse(int argc, char** argv) {
@@ -53,6 +57,9 @@ options parse(int argc, char** argv) {
     else if (a == "--seq") o.seq = number();
     else if (a == "--seed") o.seed = static_cast<std::uint64_t>(number());
     else if (a == "--time") o.time = static_cast<int>(number());
+    else if (a == "--steps") o.steps = static_cast<int>(number());
+    else if (a == "--lr") o.lr = std::stod(v);
+    else if (a == "--grad-out") o.grad_out = v;
     else if (a == "--layers") o.config.layers = number();
     else if (a == "--heads") o.config.heads = number();
     else if (a == "--channels") o.config.channels = number();
@@ -117,6 +124,22 @@ double time_forward(const gpt2::parameters<host>& p, const batch& b, int n) {
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+// Trains `steps` steps of AdamW (betas 0.9, 0.999, eps 1e-8, no weight
+// decay) on one batch; returns each step's loss, computed before its update.
+std::vector<float> train(gpt2::parameters<host>& p, const batch& b, int steps, double lr) {
+  gpt2::activations<host> a(p.config, b.inputs.extent(0), b.inputs.extent(1));
+  gpt2::gradients<host> g(p.config);
+  loom::optim::adamw<host> opt({.lr = lr, .weight_decay = 0});
+  opt.add(p.storage, g.storage);
+  std::vector<float> losses;
+  for (int s = 0; s < steps; ++s) {
+    losses.push_back(gpt2::forward(p, a, b.inputs, b.targets).item());
+    gpt2::backward(p, a, g, b.inputs, b.targets);
+    opt.step();
+  }
+  return losses;
 }
 
 // Expects `f` to throw loom::io_error whose message contains `needle`.
@@ -223,6 +246,14 @@ int self_check(const options& o) {
   std::printf("loss at initialization %.6f (ln V = %.6f), twice the same bits: %s: %s\n", loss, ln_v,
               loss == again ? "yes" : "no", loss_ok ? "ok" : "FAILED");
   ok = ok && loss_ok;
+
+  gpt2::parameters<host> trained(c);
+  std::copy(back.storage.data(), back.storage.data() + back.storage.size(), trained.storage.data());
+  const auto losses = train(trained, b, 10, 1e-3);
+  const bool falls = std::isfinite(losses.back()) && losses.front() == loss && losses.back() < losses.front() - 1.0f;
+  std::printf("10 steps of AdamW (lr 1e-3) on the batch: loss %.4f -> %.4f: %s\n", losses.front(), losses.back(),
+              falls ? "falling" : "NOT FALLING");
+  ok = ok && falls;
   std::printf("%s\n", ok ? "all checks passed" : "SOME CHECKS FAILED");
   return ok ? 0 : 1;
 }
@@ -238,7 +269,19 @@ int run(const options& o) {
   if (o.tokens.empty()) return 0;
   const index_t T = o.seq > 0 ? o.seq : std::min<index_t>(p.config.max_seq, 64);
   const auto b = first_batch(gpt2::read_tokens(o.tokens), o.batch, T, p.config);
+  if (o.steps > 0) {
+    const auto losses = train(p, b, o.steps, o.lr);
+    for (std::size_t s = 0; s < losses.size(); ++s) std::printf("step %zu loss %.9f\n", s, losses[s]);
+    return 0;
+  }
   std::printf("loss %.9f\n", loss_of(p, b));
+  if (!o.grad_out.empty()) {  // the gradients of this loss, as a checkpoint
+    gpt2::activations<host> a(p.config, b.inputs.extent(0), b.inputs.extent(1));
+    gpt2::gradients<host> g(p.config);
+    (void)gpt2::forward(p, a, b.inputs, b.targets);
+    gpt2::backward(p, a, g, b.inputs, b.targets);
+    gpt2::write_checkpoint(o.grad_out, p.config, all_of(g));
+  }
   if (o.time > 0) std::printf("forward median of %d: %.3f ms\n", o.time, time_forward(p, b, o.time));
   return 0;
 }

@@ -4,7 +4,9 @@
 // checkpoint, GPT-2's initialization drawn with loom's Philox, and the
 // forward pass with the mean cross-entropy of the next token.
 #include <cmath>
+#include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <loom/loom.hpp>
@@ -77,54 +79,73 @@ struct parameters {
   }
 };
 
-//! The activations of a forward pass over B sequences of T tokens, allocated once.
+//! The activations of a forward pass over B sequences of T tokens, each
+//! block's kept for the backward; allocated once. Tensors of rank 4 hold
+//! one [B, T, ...] slice per block (residual one more: the blocks' inputs,
+//! then the last block's output).
 template <loom::memory_space Space>
 struct activations {
   template <std::size_t R>
   using tensor = loom::tensor<float, R, Space>;
   index_t B, T;
-  tensor<3> residual, mid, ln, qkv, atty, fch, logits;  // [B, T, C] but qkv [B, T, 3C], fch [B, T, 4C], logits [B, T, V]
+  tensor<4> residual, ln1, qkv, atty, mid, ln2, fc, fch;  // [., B, T, C], qkv 3C, fc and fch 4C
+  std::vector<tensor<4>> o;                              // each block's attention output [B, NH, T, hs]
+  std::vector<tensor<3>> lse;                            // and its log-sum-exp [B, NH, T]
+  tensor<3> lnf, logits;                                 // [B, T, C], [B, T, V]
 
   activations(const gpt2_config& c, index_t batch, index_t seq)
-      : B(batch), T(seq), residual({B, T, c.channels}), mid({B, T, c.channels}), ln({B, T, c.channels}),
-        qkv({B, T, 3 * c.channels}), atty({B, T, c.channels}), fch({B, T, 4 * c.channels}),
+      : B(batch), T(seq), residual({c.layers + 1, B, T, c.channels}), ln1({c.layers, B, T, c.channels}),
+        qkv({c.layers, B, T, 3 * c.channels}), atty({c.layers, B, T, c.channels}), mid({c.layers, B, T, c.channels}),
+        ln2({c.layers, B, T, c.channels}), fc({c.layers, B, T, 4 * c.channels}), fch({c.layers, B, T, 4 * c.channels}),
+        o(static_cast<std::size_t>(c.layers)), lse(static_cast<std::size_t>(c.layers)), lnf({B, T, c.channels}),
         logits({B, T, c.vocab}) {}
 };
 
 //! Causal attention with the default scale 1 / sqrt(C / NH).
 inline constexpr auto causal_attention = loom::attention(loom::causal);
 
+//! q, k and v as [B, NH, T, hs] views of a qkv tensor [B, T, (3, NH, hs)].
+template <class QKV>
+auto split_heads(const QKV& qkv, index_t heads) {
+  using loom::shape, loom::whole;
+  const index_t B = qkv.extent(0), T = qkv.extent(1), hs = qkv.extent(2) / (3 * heads);
+  const auto h = qkv.reshape(shape<5>{B, T, 3, heads, hs});
+  return std::array{h.slice(whole, whole, 0).transpose(1, 2), h.slice(whole, whole, 1).transpose(1, 2),
+                    h.slice(whole, whole, 2).transpose(1, 2)};
+}
+
 //! The forward pass over tokens `inputs` [B, T] and the mean cross-entropy
-//! against `targets` [B, T] (int64; a 0-d tensor). Per block: layer norm, the qkv
-//! product (bias in the GEMM's epilogue), causal attention on strided views
-//! of qkv, the output projection with bias and residual in the epilogue,
-//! layer norm, the MLP (bias and tanh-GELU in the first GEMM's epilogue,
-//! bias and residual in the second's). The classifier reads wte's first V
-//! rows: the padded rows give no logits.
+//! against `targets` [B, T] (int64; a 0-d tensor). Per block: layer norm,
+//! the qkv product (bias in the GEMM's epilogue), causal attention on
+//! strided views of qkv, the output projection with bias and residual in
+//! the epilogue, layer norm, the MLP (bias in the first GEMM's epilogue,
+//! then the tanh-GELU; bias and residual in the second's). The classifier
+//! reads wte's first V rows: the padded rows give no logits.
 template <loom::memory_space Space, class Ids, class Targets>
 loom::tensor<float, 0, Space> forward(const parameters<Space>& p, activations<Space>& a, const Ids& inputs,
                                       const Targets& targets) {
-  using loom::range, loom::shape, loom::whole;
+  using loom::range, loom::shape;
   const auto& c = p.config;
   const index_t B = a.B, T = a.T, C = c.channels, NH = c.heads, hs = C / NH;
   constexpr float eps = 1e-5f;
-  a.residual = loom::embedding(inputs, p.wte) + p.wpe.slice(range(0, T));
+  a.residual.slice(0) = loom::embedding(inputs, p.wte) + p.wpe.slice(range(0, T));
   for (index_t l = 0; l < c.layers; ++l) {
-    a.ln = loom::layer_norm(a.residual, p.ln1w.slice(l), p.ln1b.slice(l), eps);
-    a.qkv = loom::matmul(a.ln, p.qkvw.slice(l).t()) + p.qkvb.slice(l);
-    // q, k and v as [B, NH, T, hs] views of qkv [B, T, (3, NH, hs)].
-    const auto heads = a.qkv.view().reshape(shape<5>{B, T, 3, NH, hs});
-    const auto q = heads.slice(whole, whole, 0).transpose(1, 2), k = heads.slice(whole, whole, 1).transpose(1, 2),
-               v = heads.slice(whole, whole, 2).transpose(1, 2);
-    const auto [o, lse] = causal_attention(q, k, v);  // o [B, NH, T, hs]
-    a.atty.view().reshape(shape<4>{B, T, NH, hs}).transpose(1, 2) = o;
-    a.mid = loom::matmul(a.atty, p.attprojw.slice(l).t()) + p.attprojb.slice(l) + a.residual;
-    a.ln = loom::layer_norm(a.mid, p.ln2w.slice(l), p.ln2b.slice(l), eps);
-    a.fch = loom::gelu(loom::matmul(a.ln, p.fcw.slice(l).t()) + p.fcb.slice(l), loom::approximate::tanh);
-    a.residual = loom::matmul(a.fch, p.fcprojw.slice(l).t()) + p.fcprojb.slice(l) + a.mid;
+    auto x = a.residual.slice(l), ln1 = a.ln1.slice(l), qkv = a.qkv.slice(l), atty = a.atty.slice(l),
+               mid = a.mid.slice(l), ln2 = a.ln2.slice(l), fc = a.fc.slice(l), fch = a.fch.slice(l);
+    ln1 = loom::layer_norm(x, p.ln1w.slice(l), p.ln1b.slice(l), eps);
+    qkv = loom::matmul(ln1, p.qkvw.slice(l).t()) + p.qkvb.slice(l);
+    const auto [q, k, v] = split_heads(qkv, NH);
+    auto [o, lse] = causal_attention(q, k, v);  // o [B, NH, T, hs]
+    atty.reshape(shape<4>{B, T, NH, hs}).transpose(1, 2) = o;
+    mid = loom::matmul(atty, p.attprojw.slice(l).t()) + p.attprojb.slice(l) + x;
+    ln2 = loom::layer_norm(mid, p.ln2w.slice(l), p.ln2b.slice(l), eps);
+    fc = loom::matmul(ln2, p.fcw.slice(l).t()) + p.fcb.slice(l);
+    fch = loom::gelu(fc, loom::approximate::tanh);
+    a.residual.slice(l + 1) = loom::matmul(fch, p.fcprojw.slice(l).t()) + p.fcprojb.slice(l) + mid;
+    a.o[static_cast<std::size_t>(l)] = std::move(o), a.lse[static_cast<std::size_t>(l)] = std::move(lse);
   }
-  a.ln = loom::layer_norm(a.residual, p.lnfw, p.lnfb, eps);
-  a.logits = loom::matmul(a.ln, p.wte.slice(range(0, c.vocab)).t());
+  a.lnf = loom::layer_norm(a.residual.slice(c.layers), p.lnfw, p.lnfb, eps);
+  a.logits = loom::matmul(a.lnf, p.wte.slice(range(0, c.vocab)).t());
   return loom::cross_entropy(a.logits.view().reshape(shape<2>{B * T, c.vocab}),
                              targets.view().reshape(shape<1>{B * T}));
 }

@@ -12,6 +12,9 @@ independently of loom's reader) and checks, in a temporary folder:
    float64 within 1e-5 relative, for loom's own initialization and for a
    checkpoint written here with larger random weights, biases and layer-norm
    parameters (so the loss is far from ln V and every parameter matters);
+   for the latter, every parameter's gradient (loom's --grad-out) equals
+   torch.autograd's within 2e-5 of the tensor's largest, and 3 steps of
+   AdamW (loom's --steps) give torch.optim.AdamW's losses within 1e-5 relative;
 3. files with a wrong magic or version, or truncated, are refused with a
    `loom:` message and a non-zero exit.
 Exits non-zero when anything fails.
@@ -70,9 +73,16 @@ def write_tokens(path, tokens):
         f.write(tokens.astype("<u2").tobytes())
 
 
+def as_torch(params):
+    return {k: torch.from_numpy(np.array(v, dtype=np.float64)) for k, v in params.items()}
+
+
 def gpt2_loss(cfg, params, inputs, targets):
     """The mean next-token cross-entropy of GPT-2 in float64, written out."""
-    p = {k: torch.from_numpy(np.array(v, dtype=np.float64)) for k, v in params.items()}
+    return gpt2_loss_tensor(cfg, as_torch(params), inputs, targets).item()
+
+
+def gpt2_loss_tensor(cfg, p, inputs, targets):
     V, L, NH, C = cfg["V"], cfg["L"], cfg["NH"], cfg["C"]
     B, T = inputs.shape
     hs = C // NH
@@ -91,7 +101,7 @@ def gpt2_loss(cfg, params, inputs, targets):
         x = x + h @ p["fcprojw"][l].T + p["fcprojb"][l]
     x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], 1e-5)
     logits = x @ p["wte"][:V].T  # the padded rows give no logits
-    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1)).item()
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
 
 
 def run(binary, *args, expect_ok=True):
@@ -101,8 +111,8 @@ def run(binary, *args, expect_ok=True):
     return r
 
 
-def loom_loss(binary, model, tokens, B, T):
-    out = run(binary, "--load", model, "--tokens", tokens, "--batch", str(B), "--seq", str(T)).stdout
+def loom_loss(binary, model, tokens, B, T, *extra):
+    out = run(binary, "--load", model, "--tokens", tokens, "--batch", str(B), "--seq", str(T), *extra).stdout
     m = re.search(r"^loss (\S+)$", out, re.M)
     if not m:
         sys.exit(f"FAILED: no loss in the output of gpt2:\n{out}")
@@ -164,6 +174,37 @@ def main():
             check(rel < 1e-5, f"{name}: loom {got:.9f}, torch {ref:.9f}, relative difference {rel:.2e}")
         check(abs(gpt2_loss(cfg, strong, inputs, targets) - math.log(V)) > 0.5,
               "the second checkpoint's loss is far from ln V")
+
+        print("gradients of the second checkpoint's loss, loom (float32) against torch.autograd (float64):")
+        grads_file = os.path.join(tmp, "grads.bin")
+        loom_loss(binary, strong_model, tokens_file, B, T, "--grad-out", grads_file)
+        _, got = read_checkpoint(grads_file)
+        p = {k: v.requires_grad_() for k, v in as_torch(strong).items()}
+        gpt2_loss_tensor(cfg, p, inputs, targets).backward()
+        for name in NAMES:
+            ref = p[name].grad.numpy()
+            scale = np.abs(ref).max()
+            err = np.abs(got[name] - ref).max() / scale
+            check(scale > 0 and err < 2e-5, f"{name}: largest difference {err:.1e} of the largest gradient {scale:.2e}")
+
+        steps, lr = 3, 1e-3
+        print(f"{steps} steps of AdamW (lr {lr}), loom (float32) against torch.optim.AdamW (float64):")
+        out = run(binary, "--load", strong_model, "--tokens", tokens_file, "--batch", str(B), "--seq", str(T),
+                  "--steps", str(steps), "--lr", str(lr)).stdout
+        got = [float(x) for x in re.findall(r"^step \d+ loss (\S+)$", out, re.M)]
+        p = {k: v.requires_grad_() for k, v in as_torch(strong).items()}
+        opt = torch.optim.AdamW(p.values(), lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+        ref = []
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = gpt2_loss_tensor(cfg, p, inputs, targets)
+            loss.backward()
+            opt.step()
+            ref.append(loss.item())
+        rel = max(abs(a - b) / abs(b) for a, b in zip(got, ref)) if len(got) == steps else float("inf")
+        check(rel < 1e-5 and ref[-1] < ref[0],
+              f"losses loom {[round(x, 6) for x in got]}, torch {[round(x, 6) for x in ref]}, "
+              f"largest relative difference {rel:.1e}")
 
         print("bad files are refused:")
         good = open(strong_model, "rb").read()
