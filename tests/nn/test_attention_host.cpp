@@ -715,3 +715,21 @@ TEMPLATE_TEST_CASE("attention with a block mask gives the bits of its mask_mod a
   const random_case<float> other(dims{2, 2, 1, 149, 150, 8}, 32);
   CHECK_THROWS_WITH(blocked(other.t.q, other.t.k, other.t.v), Contains("the block mask was made for batch 2"));
 }
+
+TEMPLATE_TEST_CASE("attention treats -inf from a score_mod as a masked entry", "[nn][attention]", on_host, emulated) {
+  constexpr path P = TestType::value;
+  // The score_mod makes the causal mask and empties row 2; the mask_mod says the same.
+  const auto by_score = loom::attention(loom::score_mod([](auto s, auto, auto, auto q, auto kv) {
+                                          return kv > q || q == 2 ? decltype(s){-std::numeric_limits<float>::infinity()} : s;
+                                        }),
+                                        loom::no_mask);
+  const auto by_mask = loom::attention(loom::mask_mod([](auto, auto, auto q, auto kv) { return kv <= q && q != 2; }));
+  const dims n{1, 2, 1, 70, 67, 9};
+  const random_case<float> c(n, 43);
+  auto [o, lse] = forward<P>(by_score, c.t.q, c.t.k, c.t.v, loom::args());
+  auto [o2, lse2] = forward<P>(by_mask, c.t.q, c.t.k, c.t.v, loom::args());
+  auto gr = backward<P>(by_score, c.t.q, c.t.k, c.t.v, o, lse, c.t.dout, loom::args());
+  auto gr2 = backward<P>(by_mask, c.t.q, c.t.k, c.t.v, o2, lse2, c.t.dout, loom::args());
+  CHECK(lse.data()[2] == -std::numeric_limits<float>::infinity());
+  same_results(o, lse, gr, o2, lse2, gr2);
+}
