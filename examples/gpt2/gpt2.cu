@@ -128,16 +128,29 @@ double time_forward(const gpt2::parameters<host>& p, const batch& b, int n) {
 
 // Trains `steps` steps of AdamW (betas 0.9, 0.999, eps 1e-8, no weight
 // decay) on one batch; returns each step's loss, computed before its update.
-std::vector<float> train(gpt2::parameters<host>& p, const batch& b, int steps, double lr) {
+// With `log`, prints each step's loss and the wall time of its forward,
+// backward and update.
+std::vector<float> train(gpt2::parameters<host>& p, const batch& b, int steps, double lr, bool log = false) {
+  using clock = std::chrono::steady_clock;
+  const auto ms = [](clock::time_point t0, clock::time_point t1) {
+    return std::chrono::duration<double, std::milli>(t1 - t0).count();
+  };
   gpt2::activations<host> a(p.config, b.inputs.extent(0), b.inputs.extent(1));
   gpt2::gradients<host> g(p.config);
   loom::optim::adamw<host> opt({.lr = lr, .weight_decay = 0});
   opt.add(p.storage, g.storage);
   std::vector<float> losses;
   for (int s = 0; s < steps; ++s) {
+    const auto t0 = clock::now();
     losses.push_back(gpt2::forward(p, a, b.inputs, b.targets).item());
+    const auto t1 = clock::now();
     gpt2::backward(p, a, g, b.inputs, b.targets);
+    const auto t2 = clock::now();
     opt.step();
+    const auto t3 = clock::now();
+    if (log)
+      std::printf("step %d loss %.9f  forward %.1f ms  backward %.1f ms  update %.1f ms\n", s, losses.back(),
+                  ms(t0, t1), ms(t1, t2), ms(t2, t3));
   }
   return losses;
 }
@@ -270,8 +283,7 @@ int run(const options& o) {
   const index_t T = o.seq > 0 ? o.seq : std::min<index_t>(p.config.max_seq, 64);
   const auto b = first_batch(gpt2::read_tokens(o.tokens), o.batch, T, p.config);
   if (o.steps > 0) {
-    const auto losses = train(p, b, o.steps, o.lr);
-    for (std::size_t s = 0; s < losses.size(); ++s) std::printf("step %zu loss %.9f\n", s, losses[s]);
+    (void)train(p, b, o.steps, o.lr, true);
     return 0;
   }
   std::printf("loss %.9f\n", loss_of(p, b));

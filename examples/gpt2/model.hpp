@@ -131,7 +131,7 @@ loom::tensor<float, 0, Space> forward(const parameters<Space>& p, activations<Sp
   a.residual.slice(0) = loom::embedding(inputs, p.wte) + p.wpe.slice(range(0, T));
   for (index_t l = 0; l < c.layers; ++l) {
     auto x = a.residual.slice(l), ln1 = a.ln1.slice(l), qkv = a.qkv.slice(l), atty = a.atty.slice(l),
-               mid = a.mid.slice(l), ln2 = a.ln2.slice(l), fc = a.fc.slice(l), fch = a.fch.slice(l);
+         mid = a.mid.slice(l), ln2 = a.ln2.slice(l), fc = a.fc.slice(l), fch = a.fch.slice(l);
     ln1 = loom::layer_norm(x, p.ln1w.slice(l), p.ln1b.slice(l), eps);
     qkv = loom::matmul(ln1, p.qkvw.slice(l).t()) + p.qkvb.slice(l);
     const auto [q, k, v] = split_heads(qkv, NH);

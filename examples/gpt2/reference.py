@@ -191,7 +191,7 @@ def main():
         print(f"{steps} steps of AdamW (lr {lr}), loom (float32) against torch.optim.AdamW (float64):")
         out = run(binary, "--load", strong_model, "--tokens", tokens_file, "--batch", str(B), "--seq", str(T),
                   "--steps", str(steps), "--lr", str(lr)).stdout
-        got = [float(x) for x in re.findall(r"^step \d+ loss (\S+)$", out, re.M)]
+        got = [float(x) for x in re.findall(r"^step \d+ loss (\S+) ", out, re.M)]
         p = {k: v.requires_grad_() for k, v in as_torch(strong).items()}
         opt = torch.optim.AdamW(p.values(), lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
         ref = []
