@@ -260,13 +260,16 @@ int self_check(const options& o) {
               loss == again ? "yes" : "no", loss_ok ? "ok" : "FAILED");
   ok = ok && loss_ok;
 
-  gpt2::parameters<host> trained(c);
+  gpt2::parameters<host> trained(c), retrained(c);
   std::copy(back.storage.data(), back.storage.data() + back.storage.size(), trained.storage.data());
+  std::copy(back.storage.data(), back.storage.data() + back.storage.size(), retrained.storage.data());
   const auto losses = train(trained, b, 10, 1e-3);
   const bool falls = std::isfinite(losses.back()) && losses.front() == loss && losses.back() < losses.front() - 1.0f;
-  std::printf("10 steps of AdamW (lr 1e-3) on the batch: loss %.4f -> %.4f: %s\n", losses.front(), losses.back(),
-              falls ? "falling" : "NOT FALLING");
-  ok = ok && falls;
+  const bool repeats = train(retrained, b, 10, 1e-3) == losses &&
+                       std::memcmp(trained.storage.data(), retrained.storage.data(), all_of(p).size_bytes()) == 0;
+  std::printf("10 steps of AdamW (lr 1e-3) on the batch: loss %.4f -> %.4f: %s; run twice, the same bits: %s\n",
+              losses.front(), losses.back(), falls ? "falling" : "NOT FALLING", repeats ? "yes" : "NO");
+  ok = ok && falls && repeats;
   std::printf("%s\n", ok ? "all checks passed" : "SOME CHECKS FAILED");
   return ok ? 0 : 1;
 }
