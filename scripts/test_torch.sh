@@ -95,8 +95,9 @@ if [[ -x "$gpt2" ]]; then
 else
   echo "$gpt2 is not built: the GPT-2 check against torch does not run"
 fi
-step "data-parallel check: gloo, 2 processes, float32" "$python" "$LOOM_ROOT/examples/torch/ddp_train.py"
-step "data-parallel check: gloo, 2 processes, float64" "$python" "$LOOM_ROOT/examples/torch/ddp_train.py" --dtype float64
+# Both dtypes in one pair of processes (one start-up and torch import for both).
+step "data-parallel check: gloo, 2 processes, float32 and float64" "$python" "$LOOM_ROOT/examples/torch/ddp_train.py" \
+  --dtype float32 float64
 gpus="$("$python" -c 'import torch; print(torch.cuda.device_count())')"
 if ((gpus >= 1)); then
   world=$((gpus >= 2 ? 2 : 1))

@@ -89,14 +89,15 @@ def worker(rank, args, rendezvous, result_path):
     # and hold between choosing it and the store binding it.
     dist.init_process_group(args.backend, init_method="file://" + rendezvous, rank=rank, world_size=args.world)
     try:
-        dtype, device = getattr(torch, args.dtype), device_for(args.backend, rank)
-        model = DistributedDataParallel(make_model(dtype, device), device_ids=[rank] if args.backend == "nccl" else None)
-        inputs, targets = make_data(args.batch, dtype, device)
-        share = args.batch // args.world  # this rank's rows of the batch
-        rows = slice(rank * share, (rank + 1) * share)
-        train(model, inputs[rows], targets[rows], args.steps, args.lr)
-        if rank == 0:
-            torch.save({k: v.cpu() for k, v in model.module.state_dict().items()}, result_path)
+        for name in args.dtype:  # one process group for every dtype asked for
+            dtype, device = getattr(torch, name), device_for(args.backend, rank)
+            model = DistributedDataParallel(make_model(dtype, device), device_ids=[rank] if args.backend == "nccl" else None)
+            inputs, targets = make_data(args.batch, dtype, device)
+            share = args.batch // args.world  # this rank's rows of the batch
+            rows = slice(rank * share, (rank + 1) * share)
+            train(model, inputs[rows], targets[rows], args.steps, args.lr)
+            if rank == 0:
+                torch.save({k: v.cpu() for k, v in model.module.state_dict().items()}, f"{result_path}.{name}")
     finally:
         dist.destroy_process_group()
 
@@ -139,31 +140,9 @@ def rounding_bound(model, inputs, targets, steps, lr):
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}, {k: v.cpu() for k, v in bound.items()}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
-    parser.add_argument("--world", type=int, default=2, help="processes (GPUs with nccl)")
-    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--batch", type=int, default=32, help="the whole batch, split evenly between processes")
-    parser.add_argument("--lr", type=float, default=0.05)
-    args = parser.parse_args()
-    if args.batch % args.world:
-        parser.error("--batch must be a multiple of --world")
-    if args.backend == "nccl" and torch.cuda.device_count() < args.world:
-        print(f"nccl needs {args.world} GPUs, torch sees {torch.cuda.device_count()}: skipped")
-        return 77
-
-    start = time.perf_counter()
-    loom_torch.load()  # build once here, before the processes load it
-    dtype, device = getattr(torch, args.dtype), device_for(args.backend, 0)
-    with tempfile.TemporaryDirectory() as tmp:
-        result_path = os.path.join(tmp, "ddp_weights.pt")
-        rendezvous = os.path.join(tmp, "rendezvous")  # must not exist yet
-        mp.spawn(worker, args=(args, rendezvous, result_path), nprocs=args.world, join=True)
-        ddp = torch.load(result_path)
-    ddp_seconds = time.perf_counter() - start
-
+def check(args, dtype_name, ddp):
+    """Compares DDP's weights for one dtype with one-process training; prints a line per tensor."""
+    dtype, device = getattr(torch, dtype_name), device_for(args.backend, 0)
     inputs, targets = make_data(args.batch, dtype, device)
     single, bound = rounding_bound(make_model(dtype, device), inputs, targets, args.steps, args.lr)
     initial = make_model(dtype, "cpu").state_dict()
@@ -176,8 +155,7 @@ def main():
     half = {k: v.detach().cpu() for k, v in half.state_dict().items()}
 
     ok = True
-    print(f"{args.world} processes ({args.backend}, {args.dtype}), {args.steps} SGD steps, batch {args.batch}: "
-          f"{ddp_seconds:.1f} s")
+    print(f"{dtype_name}:")
     for name in single:
         diff = (ddp[name] - single[name]).abs()
         moved = (single[name] - initial[name]).abs().max().item()
@@ -188,8 +166,40 @@ def main():
         control = f"; one share alone: {half_ratio:.3g} of it" if args.world > 1 else ""
         print(f"{'ok  ' if good else 'FAIL'}  {name:18s} moved {moved:.3g}; |DDP - one process| max {diff.max().item():.3g}"
               f" = {ratio:.3g} of the rounding bound{control}")
-    print("DDP weights equal one-process training within float rounding" if ok else
-          "DDP weights differ from one-process training beyond float rounding")
+    print(f"{dtype_name}: DDP weights equal one-process training within float rounding" if ok else
+          f"{dtype_name}: DDP weights differ from one-process training beyond float rounding")
+    return ok
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    parser.add_argument("--world", type=int, default=2, help="processes (GPUs with nccl)")
+    parser.add_argument("--dtype", choices=("float32", "float64"), nargs="+", default=["float32"],
+                        help="one or more: each is trained and checked in turn by the same processes")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=32, help="the whole batch, split evenly between processes")
+    parser.add_argument("--lr", type=float, default=0.05)
+    args = parser.parse_args()
+    if args.batch % args.world:
+        parser.error("--batch must be a multiple of --world")
+    if args.backend == "nccl" and torch.cuda.device_count() < args.world:
+        print(f"nccl needs {args.world} GPUs, torch sees {torch.cuda.device_count()}: skipped")
+        return 77
+
+    start = time.perf_counter()
+    loom_torch.load()  # build once here, before the processes load it
+    with tempfile.TemporaryDirectory() as tmp:
+        result_path = os.path.join(tmp, "ddp_weights.pt")
+        rendezvous = os.path.join(tmp, "rendezvous")  # must not exist yet
+        mp.spawn(worker, args=(args, rendezvous, result_path), nprocs=args.world, join=True)
+        results = {name: torch.load(f"{result_path}.{name}") for name in args.dtype}
+    ddp_seconds = time.perf_counter() - start
+    print(f"{args.world} processes ({args.backend}; {', '.join(args.dtype)}), {args.steps} SGD steps, "
+          f"batch {args.batch}: {ddp_seconds:.1f} s")
+    ok = True
+    for name in args.dtype:
+        ok &= check(args, name, results[name])
     return 0 if ok else 1
 
 
