@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <span>
 #include <string>
@@ -290,9 +291,12 @@ int run(const options& o) {
     return 0;
   }
   std::printf("loss %.9f\n", loss_of(p, b));
-  if (!o.grad_out.empty()) {  // the gradients of this loss, as a checkpoint
+  if (!o.grad_out.empty()) {  // the gradients of this loss, as a checkpoint; NaN wherever one is not written
     gpt2::activations<host> a(p.config, b.inputs.extent(0), b.inputs.extent(1));
     gpt2::gradients<host> g(p.config);
+    loom::fill(g.storage, std::numeric_limits<float>::quiet_NaN());
+    for (auto* t : {&a.residual, &a.ln1, &a.qkv, &a.atty, &a.mid, &a.ln2, &a.fc, &a.fch})
+      loom::fill(*t, std::numeric_limits<float>::quiet_NaN());
     (void)gpt2::forward(p, a, b.inputs, b.targets);
     gpt2::backward(p, a, g, b.inputs, b.targets);
     gpt2::write_checkpoint(o.grad_out, p.config, all_of(g));

@@ -12,7 +12,8 @@ independently of loom's reader) and checks, in a temporary folder:
    float64 within 1e-5 relative, for loom's own initialization and for a
    checkpoint written here with larger random weights, biases and layer-norm
    parameters (so the loss is far from ln V and every parameter matters);
-   for the latter, every parameter's gradient (loom's --grad-out) equals
+   for the latter, every parameter's gradient (loom's --grad-out, which
+   poisons the gradients and activations with NaN first) equals
    torch.autograd's within 2e-5 of the tensor's largest, and 3 steps of
    AdamW (loom's --steps) give torch.optim.AdamW's losses within 1e-5 relative;
 3. files with a wrong magic or version, or truncated, are refused with a
