@@ -84,7 +84,7 @@ for source in "$LOOM_ROOT"/examples/[0-9][0-9]_*.cu; do
   echo "--- $example"
   "$LOOM_BUILD_DIR/examples/$example"
 done
-echo "--- gpt2 (examples/gpt2: llm.c's formats and GPT-2's loss on a tiny model)"
+echo "--- gpt2 (examples/gpt2: llm.c's formats, the loss and 10 training steps of a tiny model)"
 "$LOOM_BUILD_DIR/examples/gpt2"
 
 section "benchmark smoke run: CPU benchmarks and the static PTX report, tiny sizes (bench/run_cpu.sh --quick)"

@@ -90,7 +90,7 @@ else
 fi
 gpt2="$LOOM_BUILD_DIR/examples/gpt2"
 if [[ -x "$gpt2" ]]; then
-  step "GPT-2's loss vs torch float64, llm.c's formats (examples/gpt2/reference.py)" \
+  step "GPT-2's loss, gradients and AdamW steps vs torch float64 (examples/gpt2/reference.py)" \
     "$python" "$LOOM_ROOT/examples/gpt2/reference.py" "$gpt2"
 else
   echo "$gpt2 is not built: the GPT-2 check against torch does not run"
