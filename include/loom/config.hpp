@@ -31,6 +31,16 @@
 #define LOOM_UNROLL
 #endif
 
+// Inlines a host function or lambda into every caller, so that it runs at
+// the width of the copy of core/simd/dispatch.hpp's loops that calls it
+// (a call left out of line runs in baseline code). Empty under nvcc and in
+// unoptimized builds (compile time).
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && defined(__OPTIMIZE__)
+#define LOOM_HOST_INLINE __attribute__((always_inline))
+#else
+#define LOOM_HOST_INLINE
+#endif
+
 // True while compiling the device side of a CUDA translation unit.
 #if defined(__CUDA_ARCH__)
 #define LOOM_DEVICE_CODE 1

@@ -228,6 +228,15 @@ TEST_CASE("vmath double functions stay within their ulp bounds on random doubles
     }
 }
 
+// fn::gelu's derivative as an op.
+struct gelu_slope {
+  bool tanh_form;
+  template <class U>
+  U operator()(U v) const {
+    return loom::fn::gelu{tanh_form}.template derivative<0>(v);
+  }
+};
+
 TEMPLATE_TEST_CASE("host assignments of transcendental ops match double references", "[core][vmath]", float,
                    loom::bf16, loom::half) {
   using T = TestType;
@@ -261,6 +270,15 @@ TEMPLATE_TEST_CASE("host assignments of transcendental ops match double referenc
     return 0.5 * u * (1 + std::tanh(k * (u + 0.044715 * u * u * u)));
   });
   check("gelu", loom::gelu(x), [](double v, double) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); });
+  // GELU's derivative (vmath::gelu_derivative for float), both forms.
+  check("gelu_tanh'", loom::map(gelu_slope{true}, x + b), [k](double v, double w) {
+    const double u = v + w, t = std::tanh(k * (u + 0.044715 * u * u * u));
+    return 0.5 * (1 + t) + 0.5 * u * (1 - t * t) * k * (1 + 3 * 0.044715 * u * u);
+  });
+  check("gelu'", loom::map(gelu_slope{false}, x), [](double v, double) {
+    const double phi = std::exp(-0.5 * v * v) / std::sqrt(2 * 3.14159265358979323846);
+    return 0.5 * (1 + std::erf(v / std::sqrt(2.0))) + v * phi;
+  });
   check("silu", loom::silu(x), [](double v, double) { return v / (1 + std::exp(-v)); });
   check("sigmoid", loom::sigmoid(x * b), [](double v, double w) { return 1 / (1 + std::exp(-v * w)); });
   check("softplus", loom::softplus(x), [](double v, double) { return v > 20 ? v : std::log1p(std::exp(v)); });

@@ -151,7 +151,7 @@ struct bound_leaf {
   //! `lead`: one 16-byte load when the last stride is 1; a repeated value
   //! when it is 0 (an input broadcast along the row).
   template <int vector_width>
-  LOOM_HD void row_load(const index_t* lead, index_t c0, regs<vector_width>& r) const {
+  LOOM_HD LOOM_HOST_INLINE void row_load(const index_t* lead, index_t c0, regs<vector_width>& r) const {
     index_t off = 0;
     for (std::size_t d = R - 1; d-- > 0;) off += lead[d] * st[d];
     if (st[R - 1] == 0) {
@@ -208,7 +208,7 @@ struct bound_scalar {
   template <int vector_width, bool allow_periodic = false>
   LOOM_HD void load(index_t, regs<vector_width>&) const {}
   template <int vector_width>
-  LOOM_HD void row_load(const index_t*, index_t, regs<vector_width>&) const {}
+  LOOM_HD LOOM_HOST_INLINE void row_load(const index_t*, index_t, regs<vector_width>&) const {}
   template <int vector_width, class Ctx = no_ctx>
   LOOM_HD C elem(const regs<vector_width>&, int, const Ctx& = {}) const {
     return value;
@@ -242,7 +242,7 @@ struct bound_map {
     load_impl<vector_width, allow_periodic>(i0, r, std::index_sequence_for<B...>{});
   }
   template <int vector_width>
-  LOOM_HD void row_load(const index_t* lead, index_t c0, regs<vector_width>& r) const {
+  LOOM_HD LOOM_HOST_INLINE void row_load(const index_t* lead, index_t c0, regs<vector_width>& r) const {
     row_load_impl<vector_width>(lead, c0, r, std::index_sequence_for<B...>{});
   }
   template <int vector_width, class Ctx = no_ctx>
@@ -271,7 +271,8 @@ struct bound_map {
     (detail::get<I>(ch).template load<vector_width, allow_periodic>(i0, detail::get<I>(r.c)), ...);
   }
   template <int vector_width, std::size_t... I>
-  LOOM_HD void row_load_impl(const index_t* lead, index_t c0, regs<vector_width>& r, std::index_sequence<I...>) const {
+  LOOM_HD LOOM_HOST_INLINE void row_load_impl(const index_t* lead, index_t c0, regs<vector_width>& r,
+                                              std::index_sequence<I...>) const {
     (detail::get<I>(ch).template row_load<vector_width>(lead, c0, detail::get<I>(r.c)), ...);
   }
   template <class M, std::size_t... I>

@@ -51,6 +51,9 @@ struct gelu {
   }
   template <int, class T>
   LOOM_HD T derivative(T x) const {
+#if !LOOM_DEVICE_CODE
+    if constexpr (std::is_same_v<T, float>) return vmath::gelu_derivative(x, tanh_form);
+#endif
     if (tanh_form) {
       const T k = T(0.79788456080286535588), u = k * (x + T(0.044715) * x * x * x);
       const T t = math::tanh(u);

@@ -4,7 +4,7 @@
 // loom::vmath: the host's math without branches or calls, so that a host
 // loop over an expression runs it in SIMD lanes at whatever width the loop
 // is compiled for (core/simd/dispatch.hpp). float: exp, expm1, log, log1p, tanh,
-// erf, sin, cos, pow, gelu; double: exp, expm1, log, log1p, tanh. Accuracy
+// erf, sin, cos, pow, gelu and its derivative; double: exp, expm1, log, log1p, tanh. Accuracy
 // per function (ulp against a double reference, checked by tests/core's
 // test_vmath): docs/02_expressions.md, "Host math and SIMD width".
 
@@ -120,6 +120,22 @@ LOOM_VMATH_INLINE float gelu(float x, bool tanh_form) {
   const float erf_a = detail::select(a < 0.921875f, detail::erf_small(a), -e);
   const float t = detail::select(tanh_form, detail::copysign(-e / (e + 2.0f), u), detail::copysign(erf_a, x));
   return 0.5f * x * (1.0f + t);
+}
+
+//! The derivative of GELU of float, branch-free in both forms: 0.5 (1 + t)
+//! + 0.5 x (1 - t^2) u' with t and u as in gelu (one expm1), or
+//! 0.5 (1 + erf(x / sqrt 2)) + x phi(x) (one expm1 and one exp).
+LOOM_VMATH_INLINE float gelu_derivative(float x, bool tanh_form) {
+  constexpr float k = 0.79788456080286535588f;
+  const float x2 = x * x;
+  const float u = k * (x + 0.044715f * x2 * x);
+  const float a = detail::abs(x * 0.70710678118654752440f), au = detail::abs(u);
+  const float e = expm1(detail::select(tanh_form, -2.0f * au, detail::erfc_log(a)));
+  const float erf_a = detail::select(a < 0.921875f, detail::erf_small(a), -e);
+  const float t = detail::select(tanh_form, detail::copysign(-e / (e + 2.0f), u), detail::copysign(erf_a, x));
+  const float tanh_part = 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x2);
+  const float erf_part = x * 0.39894228040143267794f * exp(detail::select(tanh_form, 0.0f, -0.5f * x2));
+  return 0.5f * (1.0f + t) + detail::select(tanh_form, tanh_part, erf_part);
 }
 
 //! Sine for float, branch-free; within 1 ulp for |x| < 2^27 pi/2, in [-1, 1] beyond.

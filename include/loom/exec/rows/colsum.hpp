@@ -165,8 +165,11 @@ template <class A, class S, class Sink, std::size_t RO, class B>
 void colsum_rows_host(const B& b0, const Sink& sink, const row_layout<RO>& lay, const row_passes_plan& passes,
                       tensor<A, 3, S>& partials, column_sums_info& ci, eval_info& info) {
   constexpr std::size_t K = Sink::extras;
-  const auto b = wrap_row_values(b0);  // per-row values once per row (per_row.hpp)
-  using BW = std::remove_const_t<decltype(b)>;
+  // Per-row values once per row (per_row.hpp), repeated input-only
+  // subtrees once per element (precomputed.hpp).
+  auto b = wrap_row_values(precompute_values<RO, host_max_precomputed_tree_leaves>(b0));
+  using BW = decltype(b);
+  plan_precomputed(b, lay.cols);
   info.per_row_values = per_row_value_count<BW>;
   const std::uint64_t reuse = passes.reuse;
   const index_t cols = lay.cols, width = static_cast<index_t>(K) * cols;
@@ -178,6 +181,7 @@ void colsum_rows_host(const B& b0, const Sink& sink, const row_layout<RO>& lay, 
   ci.partials = plan.blocks > 0 ? column_partials::host : column_partials::none;
   A* const parts = partials.data();
   const bool dense = host_rows_dense(b, cols);
+  [[maybe_unused]] const bool dense_out = dense && sink.host_vector_ok();
   // Dense rows are read in place by pointer (run_rows_host).
   const auto cplan = plan_row_cache<RO>(b, cols, lay.rows, reuse, 1, dense ? 0 : row_cache_budget());
   info.cached_rows = cplan.rows;
@@ -189,9 +193,22 @@ void colsum_rows_host(const B& b0, const Sink& sink, const row_layout<RO>& lay, 
         const index_t first = p * plan.rows_per_block, last = std::min(first + plan.rows_per_block, lay.rows);
         for (index_t row = first; row < last; ++row) {
           Sink sk = sink;  // its row sums start at 0 for each row
-          host_row<A>(b, cplan, lay, row, reuse, dense,
-                      [&](const BW& bc, const index_t* idx, const index_t* lead, index_t c,
-                          const row_ctx<slots_of<BW>, A>& ctx) { sk.one(bc, idx, lead, c, ctx, acc, cols); });
+          using ctx_t = row_ctx<slots_of<BW>, A>;
+          auto one = [&](const BW& bc, const index_t* idx, const index_t* lead, index_t c,
+                         const ctx_t& ctx) LOOM_HOST_INLINE { sk.one(bc, idx, lead, c, ctx, acc, cols); };
+          // Unoptimized builds take the columns one at a time alone (the
+          // same bits: each column's sums in the same order); the vector
+          // step would only add compile time where no vectorizer runs.
+#if defined(__OPTIMIZE__)
+          auto vec = [&](const BW& bc, const index_t* lead, index_t c0, const ctx_t& ctx)
+                         LOOM_HOST_INLINE { sk.template vec<host_lanes>(bc, lead, c0, ctx, acc, cols); };
+          if (dense_out) {
+            host_row<A>(b, cplan, lay, row, reuse, dense, one, vec);
+          } else
+#endif
+          {
+            host_row<A>(b, cplan, lay, row, reuse, dense, one);
+          }
           host_row_end(sk, lay, row);
         }
       },

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "loom/exec/rows/outputs.hpp"
 #include "loom/exec/rows/per_row.hpp"
 #include "loom/exec/rows/plan.hpp"
+#include "loom/exec/rows/precomputed.hpp"
 #include "loom/expr/row_nodes.hpp"
 
 namespace loom::detail::rows {
@@ -142,9 +144,10 @@ void host_fill_cache(const row_cache_plan<Leaves, R>& plan, const index_t* lead,
 }
 
 // Host executor, one row: copies the planned rows of `lead` into this
-// thread's buffer and rebases `bc` onto them (and its kept values), then
-// computes the reductions into ctx, level by level, and the per-row values
-// of each pass before it (per_row.hpp), the output pass's last.
+// thread's buffer and rebases `bc` onto them (and its kept values), fills
+// the rows of its precomputed values (precomputed.hpp), then computes the
+// reductions into ctx, level by level, and the per-row values of each pass
+// before it (per_row.hpp), the output pass's last.
 template <class B, class Ctx, std::size_t Leaves, std::size_t R>
 void host_row_reductions(B& bc, const row_cache_plan<Leaves, R>& plan, const index_t* lead, Ctx& ctx,
                          std::uint64_t reuse, bool dense) {
@@ -154,6 +157,17 @@ void host_row_reductions(B& bc, const row_cache_plan<Leaves, R>& plan, const ind
     auto* bytes = reinterpret_cast<unsigned char*>(cache.data());
     host_fill_cache(plan, lead, bytes);
     rebase_leaves(bc, plan, lead, bytes);
+  }
+  if constexpr (tree_any_v<B, is_bound_precomputed>) {
+    std::size_t need = 0;
+    visit_if<is_bound_precomputed>(bc, [&](const auto& n) {
+      using N = std::remove_cvref_t<decltype(n)>;
+      need = std::max(need, n.off + static_cast<std::size_t>(n.len) * sizeof(typename N::compute));
+    });
+    thread_local std::vector<std::max_align_t> values;
+    values.resize((need + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t));
+    host_fill_precomputed<R>(bc, reinterpret_cast<unsigned char*>(values.data()), lead, ctx, dense,
+                             [](const auto& f) { host_rows_call<B>(f); });
   }
   host_reduce_all<B, Ctx, R>(bc, lead, ctx, reuse, dense, std::make_integer_sequence<int, slot_levels<B>::count>{});
   fill_row_values<R>(bc, -1, lead, ctx);

@@ -15,6 +15,7 @@
 
 #include "loom/config.hpp"
 #include "loom/core/dtype.hpp"
+#include "loom/core/simd/dispatch.hpp"
 #include "loom/detail/tuple.hpp"
 #include "loom/exec/rows/plan.hpp"
 #include "loom/expr/bound.hpp"
@@ -46,7 +47,9 @@ constexpr std::size_t smallest_size() {
 // that adds and stores them is compiled only then). A kernel copies the
 // sink for each row (its partial sums start at 0) and calls end_row after
 // the row's output pass. Every value of a column is computed before any is
-// stored, so an output may be an input under the same index map.
+// stored, so an output may be an input under the same index map. Its
+// per-element functions are inlined into the host's dispatched loops
+// (LOOM_HOST_INLINE), so they run at the CPU's width.
 template <class A, int Lanes, bool Sums, std::size_t K, std::size_t R, class... O>
 struct outputs_sink {
   static constexpr std::size_t M = sizeof...(O);
@@ -68,12 +71,13 @@ struct outputs_sink {
   }
 
   template <class B, class Ctx>
-  LOOM_HD void one(const B& b, const index_t* idx, const index_t* lead, index_t c, const Ctx& ctx, A* acc = nullptr,
-                   index_t cols = 0) {
+  LOOM_HD LOOM_HOST_INLINE void one(const B& b, const index_t* idx, const index_t* lead, index_t c, const Ctx& ctx,
+                                    A* acc = nullptr, index_t cols = 0) {
     one_at(b, idx, lead, c, ctx, acc, cols, std::make_index_sequence<M>{}, std::make_index_sequence<K>{});
   }
   template <int vector_width, class B, class Ctx>
-  LOOM_HD void vec(const B& b, const index_t* lead, index_t c0, const Ctx& ctx, A* acc = nullptr, index_t cols = 0) {
+  LOOM_HD LOOM_HOST_INLINE void vec(const B& b, const index_t* lead, index_t c0, const Ctx& ctx, A* acc = nullptr,
+                                    index_t cols = 0) {
     typename B::template regs<vector_width> r;
     b.template row_load<vector_width>(lead, c0, r);
     vec_at<vector_width>(b, r, lead, c0, ctx, acc, cols, std::make_index_sequence<M>{},
@@ -120,7 +124,7 @@ struct outputs_sink {
     if (store) o.p[o.offset(lead, 0)] = convert<out_t<I>>(s);
   }
   template <class B, class Ctx, std::size_t... I, std::size_t... J>
-  LOOM_HD void one_at([[maybe_unused]] const B& b, [[maybe_unused]] const index_t* idx,
+  LOOM_HD LOOM_HOST_INLINE void one_at([[maybe_unused]] const B& b, [[maybe_unused]] const index_t* idx,
                       [[maybe_unused]] const index_t* lead, [[maybe_unused]] index_t c, [[maybe_unused]] const Ctx& ctx,
                       [[maybe_unused]] A* acc, [[maybe_unused]] index_t cols, std::index_sequence<I...>,
                       std::index_sequence<J...>) {
@@ -129,7 +133,7 @@ struct outputs_sink {
     (put_one<I>(v[I], lead, c), ...);
   }
   template <std::size_t I>
-  LOOM_HD void put_one(A v, const index_t* lead, index_t c) {
+  LOOM_HD LOOM_HOST_INLINE void put_one(A v, const index_t* lead, index_t c) {
     if constexpr (sums_rows)
       if (summed<I>()) {
         part[I][c % Lanes] += v;
@@ -143,23 +147,30 @@ struct outputs_sink {
   // host_lanes columns; Lanes is 1 on the device), so column c0 + j adds
   // into partial j % Lanes.
   template <int vector_width, class B, class Regs, class Ctx, std::size_t... I, std::size_t... J>
-  LOOM_HD void vec_at([[maybe_unused]] const B& b, [[maybe_unused]] const Regs& r, [[maybe_unused]] const index_t* lead,
-                      [[maybe_unused]] index_t c0, [[maybe_unused]] const Ctx& ctx, [[maybe_unused]] A* acc,
-                      [[maybe_unused]] index_t cols, std::index_sequence<I...>, std::index_sequence<J...>) {
+  LOOM_HD LOOM_HOST_INLINE void vec_at([[maybe_unused]] const B& b, [[maybe_unused]] const Regs& r,
+                                       [[maybe_unused]] const index_t* lead, [[maybe_unused]] index_t c0,
+                                       [[maybe_unused]] const Ctx& ctx, [[maybe_unused]] A* acc,
+                                       [[maybe_unused]] index_t cols, std::index_sequence<I...>,
+                                       std::index_sequence<J...>) {
     tuple<vec_regs<O, vector_width>...> s;
+    // The extras' values first, added into the accumulators after the loop:
+    // a loop that stores only into locals runs in SIMD lanes on the host.
+    [[maybe_unused]] A extra[K > 0 ? K : 1][vector_width];
     LOOM_UNROLL
     for (int j = 0; j < vector_width; ++j) {
       (put_lane<I>(detail::get<I>(s).v[j], j,
                    convert<A>(detail::get<I>(b.ch).template elem<vector_width>(detail::get<I>(r.c), j, ctx))),
        ...);
-      ((acc[static_cast<index_t>(J) * cols + c0 + j] +=
-        convert<A>(detail::get<M + J>(b.ch).template elem<vector_width>(detail::get<M + J>(r.c), j, ctx))),
+      ((extra[J][j] =
+            convert<A>(detail::get<M + J>(b.ch).template elem<vector_width>(detail::get<M + J>(r.c), j, ctx))),
        ...);
     }
+    LOOM_UNROLL
+    for (int j = 0; j < vector_width; ++j) ((acc[static_cast<index_t>(J) * cols + c0 + j] += extra[J][j]), ...);
     (store_vec<I, vector_width>(detail::get<I>(s), lead, c0), ...);
   }
   template <std::size_t I, class T>
-  LOOM_HD void put_lane(T& slot, int j, A v) {
+  LOOM_HD LOOM_HOST_INLINE void put_lane(T& slot, int j, A v) {
     if constexpr (sums_rows)
       if (summed<I>()) {
         part[I][j % Lanes] += v;
@@ -168,7 +179,7 @@ struct outputs_sink {
     slot = convert<T>(v);
   }
   template <std::size_t I, int vector_width, class Regs>
-  LOOM_HD void store_vec(const Regs& s, const index_t* lead, index_t c0) const {
+  LOOM_HD LOOM_HOST_INLINE void store_vec(const Regs& s, const index_t* lead, index_t c0) const {
     if (summed<I>()) return;
     const auto& o = detail::get<I>(outs);
     if (first_only<I>()) {

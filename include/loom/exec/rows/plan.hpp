@@ -85,11 +85,12 @@ struct row_sink1 {
   //! Whether the host may store host_lanes columns at once (vec): last stride 1.
   bool host_vector_ok() const { return o.st[R - 1] == 1; }
   template <class B, class Ctx>
-  LOOM_HD void one(const B& b, const index_t* idx, const index_t* lead, index_t c, const Ctx& ctx) const {
+  LOOM_HD LOOM_HOST_INLINE void one(const B& b, const index_t* idx, const index_t* lead, index_t c,
+                                    const Ctx& ctx) const {
     o.p[o.offset(lead, c)] = convert<O>(b.at(idx, ctx));
   }
   template <int vector_width, class B, class Ctx>
-  LOOM_HD void vec(const B& b, const index_t* lead, index_t c0, const Ctx& ctx) const {
+  LOOM_HD LOOM_HOST_INLINE void vec(const B& b, const index_t* lead, index_t c0, const Ctx& ctx) const {
     typename B::template regs<vector_width> r;
     b.template row_load<vector_width>(lead, c0, r);
     vec_regs<O, vector_width> v;
@@ -102,7 +103,7 @@ struct row_sink1 {
 // Child I of a multi-output root b for vector_width columns: its values as
 // the output type O, from the registers r that b's row_load filled.
 template <class O, std::size_t I, int vector_width, class B, class Regs, class Ctx>
-LOOM_HD vec_regs<O, vector_width> child_values(const B& b, const Regs& r, const Ctx& ctx) {
+LOOM_HD LOOM_HOST_INLINE vec_regs<O, vector_width> child_values(const B& b, const Regs& r, const Ctx& ctx) {
   vec_regs<O, vector_width> v;
   LOOM_UNROLL
   for (int j = 0; j < vector_width; ++j)

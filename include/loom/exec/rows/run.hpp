@@ -38,6 +38,7 @@ void run_rows_host(const Sink& sink, B b, const row_layout<RO>& lay, const row_p
                    eval_info& info) {
   using A = std::conditional_t<uses_double<B>, double, float>;
   const std::uint64_t reuse = passes.reuse;
+  plan_precomputed(b, lay.cols);
   info.threads_per_row = 1;
   info.per_row_values = per_row_value_count<B>;
   const bool dense = host_rows_dense(b, lay.cols);
@@ -53,10 +54,9 @@ void run_rows_host(const Sink& sink, B b, const row_layout<RO>& lay, const row_p
       lay.rows,
       [&](index_t row) {
         Sink sk = sink;  // a sink's row sums start at 0 for each row
-        auto one = [&](const B& bc, const index_t* idx, const index_t* lead, index_t c, const ctx_t& ctx) {
-          sk.one(bc, idx, lead, c, ctx);
-        };
-        auto vec = [&](const B& bc, const index_t* lead, index_t c0, const ctx_t& ctx) {
+        auto one = [&](const B& bc, const index_t* idx, const index_t* lead, index_t c,
+                       const ctx_t& ctx) LOOM_HOST_INLINE { sk.one(bc, idx, lead, c, ctx); };
+        auto vec = [&](const B& bc, const index_t* lead, index_t c0, const ctx_t& ctx) LOOM_HOST_INLINE {
           sk.template vec<host_lanes>(bc, lead, c0, ctx);
         };
         if (dense_out)
@@ -71,7 +71,8 @@ void run_rows_host(const Sink& sink, B b, const row_layout<RO>& lay, const row_p
 // Runs the rows path for a bound tree and a sink over the output layout.
 // The tree runs with its shareable subtrees wrapped (keep_values), each
 // computed once per row where the cache holds it (plan_row_chip), and on
-// the host with its per-row values computed once per row (per_row.hpp).
+// the host with its per-row values computed once per row (per_row.hpp) and
+// its repeated input-only subtrees once per element (precomputed.hpp).
 template <class S, class Sink, class B0, std::size_t RO>
 eval_info run_rows(const Sink& sink, const B0& b0, const row_layout<RO>& lay, bool sink_vector_ok) {
   eval_info info;
@@ -79,7 +80,8 @@ eval_info run_rows(const Sink& sink, const B0& b0, const row_layout<RO>& lay, bo
   info.on_device = std::is_same_v<S, device>;
   if constexpr (std::is_same_v<S, host>) {
     (void)sink_vector_ok;
-    const auto b = keep_values<RO, host_max_kept_tree_leaves>(b0);
+    const auto b =
+        keep_values<RO, host_max_kept_tree_leaves>(precompute_values<RO, host_max_precomputed_tree_leaves>(b0));
     const row_passes_plan passes = plan_row_passes(b, lay.cols);
     info.row_passes = passes.passes;
     run_rows_host(sink, wrap_row_values(b), lay, passes, info);

@@ -67,7 +67,7 @@ struct bound_kept : kept_state {
   B in;
 
   template <class Ctx>
-  LOOM_HD compute at(const index_t* idx, const Ctx& ctx) const {
+  LOOM_HD LOOM_HOST_INLINE compute at(const index_t* idx, const Ctx& ctx) const {
     compute* const values = reinterpret_cast<compute*>(row);
     if (mode == kept_mode::read) return values[idx[R - 1]];
     const compute v = in.at(idx, ctx);
@@ -75,12 +75,12 @@ struct bound_kept : kept_state {
     return v;
   }
   template <int vector_width>
-  LOOM_HD void row_load(const index_t* lead, index_t c0, regs<vector_width>& r) const {
+  LOOM_HD LOOM_HOST_INLINE void row_load(const index_t* lead, index_t c0, regs<vector_width>& r) const {
     r.c0 = c0;
     if (mode != kept_mode::read) in.template row_load<vector_width>(lead, c0, r.in);
   }
   template <int vector_width, class Ctx>
-  LOOM_HD compute elem(const regs<vector_width>& r, int j, const Ctx& ctx) const {
+  LOOM_HD LOOM_HOST_INLINE compute elem(const regs<vector_width>& r, int j, const Ctx& ctx) const {
     compute* const values = reinterpret_cast<compute*>(row);
     if (mode == kept_mode::read) return values[r.c0 + j];
     const compute v = in.template elem<vector_width>(r.in, j, ctx);
@@ -233,19 +233,39 @@ constexpr bool value_candidate() {
     return !tree_any_v<Root, held_by_shared<Root, erase_slots_t<N>>::template test>;
 }
 
+// The host's precomputed subtrees (precomputed.hpp): computed before the
+// passes, so nothing inside them is kept.
+template <std::size_t R, class B>
+struct bound_precomputed;
+template <class N>
+struct is_bound_precomputed : std::false_type {};
+template <std::size_t R, class B>
+struct is_bound_precomputed<bound_precomputed<R, B>> : std::true_type {};
+// A read of a precomputed value costs what reading an input does: the maps
+// above it count only their own operations.
+template <std::size_t R, class B>
+struct row_varying_maps<bound_precomputed<R, B>, type_list<B>> : std::integral_constant<std::size_t, 0> {};
+
 // Rebuilds a bound tree with its candidates wrapped in bound_kept, every
 // occurrence alike (also one inside another), so that equal subtrees keep
-// equal types and identical reductions are still found:
-// rewrite_down<value_keeper<Root, R>>(b, std::true_type{}) (no context).
+// equal types and identical reductions are still found; nothing inside a
+// precomputed subtree:
+// rewrite_down<value_keeper<Root, R>>(b, std::true_type{}) (the context:
+// whether the node may be wrapped).
 template <class Root, std::size_t R>
 struct value_keeper {
   template <class N, class C>
-  static constexpr C inner(C c) {
-    return c;
+  static constexpr auto inner(C c) {
+    if constexpr (is_bound_precomputed<N>::value)
+      return std::false_type{};
+    else
+      return c;
   }
   template <class N, class M, class C>
   static auto finish(const N&, const M& m, C) {
-    if constexpr (value_candidate<Root, N>())
+    if constexpr (!C::value)
+      return m;
+    else if constexpr (value_candidate<Root, N>())
       return bound_kept<R, M>{{}, m};
     else
       return m;
