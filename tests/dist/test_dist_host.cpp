@@ -3,8 +3,9 @@
 // collective against a computation of all ranks' inputs in this process
 // (each rank generates every rank's seeded data), odd sizes, strided views,
 // half/bf16/float/double; the metadata check's errors on every rank; ZeRO-1
-// against unsharded AdamW; and,
-// as its own ctest entry ([kill]), a rank that dies.
+// against unsharded AdamW; GPT-2 (examples/gpt2) trained on the ranks, each
+// half the batch, against one process on the whole batch; and, as its own
+// ctest entry ([kill]), a rank that dies.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
@@ -25,6 +26,9 @@
 #include <loom/dist/zero.hpp>
 #include <loom/memory/memory.hpp>
 #include <loom/tensor/tensor.hpp>
+
+#include "../../examples/gpt2/model.hpp"
+#include "../../examples/gpt2/train.hpp"
 
 namespace {
 using loom::index_t;
@@ -418,6 +422,96 @@ TEST_CASE("dist gradient_buckets average each bucket once its gradients are read
   std::swap(segments[0], segments[2]);
   using buckets_type = loom::dist::gradient_buckets<float, loom::host>;
   REQUIRE_THROWS_WITH((buckets_type(comm(), g.view(), segments, 100 * sizeof(float))), Catch::Contains("do not tile"));
+}
+
+// examples/gpt2's model at a tiny size trained 10 steps of AdamW: on every
+// rank with its B / size() sequences of the batch, the gradients averaged by
+// gradient_buckets, against the same training on the whole batch in this
+// process (its mean loss is the mean of the ranks' losses, its gradient the
+// average of theirs). The control trains on this rank's sequences alone
+// (no averaging) and must end elsewhere, so the comparison can fail.
+namespace {
+struct gpt2_run {
+  std::vector<float> losses;  // each step's mean loss over the sequences trained on, before the update
+  std::vector<float> weights; // the parameters after the last step
+};
+// Trains from init_random(1337) on rows [row0, row0 + rows) of the batch;
+// with `averaged`, the gradients are averaged across the ranks (in buckets)
+// before each update.
+gpt2_run train_gpt2(const gpt2::gpt2_config& c, const host_tensor<std::int32_t, 2>& inputs,
+                    const host_tensor<std::int64_t, 2>& targets, index_t row0, index_t rows, bool averaged) {
+  using loom::host;
+  const index_t T = inputs.extent(1);
+  host_tensor<std::int32_t, 2> in({rows, T});
+  host_tensor<std::int64_t, 2> tg({rows, T});
+  for (index_t b = 0; b < rows; ++b)
+    for (index_t t = 0; t < T; ++t) in(b, t) = inputs(row0 + b, t), tg(b, t) = targets(row0 + b, t);
+  gpt2::parameters<host> p(c);
+  p.init_random(1337);
+  gpt2::activations<host> a(c, rows, T);
+  gpt2::gradients<host> g(c);
+  // Each parameter's gradient in the order the backward finishes it (the
+  // checkpoint's order reversed), in buckets of at least 8 KiB.
+  std::vector<std::pair<index_t, index_t>> segments;
+  index_t offset = 0;
+  for (const auto size : c.tensor_sizes()) segments.emplace_back(offset, size), offset += size;
+  std::reverse(segments.begin(), segments.end());
+  loom::dist::gradient_buckets<float, host> buckets(comm(), g.storage.view(), segments, 8 << 10);
+  if (averaged) REQUIRE(buckets.size() >= 4);
+  loom::optim::adamw<host> opt({.lr = 1e-3, .weight_decay = 0.1});
+  opt.add(p.storage, g.storage);
+  gpt2_run run;
+  for (int step = 0; step < 10; ++step) {
+    loom::fill(g.storage, std::numeric_limits<float>::quiet_NaN());  // every gradient must be written
+    run.losses.push_back(gpt2::forward(p, a, in, tg).item());
+    gpt2::backward(p, a, g, in, tg);
+    if (averaged) {
+      for (std::size_t k = 0; k < segments.size(); ++k) buckets.ready(k);
+      buckets.wait();
+    }
+    opt.step();
+  }
+  run.weights.assign(p.storage.data(), p.storage.data() + p.storage.size());
+  return run;
+}
+}  // namespace
+
+TEST_CASE("dist GPT-2 trained on the ranks, each its part of the batch, equals one process on the whole batch",
+          "[dist][gpt2]") {
+  const int p = comm().size(), me = comm().rank();
+  gpt2::gpt2_config c{8, 67, 2, 2, 16, gpt2::gpt2_config::pad_vocab(67)};
+  const index_t per_rank = 2, B = per_rank * p, T = 7;
+  host_tensor<std::int32_t, 2> inputs({B, T});
+  host_tensor<std::int64_t, 2> targets({B, T});
+  std::mt19937 gen(2024);
+  std::uniform_int_distribution<int> token(0, static_cast<int>(c.vocab) - 1);
+  for (index_t i = 0; i < B * T; ++i) inputs.data()[i] = token(gen), targets.data()[i] = token(gen);
+
+  const auto whole = train_gpt2(c, inputs, targets, 0, B, false);
+  const auto ranks = train_gpt2(c, inputs, targets, per_rank * me, per_rank, true);
+  const auto alone = train_gpt2(c, inputs, targets, per_rank * me, per_rank, false);
+
+  // The mean loss over the whole batch is the ranks' mean loss at every step.
+  host_tensor<float, 1> loss({10});
+  for (index_t s = 0; s < 10; ++s) loss(s) = ranks.losses[static_cast<std::size_t>(s)];
+  comm().all_reduce(loss, reduce_op::average);
+  for (index_t s = 0; s < 10; ++s) {
+    INFO("step " << s);
+    REQUIRE(std::isfinite(whole.losses[static_cast<std::size_t>(s)]));
+    REQUIRE(std::fabs(loss(s) - whole.losses[static_cast<std::size_t>(s)]) <= 1e-5);
+  }
+  REQUIRE(whole.losses.back() < whole.losses.front() - 0.1f);  // it trains
+  double worst = 0, control = 0;
+  for (std::size_t i = 0; i < whole.weights.size(); ++i) {
+    REQUIRE(std::isfinite(ranks.weights[i]));
+    worst = std::max(worst, std::fabs(double(ranks.weights[i]) - whole.weights[i]));
+    control = std::max(control, std::fabs(double(alone.weights[i]) - whole.weights[i]));
+  }
+  // The parameters move by about lr = 1e-3 per step; a float gradient
+  // summed in another order moves them by rounding only.
+  INFO("largest difference from the whole batch: ranks " << worst << ", this rank's part alone " << control);
+  CHECK(worst <= 2e-5);
+  CHECK(control >= 1e-3);
 }
 
 // Run alone (ctest entry dist_killed_rank): the last rank dies; the others'
