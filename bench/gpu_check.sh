@@ -20,7 +20,8 @@
 #     op, thrust::transform), row layers forward and backward, the
 #     embedding's forward (vs a hand row-copy kernel) and backward, matmul vs
 #     cuBLASLt (bench_matmul), fp8 quantization and the fp8 GEMM
-#     (bench_lowp_gpu), fused attention (bench_attention_gpu) beside
+#     (bench_lowp_gpu), conv2d through cuDNN (bench_conv_gpu) beside
+#     PyTorch's calls (conv_torch.py), fused attention (bench_attention_gpu) beside
 #     PyTorch's SDPA and FlexAttention (attention_torch.py), then loom inside PyTorch (scripts/test_torch.sh with
 #     the machine's python3: the extension's CUDA kernels, its tests, DDP on
 #     NCCL; not run, and said so, where python3 has no torch with CUDA), and
@@ -461,6 +462,15 @@ stage "benchmark: fused attention (bench_attention_gpu) beside PyTorch's SDPA an
 run_logged bench_attention_gpu 90 "$log_dir/bench_attention_gpu.log" "$b/bench_attention_gpu" --json "$out/gpu.jsonl"
 run_logged attention_torch 100 "$log_dir/attention_torch.log" python3 "$LOOM_ROOT/bench/gpu/attention_torch.py" \
   --json "$out/gpu.jsonl" --budget-s 60
+
+stage "benchmark: conv2d through cuDNN (bench_conv_gpu) beside PyTorch's calls (conv_torch.py)"
+if [[ -x "$b/bench_conv_gpu" ]]; then
+  run_logged bench_conv_gpu 90 "$log_dir/bench_conv_gpu.log" "$b/bench_conv_gpu" --json "$out/gpu.jsonl"
+  run_logged conv_torch 90 "$log_dir/conv_torch.log" python3 "$LOOM_ROOT/bench/gpu/conv_torch.py" --json "$out/gpu.jsonl"
+else
+  echo "not run: bench_conv_gpu was not built (no cuDNN found)" | tee "$log_dir/bench_conv_gpu.log"
+  not_run+=("conv2d benchmark (bench_conv_gpu: no cuDNN)")
+fi
 
 stage "loom inside PyTorch on the GPU: the extension's CUDA kernels, its tests, DDP on NCCL (scripts/test_torch.sh)"
 # Needs a python3 that imports torch (with CUDA) and numpy: this machine has

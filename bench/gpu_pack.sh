@@ -24,7 +24,7 @@ dest="${1:-$LOOM_ROOT/.gpu-prebuilt}"
 loom_find_cuda
 loom_configure -DLOOM_CHECK_ONLY_ARCHITECTURES= >/dev/null
 targets=(bench_elementwise bench_layers bench_reduce_gpu bench_matmul bench_embedding_gpu bench_lowp_gpu
-         bench_attention_gpu)
+         bench_attention_gpu bench_conv_gpu)
 mapfile -t tests < <(ninja -C "$LOOM_BUILD_DIR" -t targets all | sed -n 's/^\(test_[a-z_0-9]*_cuda\): .*/\1/p')
 mapfile -t examples < <(ninja -C "$LOOM_BUILD_DIR" -t targets all | sed -n 's/^\(examples\/[0-9][a-z_0-9]*\): .*/\1/p')
 ninja -C "$LOOM_BUILD_DIR" -j "$LOOM_JOBS" "${targets[@]}" "${tests[@]}" "${examples[@]}"

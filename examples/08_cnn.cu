@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: %s [--torch-check DIR]\n", argv[0]);
       return 2;
     }
-    // Convolution and pooling run on the host executor (no device path yet).
+    // The network trains on the host executor (tests/conv's [cuda] program checks conv2d on device tensors).
     std::printf("training on the host executor\n");
     const int status = train(64, 40, torch_dir);
     if (torch_dir) std::printf("wrote %d convolution, pooling and batch-norm cases into %s\n",

@@ -123,6 +123,11 @@ cmake --build "$tmp/consumer" -j "$LOOM_JOBS"
 if "$LOOM_BUILD_DIR/examples/00_env_report" | grep -q "OpenMP on"; then
   grep -q "OpenMP on" "$tmp/consumer.out" || die "the consumer of the installed package runs without OpenMP"
 fi
+# The installed loom::loom brings cuDNN wherever loom's own build found it.
+if grep -q "^LOOM_CUDNN:BOOL=ON" "$LOOM_BUILD_DIR/CMakeCache.txt" &&
+  grep -q "^LOOM_CUDNN_LIBRARY:FILEPATH=/" "$LOOM_BUILD_DIR/CMakeCache.txt"; then
+  grep -q "consumer: cuDNN" "$tmp/consumer.out" || die "the consumer of the installed package runs without cuDNN"
+fi
 
 section "build examples/subproject with add_subdirectory (host compiler only), OpenMP opted out (-DLOOM_OPENMP=OFF)"
 cmake -S "$LOOM_ROOT/examples/subproject" -B "$tmp/subproject" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_OPENMP=OFF \

@@ -11,6 +11,9 @@
 #if CONSUMER_EXPECTS_BLAS && !LOOM_HAS_BLAS
 #error "loom::loom brings a BLAS here (LOOM_BLAS_FOUND), but this file was compiled without it"
 #endif
+#if CONSUMER_EXPECTS_CUDNN && !LOOM_HAS_CUDNN
+#error "loom::loom brings cuDNN here (LOOM_CUDNN_FOUND), but this file was compiled without it"
+#endif
 #if LOOM_HAS_OPENMP
 #include <omp.h>
 #endif
@@ -34,5 +37,10 @@ int main() {
   std::printf("consumer: host matmul on %s; x x^T = [%g, %g; %g, %g]\n", loom::host_gemm_backend_name().c_str(),
               p(0, 0), p(0, 1), p(1, 0), p(1, 1));
   if (p(0, 0) != 14 || p(0, 1) != 32 || p(1, 1) != 77) return 1;
+#if LOOM_HAS_CUDNN
+  // With cuDNN, conv2d takes device tensors; libcudnn is linked through loom::loom.
+  std::printf("consumer: cuDNN %zu for convolution on device tensors\n", loom::cudnn_version());
+  if (loom::cudnn_version() < 90000) return 1;
+#endif
   return sum == 21 ? 0 : 1;
 }

@@ -927,3 +927,133 @@ TEST_CASE("conv2d with layout nhwc takes and gives channels-last tensors", "[nn]
   REQUIRE(loom::conv2d(x, w, {.groups = 2, .layout = loom::conv_layout::nhwc}).extents() ==
           loom::shape<4>{2, 6, 6, 4});
 }
+
+#if LOOM_HAS_CUDNN
+// cuDNN's part that needs no GPU: the descriptors loom builds, read back
+// through cuDNN's own getters, and cuDNN's output extents; the error types.
+namespace {
+namespace cudnn = loom::detail::cudnn;
+
+// The NCHW-ordered strides of an input of shape k.x_shape(): 0 NCHW, 1 NHWC,
+// 2 NCHW with each row padded by 3 elements (a strided view).
+loom::shape<4> input_strides(const conv_case& k, int layout) {
+  if (layout == 1) return {k.h * k.w * k.c, 1, k.w * k.c, k.c};
+  const index_t row = layout == 2 ? k.w + 3 : k.w;
+  return {k.c * k.h * row, k.h * row, row, 1};
+}
+
+template <class T>
+void check_descriptors(const conv_case& k, int layout, cudnnDataType_t type, cudnnDataType_t compute,
+                       cudnnMathType_t math) {
+  const auto geo = loom::detail::conv::checked_geometry("conv2d", k.x_shape(), k.w_shape(), k.o);
+  const loom::shape<4> ys = k.y_shape(), xs = input_strides(k, layout);
+  const loom::shape<4> y_strides =
+      layout == 1 ? loom::shape<4>{ys[1] * ys[2] * ys[3], 1, ys[3] * ys[1], ys[1]}
+                  : loom::shape<4>{ys[1] * ys[2] * ys[3], ys[2] * ys[3], ys[3], 1};
+  cudnn::conv_descriptors d;
+  cudnn::describe<T>(d, geo, xs, y_strides);
+  REQUIRE(cudnn::output_extents(d) == ys);
+  // The tensors as described: extents, and the strides of every axis of more than one element.
+  const auto read_back = [](cudnnTensorDescriptor_t t, const loom::shape<4>& extents, const loom::shape<4>& strides,
+                            cudnnDataType_t want_type) {
+    cudnnDataType_t got_type{};
+    int rank = 0;
+    std::array<int, 4> dims{}, steps{};
+    LOOM_CUDNN_CHECK(cudnnGetTensorNdDescriptor(t, 4, &got_type, &rank, dims.data(), steps.data()));
+    REQUIRE(rank == 4);
+    REQUIRE(got_type == want_type);
+    for (std::size_t a = 0; a != 4; ++a) {
+      REQUIRE(dims[a] == extents[a]);
+      if (extents[a] > 1) REQUIRE(steps[a] == strides[a]);
+    }
+  };
+  read_back(d.x.get(), k.x_shape(), xs, type);
+  read_back(d.y.get(), ys, y_strides, type);
+  cudnnDataType_t wt{};
+  cudnnTensorFormat_t format{};
+  int ko = 0, kc = 0, kh = 0, kw = 0;
+  LOOM_CUDNN_CHECK(cudnnGetFilter4dDescriptor(d.w.get(), &wt, &format, &ko, &kc, &kh, &kw));
+  REQUIRE(wt == type);
+  REQUIRE(format == CUDNN_TENSOR_NCHW);
+  REQUIRE(loom::shape<4>{ko, kc, kh, kw} == k.w_shape());
+  int ph = 0, pw = 0, sh = 0, sw = 0, dh = 0, dw = 0, groups = 0;
+  cudnnConvolutionMode_t mode{};
+  cudnnDataType_t ct{};
+  LOOM_CUDNN_CHECK(cudnnGetConvolution2dDescriptor(d.conv.get(), &ph, &pw, &sh, &sw, &dh, &dw, &mode, &ct));
+  LOOM_CUDNN_CHECK(cudnnGetConvolutionGroupCount(d.conv.get(), &groups));
+  REQUIRE(std::array<index_t, 7>{ph, pw, sh, sw, dh, dw, groups} ==
+          std::array<index_t, 7>{k.o.padding[0], k.o.padding[1], k.o.stride[0], k.o.stride[1], k.o.dilation[0],
+                                 k.o.dilation[1], k.o.groups});
+  REQUIRE(mode == CUDNN_CROSS_CORRELATION);
+  REQUIRE(ct == compute);
+  cudnnMathType_t got_math{};
+  LOOM_CUDNN_CHECK(cudnnGetConvolutionMathType(d.conv.get(), &got_math));
+  REQUIRE(got_math == math);
+}
+}  // namespace
+
+TEST_CASE("cudnn descriptors hold loom's geometry and give loom's output shape", "[nn][conv][cudnn]") {
+  REQUIRE(loom::cudnn_version() >= 90000);
+  std::mt19937_64 g(loom_test::seed_for("cudnn descriptors"));
+  for (int i = 0; i < 300; ++i) {
+    const conv_case k = random_case(g);
+    const int layout = i % 3;
+    INFO("case " << i << ": x " << loom::shape_string(k.x_shape()) << " w " << loom::shape_string(k.w_shape())
+                 << " groups " << k.o.groups << " layout " << layout);
+    switch (i % 4) {
+      case 0: check_descriptors<float>(k, layout, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, CUDNN_FMA_MATH); break;
+      case 1: check_descriptors<double>(k, layout, CUDNN_DATA_DOUBLE, CUDNN_DATA_DOUBLE, CUDNN_FMA_MATH); break;
+      case 2: check_descriptors<loom::half>(k, layout, CUDNN_DATA_HALF, CUDNN_DATA_FLOAT, CUDNN_TENSOR_OP_MATH); break;
+      default:
+        check_descriptors<loom::bf16>(k, layout, CUDNN_DATA_BFLOAT16, CUDNN_DATA_FLOAT, CUDNN_TENSOR_OP_MATH);
+    }
+  }
+  // Only bias with ReLU runs inside cuDNN's call; the rest is a loom kernel after it.
+  using loom::matmul_activation;
+  REQUIRE(loom::detail::conv::cudnn_fuses_epilogue(true, matmul_activation::relu));
+  REQUIRE_FALSE(loom::detail::conv::cudnn_fuses_epilogue(true, matmul_activation::gelu_tanh));
+  REQUIRE_FALSE(loom::detail::conv::cudnn_fuses_epilogue(true, matmul_activation::none));
+  REQUIRE_FALSE(loom::detail::conv::cudnn_fuses_epilogue(false, matmul_activation::relu));
+}
+
+TEST_CASE("cudnn statuses become typed loom errors with cuDNN's message", "[nn][conv][cudnn][errors]") {
+  // Input channels (6) that the filter (3 per group, 1 group) does not take:
+  // cuDNN refuses the output extents with BAD_PARAM and says why.
+  cudnn::tensor_descriptor x;
+  cudnn::filter_descriptor w;
+  cudnn::convolution_descriptor c;
+  cudnn::describe_tensor(x.get(), CUDNN_DATA_FLOAT, {2, 6, 9, 7}, {378, 63, 7, 1}, "input x");
+  LOOM_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 4, 3, 3, 3));
+  LOOM_CUDNN_CHECK(
+      cudnnSetConvolution2dDescriptor(c.get(), 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  int n = 0, k = 0, h = 0, wo = 0;
+  try {
+    LOOM_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(c.get(), x.get(), w.get(), &n, &k, &h, &wo));
+    FAIL("cuDNN accepted a filter of 3 channels for an input of 6");
+  } catch (const loom::cudnn_not_supported&) {
+    FAIL("BAD_PARAM must not read as not supported");
+  } catch (const loom::cudnn_error& e) {
+    REQUIRE(CUDNN_STATUS_CATEGORY(e.status()) == CUDNN_STATUS_BAD_PARAM);
+    const std::string text = e.what();
+    CHECK_THAT(text, Contains("loom: cudnnGetConvolution2dForwardOutputDim"));
+    CHECK_THAT(text, Contains("CUDNN_STATUS_BAD_PARAM"));
+    CHECK_THAT(text, Contains("groupCount"));  // cuDNN's own explanation
+  }
+  // The NOT_SUPPORTED family is its own type, named by cuDNN's status string.
+  REQUIRE_THROWS_MATCHES(cudnn::raise(CUDNN_STATUS_NOT_SUPPORTED_LAYOUT, "a call", "here.cpp", 7, "why"),
+                         loom::cudnn_not_supported,
+                         Catch::Matchers::Message("loom: a call failed at here.cpp:7: CUDNN_STATUS_NOT_SUPPORTED_LAYOUT "
+                                                  "(why)"));
+  REQUIRE_THROWS_AS(cudnn::raise(CUDNN_STATUS_EXECUTION_FAILED, "a call", "here.cpp", 7, ""), loom::cudnn_error);
+  // Extents past 32 bits, and no GPU.
+  REQUIRE_THROWS_WITH(cudnn::describe_tensor(x.get(), CUDNN_DATA_FLOAT, {1, 1, index_t{1} << 31, 1}, {1, 1, 1, 1}, "input x"),
+                      Contains("32 bits; input x is 2147483648"));
+  if (!loom::gpu::is_available()) {
+    const conv_case kc{.n = 1, .c = 2, .h = 5, .w = 5, .cout = 3, .kh = 3, .kw = 3, .o = {}};
+    const auto geo = loom::detail::conv::checked_geometry("conv2d", kc.x_shape(), kc.w_shape(), kc.o);
+    const loom::view<const float, 4, loom::device> xv(nullptr, kc.x_shape()), wv(nullptr, kc.w_shape());
+    const loom::view<float, 4, loom::device> yv(nullptr, kc.y_shape());
+    REQUIRE_THROWS_AS(cudnn::forward(xv, wv, static_cast<const float*>(nullptr), geo, yv), loom::device_unavailable);
+  }
+}
+#endif

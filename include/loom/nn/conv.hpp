@@ -4,8 +4,9 @@
 // 2-D and 1-D convolution, NCHW (NCL) or channels-last NHWC (2-D), with
 // stride, padding, dilation and groups (depthwise included), an optional
 // bias, and the three gradients (data, weight, bias) as functions. On the
-// host executor: im2col and the host GEMM (conv/host.hpp). The device path
-// is not built yet: a device tensor is a compile-time error that says so.
+// host executor: im2col and the host GEMM (conv/host.hpp); on device tensors
+// (where CMake found cuDNN 9: LOOM_HAS_CUDNN, and the file is compiled by
+// nvcc): cuDNN (conv/device.hpp).
 
 #include <array>
 #include <cstddef>
@@ -19,6 +20,9 @@
 #include "loom/core/space.hpp"
 #include "loom/tensor/tensor.hpp"
 #include "loom/tensor/view.hpp"
+#if LOOM_HAS_CUDNN
+#include "loom/conv/device.hpp"
+#endif
 
 namespace loom {
 //! The memory layout of a 2-D convolution's input and output and their
@@ -57,13 +61,13 @@ namespace detail::conv {
 template <class X>
 using view_of = decltype(detail::as_view(std::declval<const X&>()));
 
-// The compile-time contract of every convolution and pooling entry point.
+// The compile-time contract of the host-only convolution and pooling entry points.
 template <std::size_t Rank, class X>
 constexpr void require_host_operand() {
   using V = view_of<X>;
   static_assert(std::is_same_v<typename V::space, host>,
-                "loom: convolution and pooling on device tensors are not built yet (no cuDNN path); copy the "
-                "operands with loom::to_host and run them on the host executor");
+                "loom: pooling and conv_transpose2d run on host tensors only (conv2d and conv1d have a cuDNN "
+                "path); copy the operands with loom::to_host and run them on the host executor");
   static_assert(V::rank == Rank,
                 "loom: convolution and pooling take NCHW tensors (rank 4; rank 3 for conv1d's NCL, "
                 "rank 1 for a bias)");
@@ -74,6 +78,32 @@ template <class X, class Y>
 constexpr void require_same_type() {
   static_assert(std::is_same_v<typename view_of<X>::value_type, typename view_of<Y>::value_type>,
                 "loom: convolution operands must have the same element type; convert one with loom::cast");
+  static_assert(std::is_same_v<typename view_of<X>::space, typename view_of<Y>::space>,
+                "loom: convolution operands must live in one memory space; copy with loom::to_host or "
+                "loom::to_device");
+}
+// conv2d's and conv1d's contract: host tensors as require_host_operand, or
+// device tensors of float, double, half or bf16 where loom was built with cuDNN.
+template <std::size_t Rank, class X>
+constexpr void require_operand() {
+  using V = view_of<X>;
+  if constexpr (std::is_same_v<typename V::space, device>) {
+#if LOOM_HAS_CUDNN
+    static_assert(V::rank == Rank,
+                  "loom: convolution takes NCHW tensors (rank 4; rank 3 for conv1d's NCL, rank 1 for a bias)");
+    static_assert(cudnn::convolvable_v<std::remove_const_t<typename V::value_type>>,
+                  "loom: convolution on device tensors takes float, double, half or bf16 elements");
+    // The bias, the activation and the bias gradient run as loom kernels.
+    require_cuda_compiler_for<typename V::space>();
+#else
+    static_assert(!std::is_same_v<typename V::space, device>,
+                  "loom: conv2d and conv1d on device tensors need cuDNN 9, which this build did not find "
+                  "(LOOM_HAS_CUDNN; CMake: LOOM_CUDNN, CUDNN_ROOT); copy the operands with loom::to_host and run "
+                  "them on the host executor");
+#endif
+  } else {
+    require_host_operand<Rank, X>();
+  }
 }
 
 inline std::string axis_pair(const std::array<index_t, 2>& v) {
@@ -147,16 +177,16 @@ inline void check_output_gradient(const char* op, const shape<4>& dys, const geo
 }
 
 // v itself when it is contiguous, else a contiguous copy held in `store`.
-template <class T, std::size_t R>
-view<const T, R, host> contiguous_or_copy(const view<const T, R, host>& v, tensor<T, R, host>& store) {
+template <class T, std::size_t R, class S>
+view<const T, R, S> contiguous_or_copy(const view<const T, R, S>& v, tensor<T, R, S>& store) {
   if (v.is_contiguous()) return v;
   store = contiguous(v);
   return store.view();
 }
 
 // The bias pointer and stride after checking its extent against w's output channels.
-template <class T>
-const T* checked_bias(const char* op, const view<const T, 1, host>& b, const shape<4>& ws, index_t& stride) {
+template <class T, class S>
+const T* checked_bias(const char* op, const view<const T, 1, S>& b, const shape<4>& ws, index_t& stride) {
   if (b.extent(0) != ws[0])
     throw shape_error(std::string("loom: ") + op + ": bias " + shape_string(b.extents()) +
                       " must have one element per " + "output channel of weight w " + shape_string(ws) + " (" +
@@ -176,8 +206,8 @@ inline const conv2d_options& as_2d(const conv2d_options& o) { return o; }
 inline conv2d_options as_2d(const conv1d_options& o) {
   return {{1, o.stride}, {0, o.padding}, {1, o.dilation}, o.groups, o.activation};
 }
-template <class T, std::size_t R>
-view<const T, 4, host> as_2d(const view<const T, R, host>& v) {
+template <class T, std::size_t R, class S>
+view<T, 4, S> as_2d(const view<T, R, S>& v) {
   if constexpr (R == 3)
     return v.unsqueeze(2);
   else
@@ -195,9 +225,9 @@ shape<R> from_2d(const shape<4>& s) {
 // take: conv1d's NCL with height 1, conv2d's NHWC (layout nhwc) permuted.
 inline bool channels_last(const conv2d_options& o) { return o.layout == conv_layout::nhwc; }
 inline bool channels_last(const conv1d_options&) { return false; }
-template <class T, std::size_t R, class Options>
-view<const T, 4, host> data_2d(const view<const T, R, host>& v, const Options& o) {
-  const view<const T, 4, host> v4 = as_2d(v);
+template <class T, std::size_t R, class S, class Options>
+view<T, 4, S> data_2d(const view<T, R, S>& v, const Options& o) {
+  const view<T, 4, S> v4 = as_2d(v);
   return channels_last(o) ? v4.permute({0, 3, 1, 2}) : v4;
 }
 template <class T, std::size_t R, class Options>
@@ -212,8 +242,8 @@ shape<R> data_from_2d(const shape<4>& s, const Options& o) {
 
 // Checks an output given to a *_into form: contiguous, of the expected
 // shape, overlapping no input.
-template <class T, std::size_t R, class... In>
-void check_output(const char* op, const char* name, const view<T, R, host>& out, const shape<R>& expected,
+template <class T, std::size_t R, class S, class... In>
+void check_output(const char* op, const char* name, const view<T, R, S>& out, const shape<R>& expected,
                   const In&... inputs) {
   const std::string at = std::string("loom: ") + op + ": ";
   if (out.extents() != expected)
@@ -227,9 +257,9 @@ void check_output(const char* op, const char* name, const view<T, R, host>& out,
 }
 
 // The entry points of conv2d (R == 4) and conv1d (R == 3), on views.
-template <class T, std::size_t R, class Options>
-void run_forward(const char* op, const view<const T, R, host>& x, const view<const T, R, host>& w,
-                 const view<const T, 1, host>* bias, const Options& o, const view<T, R, host>& y) {
+template <class T, std::size_t R, class S, class Options>
+void run_forward(const char* op, const view<const T, R, S>& x, const view<const T, R, S>& w,
+                 const view<const T, 1, S>* bias, const Options& o, const view<T, R, S>& y) {
   const geometry g = checked_geometry(op, data_shape_2d<T>(x.extents(), o), as_2d<T>(w.extents()), as_2d(o));
   index_t bias_stride = 0;
   const T* b = bias ? checked_bias(op, *bias, as_2d<T>(w.extents()), bias_stride) : nullptr;
@@ -237,50 +267,69 @@ void run_forward(const char* op, const view<const T, R, host>& x, const view<con
     check_output(op, "y", y, data_from_2d<R>(output_shape(g), o), x, w, *bias);
   else
     check_output(op, "y", y, data_from_2d<R>(output_shape(g), o), x, w);
-  tensor<T, R, host> w_store;
-  forward(data_2d(x, o), as_2d(contiguous_or_copy(w, w_store)), b, bias_stride, as_2d(o).activation, g,
-          channels_last(o), y.data());
+  tensor<T, R, S> w_store;
+  if constexpr (std::is_same_v<S, host>) {
+    forward(data_2d(x, o), as_2d(contiguous_or_copy(w, w_store)), b, bias_stride, as_2d(o).activation, g,
+            channels_last(o), y.data());
+  } else {
+#if LOOM_HAS_CUDNN
+    device_forward(data_2d(x, o), as_2d(contiguous_or_copy(w, w_store)), bias, as_2d(o).activation, g,
+                   data_2d(y, o));
+#endif
+  }
 }
-template <class T, std::size_t R, class Options>
-void run_backward_input(const char* op, const view<const T, R, host>& dy, const view<const T, R, host>& w,
-                        const Options& o, const view<T, R, host>& dx) {
+template <class T, std::size_t R, class S, class Options>
+void run_backward_input(const char* op, const view<const T, R, S>& dy, const view<const T, R, S>& w,
+                        const Options& o, const view<T, R, S>& dx) {
   const geometry g = checked_geometry(op, data_shape_2d<T>(dx.extents(), o), as_2d<T>(w.extents()), as_2d(o));
   check_output_gradient(op, data_shape_2d<T>(dy.extents(), o), g);
   check_output(op, "dx", dx, dx.extents(), dy, w);
-  tensor<T, R, host> w_store;
-  tensor<T, 4, host> dy_store;
-  backward_input(contiguous_or_copy(data_2d(dy, o), dy_store), as_2d(contiguous_or_copy(w, w_store)), g,
-                 channels_last(o), dx.data());
+  tensor<T, R, S> w_store;
+  if constexpr (std::is_same_v<S, host>) {
+    tensor<T, 4, S> dy_store;
+    backward_input(contiguous_or_copy(data_2d(dy, o), dy_store), as_2d(contiguous_or_copy(w, w_store)), g,
+                   channels_last(o), dx.data());
+  } else {
+#if LOOM_HAS_CUDNN
+    device_backward_input(data_2d(dy, o), as_2d(contiguous_or_copy(w, w_store)), g, data_2d(dx, o));
+#endif
+  }
 }
-template <class T, std::size_t R, class Options>
-void run_backward_weight(const char* op, const view<const T, R, host>& dy, const view<const T, R, host>& x,
-                         const Options& o, const view<T, R, host>& dw) {
+template <class T, std::size_t R, class S, class Options>
+void run_backward_weight(const char* op, const view<const T, R, S>& dy, const view<const T, R, S>& x,
+                         const Options& o, const view<T, R, S>& dw) {
   const geometry g = checked_geometry(op, data_shape_2d<T>(x.extents(), o), as_2d<T>(dw.extents()), as_2d(o));
   check_output_gradient(op, data_shape_2d<T>(dy.extents(), o), g);
   check_output(op, "dw", dw, dw.extents(), dy, x);
-  backward_weight(data_2d(dy, o), data_2d(x, o), g, dw.data());
+  if constexpr (std::is_same_v<S, host>) {
+    backward_weight(data_2d(dy, o), data_2d(x, o), g, dw.data());
+  } else {
+#if LOOM_HAS_CUDNN
+    device_backward_weight(data_2d(dy, o), data_2d(x, o), g, dw.data());
+#endif
+  }
 }
-template <class T, std::size_t R, class Options>
-tensor<T, R, host> new_output(const char* op, const shape<R>& xs, const shape<R>& ws, const Options& o) {
-  return tensor<T, R, host>(
+template <class T, std::size_t R, class S, class Options>
+tensor<T, R, S> new_output(const char* op, const shape<R>& xs, const shape<R>& ws, const Options& o) {
+  return tensor<T, R, S>(
       data_from_2d<R>(output_shape(checked_geometry(op, data_shape_2d<T>(xs, o), as_2d<T>(ws), as_2d(o))), o));
 }
 // The typed entry points shared by conv2d (R == 4) and conv1d (R == 3):
 // operands as const views, outputs as views (the *_into forms) or new tensors.
 template <std::size_t R, class X>
-using const_view_of = view<const typename view_of<X>::value_type, R, host>;
+using const_view_of = view<const typename view_of<X>::value_type, R, typename view_of<X>::space>;
 template <std::size_t R, class X>
-using out_view_of = view<typename view_of<X>::value_type, R, host>;
+using out_view_of = view<typename view_of<X>::value_type, R, typename view_of<X>::space>;
 
 // The forward with no bias or one bias vector (Bias: zero or one operand).
 template <std::size_t R, class X, class W, class Options, class... Bias>
 void forward_into(const char* op, const out_view_of<R, X>& y, const X& x, const W& w, const Options& o,
                   const Bias&... bias) {
   static_assert(sizeof...(Bias) <= 1, "loom: a convolution takes at most one bias");
-  require_host_operand<R, X>();
-  require_host_operand<R, W>();
+  require_operand<R, X>();
+  require_operand<R, W>();
   require_same_type<X, W>();
-  (require_host_operand<1, Bias>(), ...);
+  (require_operand<1, Bias>(), ...);
   (require_same_type<X, Bias>(), ...);
   if constexpr (sizeof...(Bias) == 0) {
     run_forward(op, const_view_of<R, X>(as_view(x)), const_view_of<R, X>(as_view(w)),
@@ -293,22 +342,23 @@ void forward_into(const char* op, const out_view_of<R, X>& y, const X& x, const 
 // forward_into a new host tensor, returned.
 template <std::size_t R, class X, class W, class Options, class... Bias>
 auto forward_new(const char* op, const X& x, const W& w, const Options& o, const Bias&... bias) {
-  require_host_operand<R, X>();
-  auto y = new_output<typename view_of<X>::value_type, R>(op, as_view(x).extents(), as_view(w).extents(), o);
+  require_operand<R, X>();
+  auto y = new_output<typename view_of<X>::value_type, R, typename view_of<X>::space>(op, as_view(x).extents(),
+                                                                                      as_view(w).extents(), o);
   forward_into<R>(op, y.view(), x, w, o, bias...);
   return y;
 }
 template <std::size_t R, class DY, class W, class Options>
 void backward_input_into(const char* op, const out_view_of<R, DY>& dx, const DY& dy, const W& w, const Options& o) {
-  require_host_operand<R, DY>();
-  require_host_operand<R, W>();
+  require_operand<R, DY>();
+  require_operand<R, W>();
   require_same_type<DY, W>();
   run_backward_input(op, const_view_of<R, DY>(as_view(dy)), const_view_of<R, DY>(as_view(w)), o, dx);
 }
 template <std::size_t R, class DY, class X, class Options>
 void backward_weight_into(const char* op, const out_view_of<R, DY>& dw, const DY& dy, const X& x, const Options& o) {
-  require_host_operand<R, DY>();
-  require_host_operand<R, X>();
+  require_operand<R, DY>();
+  require_operand<R, X>();
   require_same_type<DY, X>();
   run_backward_weight(op, const_view_of<R, DY>(as_view(dy)), const_view_of<R, DY>(as_view(x)), o, dw);
 }
@@ -316,19 +366,19 @@ void backward_weight_into(const char* op, const out_view_of<R, DY>& dw, const DY
 // after the geometry's checks.
 template <std::size_t R, class DY, class W, class Options>
 auto backward_input_new(const char* op, const DY& dy, const W& w, const shape<R>& input_shape, const Options& o) {
-  require_host_operand<R, DY>();
+  require_operand<R, DY>();
   using T = typename view_of<DY>::value_type;
   checked_geometry(op, data_shape_2d<T>(input_shape, o), as_2d<T>(as_view(w).extents()), as_2d(o));
-  tensor<T, R, host> dx(input_shape);
+  tensor<T, R, typename view_of<DY>::space> dx(input_shape);
   backward_input_into<R>(op, dx.view(), dy, w, o);
   return dx;
 }
 template <std::size_t R, class DY, class X, class Options>
 auto backward_weight_new(const char* op, const DY& dy, const X& x, const shape<R>& weight_shape, const Options& o) {
-  require_host_operand<R, DY>();
+  require_operand<R, DY>();
   using T = typename view_of<DY>::value_type;
   checked_geometry(op, data_shape_2d<T>(as_view(x).extents(), o), as_2d<T>(weight_shape), as_2d(o));
-  tensor<T, R, host> dw(weight_shape);
+  tensor<T, R, typename view_of<DY>::space> dw(weight_shape);
   backward_weight_into<R>(op, dw.view(), dy, x, o);
   return dw;
 }
@@ -355,7 +405,10 @@ inline shape<4> conv2d_output_shape(const shape<4>& x, const shape<4>& w, const 
 //! groups do not divide the channels or y has another shape; value_error for
 //! a stride or dilation below 1, a negative padding or a non-contiguous y;
 //! aliasing_error when y overlaps an input; nothing is written then. Device
-//! tensors: a compile-time error (no device path yet).
+//! tensors (float, double, half, bf16; needs cuDNN and nvcc): one cuDNN call
+//! on the current stream (bias with ReLU fused into it), else one more loom
+//! elementwise kernel for the bias and activation; cudnn_error on a failed
+//! cuDNN call.
 //! Example: `loom::conv2d_into(y, x, w, {.stride = {2, 2}, .padding = {1, 1}});`
 template <tensor_like Y, tensor_like X, tensor_like W>
 void conv2d_into(Y&& y, const X& x, const W& w, const conv2d_options& o = {}) {
@@ -426,12 +479,18 @@ template <tensor_like DY>
 [[nodiscard]] auto conv2d_backward_bias(const DY& dy) {
   using V = detail::conv::view_of<DY>;
   static_assert(V::rank == 4 || V::rank == 3, "loom: conv2d_backward_bias takes dy of rank 4 (NCHW) or 3 (NCL)");
-  detail::conv::require_host_operand<V::rank, DY>();
-  using T = typename V::value_type;
-  const view<const T, V::rank, host> v(detail::as_view(dy));
-  tensor<T, 1, host> db(shape<1>{v.extent(1)});
-  detail::conv::backward_bias(detail::conv::as_2d(v), db.data());
-  return db;
+  detail::conv::require_operand<V::rank, DY>();
+  using T = std::remove_const_t<typename V::value_type>;
+  const view<const T, V::rank, typename V::space> v(detail::as_view(dy));
+  if constexpr (std::is_same_v<typename V::space, host>) {
+    tensor<T, 1, host> db(shape<1>{v.extent(1)});
+    detail::conv::backward_bias(detail::conv::as_2d(v), db.data());
+    return db;
+  } else {
+#if LOOM_HAS_CUDNN
+    return detail::conv::device_backward_bias(v);
+#endif
+  }
 }
 
 //! The 1-D convolution of x [N, C, L] with w [Cout, C / groups, k], into a

@@ -4,7 +4,7 @@
 // The 2-D transposed convolution (NCHW), as PyTorch's conv_transpose2d: the
 // data gradient of the convolution with the same weight and options. Its
 // own gradients are a convolution (input) and a convolution's weight
-// gradient with the operands swapped. Host executor only, as nn/conv.hpp.
+// gradient with the operands swapped. Host executor only.
 
 #include <array>
 #include <cstddef>
@@ -109,7 +109,7 @@ inline shape<4> conv_transpose2d_output_shape(const shape<4>& x, const shape<4>&
 //! for the bias. Throws shape_error when x's channels are not w's axis 0,
 //! groups do not divide them or no output position remains; value_error for
 //! bad options (output_padding must lie in 0 to stride - 1). Device tensors:
-//! a compile-time error (no device path yet).
+//! a compile-time error (host executor only).
 //! Example: `auto y = loom::conv_transpose2d(x, w, b, {.stride = {2, 2}});`
 template <tensor_like X, tensor_like W>
 [[nodiscard]] auto conv_transpose2d(const X& x, const W& w, const conv_transpose2d_options& o = {}) {

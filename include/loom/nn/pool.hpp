@@ -3,8 +3,8 @@
 
 // 2-D pooling, NCHW: max pooling with the indices its backward reads,
 // average pooling and adaptive average pooling, each with its backward as a
-// function. On the host executor (conv/pool_host.hpp); the device path is not
-// built yet: a device tensor is a compile-time error that says so.
+// function. On the host executor (conv/pool_host.hpp) only: a device tensor
+// is a compile-time error that says so.
 
 #include <array>
 #include <cstdint>
@@ -112,7 +112,7 @@ inline void check_adaptive(const char* op, const shape<4>& xs, const std::array<
 //! Max pooling of x [N, C, H, W]: each window's maximum (NaN propagates) and
 //! its position, as PyTorch's max_pool2d(return_indices=True). One parallel
 //! pass over the planes. Throws value_error for bad options, shape_error when
-//! no window fits. Device tensors: a compile-time error (no device path yet).
+//! no window fits. Device tensors: a compile-time error (host executor only).
 //! Example: `auto [y, where] = loom::max_pool2d(x, {.kernel = {2, 2}});`
 template <tensor_like X>
 [[nodiscard]] auto max_pool2d(const X& x, const pool2d_options& o) {

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// conv2d and conv1d on device tensors: cuDNN convolves (conv/cudnn.hpp);
+// a bias and an activation that cuDNN does not fuse into its call run as
+// one loom elementwise kernel after it; the bias gradient is loom's
+// deterministic reduction over every axis but the channels'.
+
+#include <cstddef>
+
+#include "loom/config.hpp"
+#include "loom/conv/cudnn.hpp"
+#include "loom/conv/host.hpp"
+#include "loom/exec/assign.hpp"
+#include "loom/ops/activations.hpp"
+#include "loom/ops/arithmetic.hpp"
+#include "loom/reduce/reduce.hpp"
+#include "loom/tensor/tensor.hpp"
+#include "loom/tensor/view.hpp"
+
+namespace loom::detail::conv {
+// Whether the bias and the activation run inside cuDNN's convolution call
+// (cudnnConvolutionBiasActivationForward: a bias with ReLU); otherwise one
+// loom kernel applies them after the convolution.
+constexpr bool cudnn_fuses_epilogue(bool has_bias, matmul_activation act) {
+  return has_bias && act == matmul_activation::relu;
+}
+
+// A device view that cuDNN can read: v itself, or a contiguous copy held in `store`.
+template <class T, std::size_t R>
+view<const T, R, device> describable_or_copy(const view<const T, R, device>& v, tensor<T, R, device>& store) {
+  bool fine = true;
+  for (std::size_t a = 0; a != R; ++a)
+    if (v.extent(a) > 1 && v.stride(a) < 1) fine = false;
+  if (fine) return v;
+  store = loom::contiguous(v);
+  return store.view();
+}
+
+// y = act(conv(x, w) + bias) on the current stream; x, y NCHW-ordered views
+// (any strides), w contiguous, bias null or [Cout].
+template <class T>
+void device_forward(const view<const T, 4, device>& x, const view<const T, 4, device>& w,
+                    const view<const T, 1, device>* bias, matmul_activation act, const geometry& g,
+                    const view<T, 4, device>& y) {
+  tensor<T, 4, device> x_store;
+  const view<const T, 4, device> xv = describable_or_copy(x, x_store);
+  if (cudnn_fuses_epilogue(bias != nullptr, act)) {
+    tensor<T, 1, device> bias_store;
+    const view<const T, 1, device> b = bias->stride(0) == 1 ? *bias : (bias_store = loom::contiguous(*bias)).view();
+    cudnn::forward(xv, w, b.data(), g, y);
+    return;
+  }
+  cudnn::forward(xv, w, static_cast<const T*>(nullptr), g, y);
+  const view<T, 4, device>& out = y;
+  if (bias) {
+    const view<const T, 4, device> b = bias->unsqueeze(0).unsqueeze(2).unsqueeze(3);
+    if (act == matmul_activation::gelu_tanh)
+      assign(out, loom::gelu(out + b, approximate::tanh));
+    else
+      assign(out, out + b);
+  } else if (act == matmul_activation::relu) {
+    assign(out, loom::relu(out));
+  } else if (act == matmul_activation::gelu_tanh) {
+    assign(out, loom::gelu(out, approximate::tanh));
+  }
+}
+
+// dx (NCHW-ordered view of a contiguous tensor) from dy and w (contiguous).
+template <class T>
+void device_backward_input(const view<const T, 4, device>& dy, const view<const T, 4, device>& w, const geometry& g,
+                           const view<T, 4, device>& dx) {
+  tensor<T, 4, device> dy_store;
+  cudnn::backward_data(describable_or_copy(dy, dy_store), w, g, dx);
+}
+
+// dw (contiguous) from dy and x.
+template <class T>
+void device_backward_weight(const view<const T, 4, device>& dy, const view<const T, 4, device>& x, const geometry& g,
+                            T* dw) {
+  tensor<T, 4, device> dy_store, x_store;
+  cudnn::backward_filter(describable_or_copy(dy, dy_store), describable_or_copy(x, x_store), g, dw);
+}
+
+// db [C] = the sum of dy over every axis but 1, one loom reduction (no atomics).
+template <class T, std::size_t R>
+auto device_backward_bias(const view<const T, R, device>& dy) {
+  static constexpr int axes4[3] = {0, 2, 3};
+  static constexpr int axes3[2] = {0, 2};
+  if constexpr (R == 4)
+    return loom::sum(dy, axes4);
+  else
+    return loom::sum(dy, axes3);
+}
+}  // namespace loom::detail::conv
