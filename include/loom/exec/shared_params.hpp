@@ -237,7 +237,10 @@ struct param_is {
 // The tree of bound tree b (bound from expression n) with every leaf or
 // subtree reached through maps (and broadcasts) whose tag, or plain_param
 // of its types, has a param_group in Groups made a bound_param numbered by
-// its place there. Other node kinds load their leaves themselves. This walk
+// its place there. The walk enters the kinds that compute each element from
+// their children's at the same coordinates (elementwise_inner: maps,
+// broadcasts) and stops at every other kind, which loads its leaves itself;
+// an elementwise_inner kind without a rule here stops the build. This walk
 // is written out by kind: built by a generic rewrite beside the expression
 // tree, the shared tree reaches nvcc's host stub as shared_params_of<N,
 // B>::tree, a name that holds N and so a layer's tag (a host lambda's
@@ -254,7 +257,17 @@ struct param_sharer {
     }
   }
   template <class N, class B>
+    requires(!elementwise_inner<N>::value)
   static B share(const N&, const B& b) {
+    return b;
+  }
+  template <class N, class B>
+    requires(elementwise_inner<N>::value)
+  static B share(const N&, const B& b) {
+    static_assert(always_false<N>,
+                  "loom: the shared kernel's walk (param_sharer) enters this elementwise node kind but has no rule "
+                  "for it: give it a share overload in exec/shared_params.hpp (docs/architecture.md, 'adding a node "
+                  "kind')");
     return b;
   }
   template <class T, std::size_t R, class S, class Tag, class BT, std::size_t BR>

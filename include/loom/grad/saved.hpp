@@ -7,6 +7,7 @@
 // that puts the saved tensors in a derived gradient.
 
 #include <cstddef>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -122,27 +123,45 @@ void check_saved_shape(const N& n, const L& leaf) {
                       " but the value it stands for (loom::saved) has shape " + shape_string(n.extents()));
 }
 
+// Replaces the copies of saved values (rewrite_along; the run-time
+// companion is the bindings): a node that a binding stands for becomes its
+// tensor's leaf, checked for shape, and the walk does not enter it (a saved
+// value inside another is replaced only where the outer one is not); a
+// subtree that holds no such node is kept; every other node kind is entered
+// through its children_of and rebuilt over its children's images.
+template <class... B>
+struct saved_replacer {
+  template <class N, class State>
+  static constexpr bool stops = replaced_here<N, B...> || !tree_any_v<N, replaced_by<B...>::template test>;
+  template <class State, class N>
+  static auto stop(const N& n, const std::tuple<const B&...>& bindings) {
+    if constexpr (replaced_here<N, B...>) {
+      const auto& leaf =
+          std::apply([](const auto&... b) -> const auto& { return first_binding<N>(b...); }, bindings).leaf;
+      check_saved_shape(n, leaf);
+      // A saved row reduction is one value per row (the executors may compute
+      // what depends on it once per row).
+      if constexpr (is_row_reduction<N>::value || is_shared_row<N>::value)
+        return thread_on<State>(row_value_node<std::remove_cvref_t<decltype(leaf)>>(leaf));
+      else
+        return thread_on<State>(leaf);
+    } else {
+      return thread_on<State>(n);
+    }
+  }
+  template <class State, class N, class M>
+  static auto finish(const N&, const M& m, const std::tuple<const B&...>&) {
+    return thread_on<State>(m);
+  }
+};
+
 //! Tree n with every copy of a saved value replaced by its tensor's leaf,
 //! outermost first (a saved value inside another is replaced only where the
 //! outer one is not).
 template <class N, class... B>
 auto replace_saved(const N& n, const B&... b) {
-  if constexpr (replaced_here<N, B...>) {
-    const auto& leaf = first_binding<N>(b...).leaf;
-    check_saved_shape(n, leaf);
-    // A saved row reduction is one value per row (the executors may compute
-    // what depends on it once per row).
-    if constexpr (is_row_reduction<N>::value || is_shared_row<N>::value)
-      return row_value_node<std::remove_cvref_t<decltype(leaf)>>(leaf);
-    else
-      return leaf;
-  } else if constexpr (!tree_any_v<N, replaced_by<B...>::template test>) {
-    return n;
-  } else {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return children_of<N>::rebuild(n, replace_saved(child<I>(n), b...)...);
-    }(std::make_index_sequence<child_count_v<N>>{});
-  }
+  const std::tuple<const B&...> bindings(b...);
+  return rewrite_along<saved_replacer<B...>, void>(n, bindings).node;
 }
 }  // namespace detail::autodiff
 }  // namespace loom
