@@ -2,7 +2,7 @@
 // loom::dist on device tensors over NCCL ([cuda]; skipped without a GPU):
 // one rank made from the environment, so the whole device path runs on a
 // machine with one GPU: the NCCL communicator's creation, every collective
-// on tensors and strided views of each dtype, the metadata check over NCCL,
+// on tensors and strided views of each dtype (the v-variants too), the metadata check over NCCL,
 // synchronize, ZeRO-1, gradient buckets. With one rank every result equals its input.
 #include <catch2/catch.hpp>
 
@@ -79,6 +79,17 @@ TEMPLATE_TEST_CASE("dist device collectives on one rank leave tensors and views 
     c.broadcast(back, 0);
     c.barrier();
     REQUIRE(same(loom::to_host(back), h));
+  }
+  {  // the v-variants: one rank's count is every row
+    const std::vector<index_t> counts{257};
+    auto in = loom::to_device(h);
+    auto out = loom::to_device(random_host<T>(3, 257, 15));
+    c.all_gather_v(in, out.t(), counts);
+    REQUIRE(same(loom::to_host(out.t()), h));
+    auto back = loom::to_device(random_host<T>(257, 3, 16));
+    c.reduce_scatter_v(out.t(), back, counts, reduce_op::sum);
+    REQUIRE(same(loom::to_host(back), h));
+    REQUIRE_THROWS_AS(c.all_gather_v(in, out.t(), std::vector<index_t>{256}), loom::dist::mismatch_error);
   }
   {
     auto in = loom::to_device(h);

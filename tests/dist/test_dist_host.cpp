@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // loom::dist on host tensors over MPI, run by ctest as `mpirun -np 2`: every
 // collective against a computation of all ranks' inputs in this process
-// (each rank generates every rank's seeded data), odd sizes, strided views,
+// (each rank generates every rank's seeded data), odd sizes, uneven counts
+// per rank (the v-variants), strided views,
 // half/bf16/float/double; the metadata check's errors on every rank; ZeRO-1
 // against unsharded AdamW; GPT-2 (examples/gpt2) trained on the ranks, each
 // half the batch, against one process on the whole batch; and, as its own
@@ -218,6 +219,130 @@ TEMPLATE_TEST_CASE("dist reduce_scatter leaves each rank its part of the combine
       expect(in.slice(range(7 * me, 7 * me + 7)));
     }
   }
+}
+
+// Uneven parts: rank r's rows of the stacked side are counts[r] (one count
+// 0 in the second set), each case against the ranks' data combined here.
+std::vector<std::vector<index_t>> uneven_counts(int p) {
+  std::vector<index_t> a, b;
+  for (int r = 0; r < p; ++r) a.push_back(r % 2 == 0 ? 5 + r : 2), b.push_back(r == 0 ? 0 : 4 + r);
+  return {a, b};
+}
+
+// bf16 and float take the two paths of the host code (16-bit words reduced
+// in float; MPI's own type): half and double share them.
+TEMPLATE_TEST_CASE("dist all_gather_v stacks the ranks' inputs of their own row counts", "[dist]", loom::bf16,
+                   float) {
+  using T = TestType;
+  const int p = comm().size(), me = comm().rank();
+  for (const auto& counts : uneven_counts(p)) {
+    std::vector<index_t> first{0};
+    for (index_t n : counts) first.push_back(first.back() + n);
+    const index_t total = first.back(), mine = counts[static_cast<std::size_t>(me)];
+    INFO("rows of rank 0: " << counts[0] << ", in all " << total);
+    const auto data = all_ranks<T>(33 + static_cast<std::uint64_t>(counts[0]), total * 3);  // rank r's rows: data[r]
+    const auto expect = [&](const auto& out) {  // out: [total, 3] view
+      for (int r = 0; r < p; ++r)
+        for (index_t i = 0; i < counts[static_cast<std::size_t>(r)]; ++i)
+          for (index_t j = 0; j < 3; ++j) {
+            INFO("rank " << r << " row " << i << ", column " << j);
+            const auto want = data[static_cast<std::size_t>(r)][static_cast<std::size_t>(i * 3 + j)];
+            REQUIRE(as_double(out(first[static_cast<std::size_t>(r)] + i, j)) == as_double(want));
+          }
+    };
+    {  // contiguous
+      host_tensor<T, 2> in({mine, 3}), out({total, 3});
+      fill_from(in.view(), data[static_cast<std::size_t>(me)]);
+      fill_value<T>(out.view(), poison<T>());
+      comm().all_gather_v(in, out, counts);
+      expect(out.view());
+    }
+    {  // a strided input, a transposed output
+      host_tensor<T, 2> in_parent({2 * mine + 1, 7}), out_parent({3, total});
+      auto in = in_parent.slice(range(0, 2 * mine, 2), range(1, 4));  // [mine, 3]
+      fill_from(in, data[static_cast<std::size_t>(me)]);
+      fill_value<T>(out_parent.view(), poison<T>());
+      comm().all_gather_v(in, out_parent.t(), counts);
+      expect(out_parent.t());
+    }
+    {  // in place: the input is this rank's rows of the output
+      host_tensor<T, 2> out({total, 3});
+      fill_value<T>(out.view(), poison<T>());
+      auto rows = out.slice(range(first[static_cast<std::size_t>(me)], first[static_cast<std::size_t>(me)] + mine));
+      fill_from(rows, data[static_cast<std::size_t>(me)]);
+      comm().all_gather_v(rows, out, counts);
+      expect(out.view());
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("dist reduce_scatter_v leaves each rank its own rows of the combined input", "[dist]", loom::bf16,
+                   float) {
+  using T = TestType;
+  const int p = comm().size(), me = comm().rank();
+  for (const auto& counts : uneven_counts(p))
+    for (reduce_op op : {reduce_op::sum, reduce_op::average, reduce_op::max}) {
+      index_t total = 0, begin = 0;
+      for (int r = 0; r < p; ++r) (r < me ? begin : total) += counts[static_cast<std::size_t>(r)];
+      total += begin;
+      const index_t mine = counts[static_cast<std::size_t>(me)];
+      INFO("op " << loom::dist::reduce_op_name(op) << ", rows of rank 0: " << counts[0] << ", in all " << total);
+      const auto data = all_ranks<T>(43 + static_cast<std::uint64_t>(counts[0]) + static_cast<int>(op), total * 3);
+      const auto expect = [&](const auto& out) {  // out: [mine, 3] view
+        for (index_t i = 0; i < mine; ++i)
+          for (index_t j = 0; j < 3; ++j) {
+            std::vector<double> xs;
+            for (const auto& d : data) xs.push_back(as_double(d[static_cast<std::size_t>((begin + i) * 3 + j)]));
+            INFO("row " << i << ", column " << j);
+            REQUIRE(std::fabs(as_double(out(i, j)) - combine(xs, op)) <= tolerance<T>(xs));
+          }
+      };
+      {
+        host_tensor<T, 2> in({total, 3}), out({mine, 3});
+        fill_from(in.view(), data[static_cast<std::size_t>(me)]);
+        fill_value<T>(out.view(), poison<T>());
+        comm().reduce_scatter_v(in, out, counts, op);
+        expect(out.view());
+      }
+      {  // a strided input, a transposed output
+        host_tensor<T, 2> in_parent({total, 8}), out_parent({3, mine});
+        auto in = in_parent.slice(range(0, none), range(2, 8, 2));  // [total, 3]
+        fill_from(in, data[static_cast<std::size_t>(me)]);
+        fill_value<T>(out_parent.view(), poison<T>());
+        comm().reduce_scatter_v(in, out_parent.t(), counts, op);
+        expect(out_parent.t());
+      }
+      {  // in place: the output is this rank's rows of the input
+        host_tensor<T, 2> in({total, 3});
+        fill_from(in.view(), data[static_cast<std::size_t>(me)]);
+        comm().reduce_scatter_v(in, in.slice(range(begin, begin + mine)), counts, op);
+        expect(in.slice(range(begin, begin + mine)));
+      }
+    }
+}
+
+TEST_CASE("dist the v-variants' counts that do not fit throw mismatch_error on every rank", "[dist]") {
+  auto& c = comm();
+  const int p = c.size(), me = c.rank();
+  std::vector<index_t> counts;
+  for (int r = 0; r < p; ++r) counts.push_back(r + 1);
+  const index_t total = p * (p + 1) / 2;
+  host_tensor<float, 2> in({me + 1, 3}), out({total, 3});
+  fill_value<float>(in.view(), 1.0);
+  SECTION("another number of counts than ranks") {
+    const std::vector<index_t> fewer(counts.begin(), counts.end() - 1);
+    REQUIRE_THROWS_WITH(c.all_gather_v(in, out, fewer), Catch::Contains("the counts must be " + std::to_string(p)));
+  }
+  SECTION("counts that differ across ranks") {
+    auto other = counts;
+    if (me == 0) other[0] += 1, other[1] -= 1;  // still summing to the rows
+    REQUIRE_THROWS_AS(c.reduce_scatter_v(out, in, other), loom::dist::mismatch_error);
+  }
+  SECTION("an input without this rank's count of rows") {
+    host_tensor<float, 2> wrong({me + 2, 3});
+    REQUIRE_THROWS_WITH(c.all_gather_v(wrong, out, counts), Catch::Contains("must have this rank's count"));
+  }
+  c.barrier();
 }
 
 TEMPLATE_TEST_CASE("dist broadcast copies the root's tensor and view to every rank", "[dist]", loom::half, loom::bf16,

@@ -10,9 +10,11 @@
 #include <cstdlib>
 #include <exception>
 #include <memory>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "loom/core/dtype.hpp"
 #include "loom/core/error.hpp"
@@ -206,6 +208,35 @@ class communicator {
     in_out(detail::collective::reduce_scatter, loom::detail::as_view(in), loom::detail::as_view(out), op);
   }
 
+  //! all_gather with counts per rank: rank r's `in` has counts[r] rows
+  //! (axis 0; 0 allowed) and lands in out rows [d_r, d_r + counts[r]),
+  //! d_r = counts[0] + ... + counts[r - 1]; `out` has sum(counts) rows and
+  //! the other axes of `in`. Every rank gives the same counts (size()
+  //! non-negative numbers). `in` may be this rank's rows of `out`. Host: one
+  //! MPI_Iallgatherv. Device: one NCCL broadcast per rank with rows, grouped
+  //! (ncclGroupStart/End; NCCL has no all-gather-v): the bytes of an
+  //! all-gather of `out`.
+  //! Example: `comm.all_gather_v(shard, full, std::vector<loom::index_t>{5, 3});`
+  template <tensor_like In, tensor_like Out>
+  void all_gather_v(const In& in, Out&& out, std::span<const index_t> counts) {
+    in_out(detail::collective::all_gather_v, loom::detail::as_view(in), loom::detail::as_view(out), reduce_op::sum,
+           counts);
+  }
+
+  //! reduce_scatter with counts per rank: `in` (sum(counts) rows along axis
+  //! 0) combined element-wise across the ranks, and rank r receives rows
+  //! [d_r, d_r + counts[r]) in `out` (counts[r] rows, the other axes of
+  //! `in`), d_r = counts[0] + ... + counts[r - 1]. Every rank gives the same
+  //! counts. `out` may be this rank's rows of `in`. Host: one
+  //! MPI_Ireduce_scatter. Device: one NCCL reduce rooted at each rank with
+  //! rows, grouped (NCCL has no reduce-scatter-v): about the bytes of `in`
+  //! per rank, where an equal reduce_scatter moves (size() - 1) / size() of them.
+  //! Example: `comm.reduce_scatter_v(grads, my_rows, counts, loom::dist::reduce_op::average);`
+  template <tensor_like In, tensor_like Out>
+  void reduce_scatter_v(const In& in, Out&& out, std::span<const index_t> counts, reduce_op op = reduce_op::sum) {
+    in_out(detail::collective::reduce_scatter_v, loom::detail::as_view(in), loom::detail::as_view(out), op, counts);
+  }
+
   //! Copies `x` of rank `root` into `x` on every other rank.
   //! Example: `comm.broadcast(weights, 0);`
   template <tensor_like X>
@@ -292,26 +323,35 @@ class communicator {
                       std::is_same_v<T, double>,
                   "loom: collectives take half, bf16, float or double tensors");
   }
-  // all_gather and reduce_scatter: an input and an output of one element
-  // type and space.
+  // all_gather and reduce_scatter, with equal parts (no counts) or per-rank
+  // counts: an input and an output of one element type and space.
   template <class IV, class OV>
-  void in_out(detail::collective c, const IV& iv, const OV& ov, reduce_op op) {
+  void in_out(detail::collective c, const IV& iv, const OV& ov, reduce_op op, std::span<const index_t> counts = {}) {
     using T = typename OV::element_type;
     check_element<T>();
     static_assert(std::is_same_v<std::remove_const_t<typename IV::element_type>, T>,
                   "loom: a collective's input and output have the same element type");
     static_assert(std::is_same_v<typename IV::space, typename OV::space>,
                   "loom: a collective's input and output live in the same memory space");
-    const auto what = enter(c, dtype_of<T>, op, 0, iv.extents(), ov.extents(), std::is_same_v<typename OV::space, device>);
+    const bool gather = detail::gathers(c), counted = detail::per_rank_counts(c);
+    static_assert(IV::rank >= 1 && OV::rank >= 1, "loom: all_gather and reduce_scatter take tensors of rank 1 or more");
+    const index_t rows = gather ? ov.extent(0) : iv.extent(0);
+    const detail::rank_counts rc(counts.data(), counts.size(), s_->size, s_->rank, rows);
+    const auto what = enter(c, dtype_of<T>, op, counted ? rc.mine : 0, iv.extents(), ov.extents(),
+                            std::is_same_v<typename OV::space, device>, counted ? rc.checksum : 0);
+    // Each rank's rows: the counts, or equal parts.
+    std::vector<index_t> parts(counts.begin(), counts.end());
+    if (!counted) parts.assign(static_cast<std::size_t>(s_->size), rows / s_->size);
     const view<const T, IV::rank, typename IV::space> ic = iv;
-    [[maybe_unused]] const bool gather = c == detail::collective::all_gather;
     if constexpr (std::is_same_v<typename OV::space, host>) {
 #if LOOM_HAS_MPI
-      gather ? detail::host_all_gather(*s_, ic, ov, what) : detail::host_reduce_scatter(*s_, ic, ov, op, what);
+      gather ? detail::host_all_gather(*s_, ic, ov, parts, counted, what)
+             : detail::host_reduce_scatter(*s_, ic, ov, op, parts, counted, what);
 #endif
     } else {
 #if LOOM_HAS_NCCL
-      gather ? detail::device_all_gather(*s_, ic, ov, what) : detail::device_reduce_scatter(*s_, ic, ov, op, what);
+      gather ? detail::device_all_gather(*s_, ic, ov, parts, counted, what)
+             : detail::device_reduce_scatter(*s_, ic, ov, op, parts, counted, what);
 #endif
     }
   }
@@ -320,10 +360,10 @@ class communicator {
   // backend there, the call counted, and (with check_metadata) every rank's
   // arguments compared. Returns the call's description for messages.
   template <std::size_t RI, std::size_t RO>
-  std::string enter(detail::collective c, dtype dt, reduce_op op, int root, const shape<RI>& in,
-                    const shape<RO>& out, bool on_device) {
+  std::string enter(detail::collective c, dtype dt, reduce_op op, std::int64_t root, const shape<RI>& in,
+                    const shape<RO>& out, bool on_device, std::int64_t checksum = 0) {
     auto& s = *s_;
-    const detail::call_record r(c, s.calls, dt, op, root, in, out);
+    const detail::call_record r(c, s.calls, dt, op, root, in, out, checksum);
     detail::require_usable(s, detail::collective_name(c));
     if (on_device && !LOOM_HAS_NCCL)
       throw dist_error(std::string("loom: ") + r.describe() +

@@ -131,8 +131,18 @@ inline std::atomic<bool>& process_failed() {
 
 // What each rank contributes to the metadata check: the collective, its
 // call number on this communicator, dtype, reduce op, root, and the
-// extents of its input and output (rank, then up to max_axes extents).
-enum class collective : std::int64_t { all_reduce = 1, all_gather, reduce_scatter, broadcast, barrier };
+// extents of its input and output (rank, then up to max_axes extents). The
+// v-variants (counts per rank) record this rank's count where others record
+// the root (-1 when the counts do not fit) and a checksum of all counts.
+enum class collective : std::int64_t {
+  all_reduce = 1,
+  all_gather,
+  reduce_scatter,
+  broadcast,
+  barrier,
+  all_gather_v,
+  reduce_scatter_v
+};
 inline const char* collective_name(collective c) noexcept {
   switch (c) {
     case collective::all_reduce:
@@ -145,17 +155,52 @@ inline const char* collective_name(collective c) noexcept {
       return "broadcast";
     case collective::barrier:
       return "barrier";
+    case collective::all_gather_v:
+      return "all_gather_v";
+    case collective::reduce_scatter_v:
+      return "reduce_scatter_v";
   }
   return "unknown";
 }
+// Whether c gathers (the output is the stacked inputs) or scatters (the
+// input is split into the outputs), with equal or per-rank counts.
+inline bool gathers(collective c) noexcept { return c == collective::all_gather || c == collective::all_gather_v; }
+inline bool splits(collective c) noexcept {
+  return c != collective::all_reduce && c != collective::broadcast && c != collective::barrier;
+}
+inline bool per_rank_counts(collective c) noexcept {
+  return c == collective::all_gather_v || c == collective::reduce_scatter_v;
+}
+
+// The rows (along axis 0) of each rank in a v-variant, checked against the
+// ranks and the stacked side's rows: `mine` is this rank's count, or -1 when
+// the counts do not fit (a wrong number of them, a negative one, a sum other
+// than `rows`); `checksum` tells other counts apart in the argument check.
+struct rank_counts {
+  std::int64_t mine = -1;
+  std::int64_t checksum = 0;
+  rank_counts(const index_t* counts, std::size_t n, int ranks, int rank, index_t rows) {
+    index_t total = 0;
+    bool ok = n == static_cast<std::size_t>(ranks);
+    std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the counts
+    for (std::size_t r = 0; r != n; ++r) {
+      ok = ok && counts[r] >= 0;
+      total += counts[r];
+      h = (h ^ static_cast<std::uint64_t>(counts[r])) * 1099511628211ull;
+    }
+    ok = ok && total == rows;
+    mine = ok ? counts[rank] : -1;
+    checksum = static_cast<std::int64_t>(h >> 1);
+  }
+};
 inline constexpr std::size_t max_axes = 8;
 struct call_record {
   static constexpr std::size_t fields = 6 + 2 * (1 + max_axes);
   std::array<std::int64_t, fields> v{};
 
   template <std::size_t RI, std::size_t RO>
-  call_record(collective c, std::uint64_t seq, dtype dt, reduce_op op, int root, const shape<RI>& in,
-              const shape<RO>& out) {
+  call_record(collective c, std::uint64_t seq, dtype dt, reduce_op op, std::int64_t root, const shape<RI>& in,
+              const shape<RO>& out, std::int64_t checksum = 0) {
     static_assert(RI <= max_axes && RO <= max_axes, "loom: collectives take tensors of rank 8 or less");
     v.fill(0);
     v[0] = static_cast<std::int64_t>(c);
@@ -163,7 +208,7 @@ struct call_record {
     v[2] = static_cast<std::int64_t>(dt);
     v[3] = static_cast<std::int64_t>(op);
     v[4] = root;
-    v[5] = 0;
+    v[5] = checksum;
     v[6] = static_cast<std::int64_t>(RI);
     for (std::size_t d = 0; d != RI; ++d) v[7 + d] = in[d];
     v[7 + max_axes] = static_cast<std::int64_t>(RO);
@@ -183,29 +228,39 @@ struct call_record {
     std::string s = std::string(collective_name(kind())) + " (call " + std::to_string(v[1]) + ")";
     if (kind() == collective::barrier) return s;
     s += " of " + std::string(dtype_name(static_cast<dtype>(v[2]))) + " " + input();
-    if (kind() == collective::all_gather || kind() == collective::reduce_scatter) s += " into " + output();
-    if (kind() == collective::all_reduce || kind() == collective::reduce_scatter)
+    if (splits(kind())) s += " into " + output();
+    if (kind() != collective::broadcast && !gathers(kind()))
       s += ", " + std::string(reduce_op_name(static_cast<reduce_op>(v[3])));
     if (kind() == collective::broadcast) s += ", root " + std::to_string(v[4]);
+    if (per_rank_counts(kind()))
+      s += v[4] < 0 ? ", counts that do not fit" : ", count " + std::to_string(v[4]) + " of counts #" + std::to_string(v[5] % 100000);
     return s;
   }
 };
 
 // Whether `r`'s output extents fit its input for `ranks` ranks: all_gather
-// stacks the inputs along axis 0, reduce_scatter splits the input along it;
-// all_reduce and broadcast work in place (output = input).
+// stacks the inputs along axis 0, reduce_scatter splits the input along it
+// (in equal parts, or in the v-variants by the counts, whose sum
+// rank_counts checked); all_reduce and broadcast work in place.
 inline std::string local_problem(const call_record& r, int ranks) {
   const auto& v = r.v;
   const std::int64_t ri = v[6], ro = v[7 + max_axes];
   if (r.kind() == collective::broadcast && (v[4] < 0 || v[4] >= ranks))
     return "root " + std::to_string(v[4]) + " is not a rank of " + std::to_string(ranks);
-  if (r.kind() != collective::all_gather && r.kind() != collective::reduce_scatter) return "";
-  const bool gather = r.kind() == collective::all_gather;
+  if (!splits(r.kind())) return "";
+  const bool gather = gathers(r.kind()), counted = per_rank_counts(r.kind());
   const std::int64_t* small = gather ? &v[7] : &v[8 + max_axes];
   const std::int64_t* big = gather ? &v[8 + max_axes] : &v[7];
-  bool ok = ri == ro && ri >= 1 && big[0] == small[0] * ranks;
+  if (counted && v[4] < 0)
+    return "the counts must be " + std::to_string(ranks) + " non-negative numbers (one per rank) that sum to axis 0 of " +
+           (gather ? "the output " + r.output() : "the input " + r.input());
+  bool ok = ri == ro && ri >= 1 && (counted ? small[0] == v[4] : big[0] == small[0] * ranks);
   for (std::int64_t d = 1; ok && d < ri; ++d) ok = big[d] == small[d];
   if (ok) return "";
+  if (counted)
+    return std::string(gather ? "the input" : "the output") + " must have this rank's count (" + std::to_string(v[4]) +
+           ") along axis 0 and the other axes of " + (gather ? "the output" : "the input") + ": input " + r.input() +
+           ", output " + r.output();
   return std::string(gather ? "the output" : "the input") + " must have the shape of " +
          (gather ? "the input" : "the output") + " with axis 0 times " + std::to_string(ranks) + " (the ranks): input " +
          r.input() + ", output " + r.output();
@@ -224,10 +279,11 @@ inline std::string compare_records(const std::vector<std::int64_t>& all, int ran
   bool same = true;
   for (int r = 1; r != ranks; ++r) {
     auto a = recs[0].v, b = recs[static_cast<std::size_t>(r)].v;
-    if (recs[0].kind() == collective::all_gather || recs[0].kind() == collective::reduce_scatter) {
-      // Only the element-wise side must agree; the other side was checked above.
-      const std::size_t skip = recs[0].kind() == collective::all_gather ? 7 + max_axes : 6;
+    if (splits(recs[0].kind())) {
+      // Only the stacked side must agree; the other side was checked above.
+      const std::size_t skip = gathers(recs[0].kind()) ? 6 : 7 + max_axes;
       for (std::size_t k = skip; k != skip + 1 + max_axes; ++k) a[k] = b[k] = 0;
+      if (per_rank_counts(recs[0].kind())) a[4] = b[4] = 0;  // each rank's own count; the checksums must agree
     }
     if (recs[0].kind() == collective::barrier) a[2] = b[2] = a[6] = b[6] = a[7 + max_axes] = b[7 + max_axes] = 0;
     same = same && a == b;

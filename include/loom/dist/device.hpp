@@ -9,13 +9,16 @@
 // forever; detail::nccl_wait). half, bf16, float and double are NCCL's own
 // types (NCCL reduces half and bf16 in its own arithmetic). A non-contiguous
 // view is packed into a contiguous buffer from the stream's pool by loom's
-// strided copy kernel (a .cu file, nvcc) and unpacked after.
+// strided copy kernel (a .cu file, nvcc) and unpacked after. NCCL has no
+// v-variants: all_gather_v and reduce_scatter_v are grouped broadcasts and
+// reduces, one per rank with rows.
 
 #include <cuda_runtime_api.h>
 
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "loom/core/device.hpp"
 #include "loom/core/dtype.hpp"
@@ -102,6 +105,40 @@ inline void nccl_ready(comm_state& s) {
   nccl_wait(s, "creating the NCCL communicator");
 }
 
+// Each rank's element count and offset in a stacked buffer of `rows[r]`
+// rows (axis 0 of `stacked`) per rank.
+struct device_parts {
+  std::vector<std::size_t> counts, offsets;
+};
+template <std::size_t R>
+device_parts device_parts_of(const std::vector<index_t>& rows, const shape<R>& stacked) {
+  std::size_t row = 1, at = 0;
+  for (std::size_t d = 1; d < R; ++d) row *= static_cast<std::size_t>(stacked[d]);
+  device_parts p;
+  for (const index_t r : rows) {
+    p.counts.push_back(static_cast<std::size_t>(r) * row);
+    p.offsets.push_back(at);
+    at += p.counts.back();
+  }
+  return p;
+}
+
+// One NCCL call per rank whose part has elements, `call(r)`, grouped
+// (ncclGroupStart/End: NCCL runs them together); the group is closed
+// before the first error is thrown.
+template <class Call>
+void nccl_grouped(comm_state& s, const device_parts& p, Call&& call) {
+  LOOM_NCCL_CHECK(&s, ncclGroupStart());
+  ncclResult_t first = ncclSuccess;
+  for (std::size_t r = 0; r != p.counts.size(); ++r) {
+    if (p.counts[r] == 0) continue;
+    const ncclResult_t e = call(static_cast<int>(r));
+    if (e != ncclSuccess && e != ncclInProgress && first == ncclSuccess) first = e;
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  LOOM_NCCL_CHECK(&s, first != ncclSuccess ? first : end);
+}
+
 // A contiguous device buffer of n elements allocated (and freed) on stream
 // `st`, for packing non-contiguous views.
 template <class T>
@@ -142,16 +179,20 @@ void device_all_reduce(comm_state& s, const view<T, R, device>& x, reduce_op op,
   loom::detail::copy_views(x, view<const T, R, device>(t.view().reshape(x.extents())), st, false);
 }
 
+// all_gather (ncclAllGather) or, with `counted`, all_gather_v (one
+// ncclBroadcast from each rank into its rows of the output, grouped).
 template <class T, std::size_t RI, std::size_t R>
 void device_all_gather(comm_state& s, const view<const T, RI, device>& in, const view<T, R, device>& out,
-                       const std::string& what) {
+                       const std::vector<index_t>& rows, bool counted, const std::string& what) {
   nccl_ready(s);
   const stream_ref st = current_stream();
-  const auto n = static_cast<std::size_t>(in.size());
+  const auto parts = device_parts_of(rows, out.extents());
+  const auto me = static_cast<std::size_t>(s.rank);
+  const std::size_t n = parts.counts[me];
   tensor<T, 1, device> send, recv;
   const T* from = in.data();
   // NCCL's in place: the input already at this rank's place in the output.
-  const bool in_place = in.is_contiguous() && out.is_contiguous() && in.data() == out.data() + n * s.rank;
+  const bool in_place = in.is_contiguous() && out.is_contiguous() && in.data() == out.data() + parts.offsets[me];
   if (!in_place && (!in.is_contiguous() || may_overlap(in, out))) {
     send = device_buffer<T>(in.size(), st);
     loom::detail::copy_views(send.view().reshape(in.extents()), in, st, false);
@@ -162,21 +203,33 @@ void device_all_gather(comm_state& s, const view<const T, RI, device>& in, const
     recv = device_buffer<T>(out.size(), st);
     to = recv.data();
   }
-  LOOM_NCCL_CHECK(&s, ncclAllGather(from, to, n, nccl_type<T>(), s.nccl, st.get()));
+  if (counted)
+    nccl_grouped(s, parts, [&](int r) {
+      T* dst = to + parts.offsets[static_cast<std::size_t>(r)];
+      return ncclBroadcast(r == s.rank ? from : dst, dst, parts.counts[static_cast<std::size_t>(r)], nccl_type<T>(), r,
+                           s.nccl, st.get());
+    });
+  else
+    LOOM_NCCL_CHECK(&s, ncclAllGather(from, to, n, nccl_type<T>(), s.nccl, st.get()));
   nccl_wait(s, what);
   if (!out.is_contiguous())
     loom::detail::copy_views(out, view<const T, R, device>(recv.view().reshape(out.extents())), st, false);
 }
 
+// reduce_scatter (ncclReduceScatter) or, with `counted`, reduce_scatter_v
+// (one ncclReduce of each rank's rows of the input, rooted at that rank,
+// grouped).
 template <class T, std::size_t RI, std::size_t R>
 void device_reduce_scatter(comm_state& s, const view<const T, RI, device>& in, const view<T, R, device>& out,
-                           reduce_op op, const std::string& what) {
+                           reduce_op op, const std::vector<index_t>& rows, bool counted, const std::string& what) {
   nccl_ready(s);
   const stream_ref st = current_stream();
-  const auto n = static_cast<std::size_t>(out.size());
+  const auto parts = device_parts_of(rows, in.extents());
+  const auto me = static_cast<std::size_t>(s.rank);
+  const std::size_t n = parts.counts[me];
   tensor<T, 1, device> send, recv;
   const T* from = in.data();
-  const bool in_place = in.is_contiguous() && out.is_contiguous() && out.data() == in.data() + n * s.rank;
+  const bool in_place = in.is_contiguous() && out.is_contiguous() && out.data() == in.data() + parts.offsets[me];
   if (!in.is_contiguous()) {
     send = device_buffer<T>(in.size(), st);
     loom::detail::copy_views(send.view().reshape(in.extents()), in, st, false);
@@ -187,7 +240,13 @@ void device_reduce_scatter(comm_state& s, const view<const T, RI, device>& in, c
     recv = device_buffer<T>(out.size(), st);
     to = recv.data();
   }
-  LOOM_NCCL_CHECK(&s, ncclReduceScatter(from, to, n, nccl_type<T>(), nccl_op(op), s.nccl, st.get()));
+  if (counted)
+    nccl_grouped(s, parts, [&](int r) {  // the receive buffer counts on the root only
+      return ncclReduce(from + parts.offsets[static_cast<std::size_t>(r)], to, parts.counts[static_cast<std::size_t>(r)],
+                        nccl_type<T>(), nccl_op(op), r, s.nccl, st.get());
+    });
+  else
+    LOOM_NCCL_CHECK(&s, ncclReduceScatter(from, to, n, nccl_type<T>(), nccl_op(op), s.nccl, st.get()));
   nccl_wait(s, what);
   if (to != out.data())
     loom::detail::copy_views(out, view<const T, R, device>(recv.view().reshape(out.extents())), st, false);

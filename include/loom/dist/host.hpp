@@ -8,12 +8,15 @@
 // buffer, reduced, rounded once on the way back) and moved as 16-bit words
 // by all_gather and broadcast. A contiguous tensor or view is given to MPI
 // directly; a non-contiguous view is packed into a contiguous buffer by
-// loom's strided copy and unpacked the same way.
+// loom's strided copy and unpacked the same way. The v-variants (counts per
+// rank) are MPI_Iallgatherv and MPI_Ireduce_scatter.
 
 #include <climits>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <vector>
 
 #include "loom/core/dtype.hpp"
 #include "loom/core/space.hpp"
@@ -53,6 +56,26 @@ inline int mpi_count(index_t n, const char* what) {
     throw value_error(std::string("loom: ") + what + " of " + std::to_string(n) +
                       " elements per rank: MPI counts stop at 2^31 - 1; split the tensor");
   return static_cast<int>(n);
+}
+
+// Each rank's part of a stacked buffer (`rows` of it along axis 0 of
+// `stacked`) as MPI's element counts and displacements (ints: a value_error
+// past 2^31 - 1).
+struct mpi_parts {
+  std::vector<int> counts, displs;
+};
+template <std::size_t R>
+std::shared_ptr<mpi_parts> mpi_parts_of(const std::vector<index_t>& rows, const shape<R>& stacked, const char* what) {
+  index_t row = 1;
+  for (std::size_t d = 1; d < R; ++d) row *= stacked[d];
+  auto p = std::make_shared<mpi_parts>();
+  index_t at = 0;
+  for (const index_t r : rows) {
+    p->counts.push_back(mpi_count(r * row, what));
+    p->displs.push_back(mpi_count(at, what));
+    at += r * row;
+  }
+  return p;
 }
 
 // Copies the elements of `v` (row-major order) into `dst`, converted to W:
@@ -117,14 +140,18 @@ void host_all_reduce(comm_state& s, const view<T, R, host>& x, reduce_op op, con
   if (staged) unpack(staged.get(), x);
 }
 
+// all_gather (MPI_Iallgather) or, with `counted`, all_gather_v
+// (MPI_Iallgatherv): rank r's input is rows[r] rows of `out`.
 template <class T, std::size_t RI, std::size_t R>
 void host_all_gather(comm_state& s, const view<const T, RI, host>& in, const view<T, R, host>& out,
-                     const std::string& what) {
-  const int n = mpi_count(in.size(), "all_gather");
+                     const std::vector<index_t>& rows, bool counted, const std::string& what) {
+  const auto parts = mpi_parts_of(rows, out.extents(), "all_gather");
+  const int n = parts->counts[static_cast<std::size_t>(s.rank)];
   std::shared_ptr<T[]> send, recv;
   // The input already in its place in the output (a rank's shard of a
   // gathered buffer): MPI_IN_PLACE; another overlap: the input is copied first.
-  const bool in_place = in.is_contiguous() && out.is_contiguous() && in.data() == out.data() + std::ptrdiff_t{n} * s.rank;
+  const bool in_place = in.is_contiguous() && out.is_contiguous() &&
+                        in.data() == out.data() + parts->displs[static_cast<std::size_t>(s.rank)];
   const void* from = in_place ? MPI_IN_PLACE : static_cast<const void*>(in.data());
   if (!in_place && (!in.is_contiguous() || may_overlap(in, out))) {
     send = host_buffer<T>(n);
@@ -137,16 +164,23 @@ void host_all_gather(comm_state& s, const view<const T, RI, host>& in, const vie
     to = recv.get();
   }
   MPI_Request req;
-  LOOM_MPI_CHECK(&s, MPI_Iallgather(from, n, mpi_type<T>(), to, n, mpi_type<T>(), s.mpi, &req));
-  mpi_wait(s, req, what, std::shared_ptr<void>(std::make_shared<std::pair<decltype(send), decltype(recv)>>(send, recv)));
+  if (counted)
+    LOOM_MPI_CHECK(&s, MPI_Iallgatherv(from, n, mpi_type<T>(), to, parts->counts.data(), parts->displs.data(),
+                                       mpi_type<T>(), s.mpi, &req));
+  else
+    LOOM_MPI_CHECK(&s, MPI_Iallgather(from, n, mpi_type<T>(), to, n, mpi_type<T>(), s.mpi, &req));
+  mpi_wait(s, req, what, std::make_shared<std::tuple<decltype(send), decltype(recv), decltype(parts)>>(send, recv, parts));
   if (recv) unpack(recv.get(), out);
 }
 
+// reduce_scatter (MPI_Ireduce_scatter_block) or, with `counted`,
+// reduce_scatter_v (MPI_Ireduce_scatter): rank r receives rows[r] rows of `in`.
 template <class T, std::size_t RI, std::size_t R>
 void host_reduce_scatter(comm_state& s, const view<const T, RI, host>& in, const view<T, R, host>& out, reduce_op op,
-                         const std::string& what) {
+                         const std::vector<index_t>& rows, bool counted, const std::string& what) {
   using W = reduce_t<T>;
-  const int n = mpi_count(out.size(), "reduce_scatter");
+  const auto parts = mpi_parts_of(rows, in.extents(), "reduce_scatter");
+  const int n = parts->counts[static_cast<std::size_t>(s.rank)];
   std::shared_ptr<W[]> send, recv;
   const W* from = nullptr;
   W* to = nullptr;
@@ -164,8 +198,11 @@ void host_reduce_scatter(comm_state& s, const view<const T, RI, host>& in, const
     to = recv.get();
   }
   MPI_Request req;
-  LOOM_MPI_CHECK(&s, MPI_Ireduce_scatter_block(from, to, n, mpi_type<W>(), mpi_op(op), s.mpi, &req));
-  mpi_wait(s, req, what, std::shared_ptr<void>(std::make_shared<std::pair<decltype(send), decltype(recv)>>(send, recv)));
+  if (counted)
+    LOOM_MPI_CHECK(&s, MPI_Ireduce_scatter(from, to, parts->counts.data(), mpi_type<W>(), mpi_op(op), s.mpi, &req));
+  else
+    LOOM_MPI_CHECK(&s, MPI_Ireduce_scatter_block(from, to, n, mpi_type<W>(), mpi_op(op), s.mpi, &req));
+  mpi_wait(s, req, what, std::make_shared<std::tuple<decltype(send), decltype(recv), decltype(parts)>>(send, recv, parts));
   if (op == reduce_op::average) divide(to, n, s.size);
   if (recv) unpack(recv.get(), out);
 }
