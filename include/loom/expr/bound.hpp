@@ -230,11 +230,11 @@ struct bound_map {
   tuple<B...> ch;
 
   template <bool allow_periodic = false>
-  LOOM_HD compute at_linear(index_t i) const {
+  LOOM_HD LOOM_HOST_INLINE compute at_linear(index_t i) const {
     return linear_impl<allow_periodic>(i, std::index_sequence_for<B...>{});
   }
   template <class Ctx = no_ctx>
-  LOOM_HD compute at(const index_t* idx, const Ctx& ctx = {}) const {
+  LOOM_HD LOOM_HOST_INLINE compute at(const index_t* idx, const Ctx& ctx = {}) const {
     return at_impl(idx, ctx, std::index_sequence_for<B...>{});
   }
   template <int vector_width, bool allow_periodic = false>
@@ -246,7 +246,7 @@ struct bound_map {
     row_load_impl<vector_width>(lead, c0, r, std::index_sequence_for<B...>{});
   }
   template <int vector_width, class Ctx = no_ctx>
-  LOOM_HD compute elem(const regs<vector_width>& r, int j, const Ctx& ctx = {}) const {
+  LOOM_HD LOOM_HOST_INLINE compute elem(const regs<vector_width>& r, int j, const Ctx& ctx = {}) const {
     return elem_impl<vector_width>(r, j, ctx, std::index_sequence_for<B...>{});
   }
   //! Same functor state and the same children: the same values.
@@ -259,11 +259,11 @@ struct bound_map {
 
  private:
   template <bool allow_periodic, std::size_t... I>
-  LOOM_HD compute linear_impl(index_t i, std::index_sequence<I...>) const {
+  LOOM_HD LOOM_HOST_INLINE compute linear_impl(index_t i, std::index_sequence<I...>) const {
     return f(static_cast<Cin>(detail::get<I>(ch).template at_linear<allow_periodic>(i))...);
   }
   template <class Ctx, std::size_t... I>
-  LOOM_HD compute at_impl(const index_t* idx, const Ctx& ctx, std::index_sequence<I...>) const {
+  LOOM_HD LOOM_HOST_INLINE compute at_impl(const index_t* idx, const Ctx& ctx, std::index_sequence<I...>) const {
     return f(static_cast<Cin>(detail::get<I>(ch).at(idx, ctx))...);
   }
   template <int vector_width, bool allow_periodic, std::size_t... I>
@@ -280,7 +280,8 @@ struct bound_map {
     return (true && ... && detail::get<I>(ch).same_as(detail::get<I>(o.ch)));
   }
   template <int vector_width, class Ctx, std::size_t... I>
-  LOOM_HD compute elem_impl(const regs<vector_width>& r, int j, const Ctx& ctx, std::index_sequence<I...>) const {
+  LOOM_HD LOOM_HOST_INLINE compute elem_impl(const regs<vector_width>& r, int j, const Ctx& ctx,
+                                             std::index_sequence<I...>) const {
     return f(static_cast<Cin>(detail::get<I>(ch).template elem<vector_width>(detail::get<I>(r.c), j, ctx))...);
   }
 };

@@ -239,7 +239,7 @@ template <class F, int J>
 struct partial : F {
   static constexpr bool floating = floating_op<F>;
   template <class... T>
-  LOOM_HD auto operator()(T... x) const {
+  LOOM_HD LOOM_HOST_INLINE auto operator()(T... x) const {
     return F::template derivative<J>(x...);
   }
 };

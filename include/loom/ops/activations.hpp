@@ -11,11 +11,11 @@ namespace fn {
 //! max(x, 0); NaN stays NaN (as torch.relu). Derivative 0 at 0 (as PyTorch).
 struct relu {
   template <int, class T>
-  LOOM_HD T derivative(T x) const {
+  LOOM_HD LOOM_HOST_INLINE T derivative(T x) const {
     return x > T(0) ? T(1) : T(0);
   }
   template <class T>
-  LOOM_HD T operator()(T x) const {
+  LOOM_HD LOOM_HOST_INLINE T operator()(T x) const {
     return x < T(0) ? T(0) : x;
   }
 };
@@ -24,12 +24,12 @@ struct leaky_relu {
   static constexpr bool floating = true;
   double slope = 0.01;
   template <class T>
-  LOOM_HD T operator()(T x) const {
+  LOOM_HD LOOM_HOST_INLINE T operator()(T x) const {
     return x < T(0) ? x * T(slope) : x;
   }
   //! 1 for x > 0, slope otherwise (at 0 too, as PyTorch).
   template <int, class T>
-  LOOM_HD T derivative(T x) const {
+  LOOM_HD LOOM_HOST_INLINE T derivative(T x) const {
     return x > T(0) ? T(1) : T(slope);
   }
 };
@@ -39,7 +39,7 @@ struct gelu {
   static constexpr bool floating = true;
   bool tanh_form = false;
   template <class T>
-  LOOM_HD T operator()(T x) const {
+  LOOM_HD LOOM_HOST_INLINE T operator()(T x) const {
 #if !LOOM_DEVICE_CODE
     // On the host, float takes one branch-free function for both forms, so
     // the host loop over it runs in SIMD lanes (docs/02_expressions.md).
@@ -50,7 +50,7 @@ struct gelu {
     return T(0.5) * x * (T(1) + math::erf(x * T(0.70710678118654752440)));
   }
   template <int, class T>
-  LOOM_HD T derivative(T x) const {
+  LOOM_HD LOOM_HOST_INLINE T derivative(T x) const {
 #if !LOOM_DEVICE_CODE
     if constexpr (std::is_same_v<T, float>) return vmath::gelu_derivative(x, tanh_form);
 #endif
@@ -68,11 +68,11 @@ struct gelu {
 struct sigmoid {
   static constexpr bool floating = true;
   template <class T>
-  LOOM_HD T operator()(T x) const {
+  LOOM_HD LOOM_HOST_INLINE T operator()(T x) const {
     return T(1) / (T(1) + math::exp(-x));
   }
   template <int, class T>
-  LOOM_HD T derivative(T x) const {
+  LOOM_HD LOOM_HOST_INLINE T derivative(T x) const {
     const T s = T(1) / (T(1) + math::exp(-x));
     return s * (T(1) - s);
   }
@@ -81,11 +81,11 @@ struct sigmoid {
 struct silu {
   static constexpr bool floating = true;
   template <class T>
-  LOOM_HD T operator()(T x) const {
+  LOOM_HD LOOM_HOST_INLINE T operator()(T x) const {
     return x / (T(1) + math::exp(-x));
   }
   template <int, class T>
-  LOOM_HD T derivative(T x) const {
+  LOOM_HD LOOM_HOST_INLINE T derivative(T x) const {
     const T s = T(1) / (T(1) + math::exp(-x));
     return s * (T(1) + x * (T(1) - s));
   }
@@ -96,13 +96,13 @@ struct softplus {
   double beta = 1.0;
   double threshold = 20.0;
   template <class T>
-  LOOM_HD T operator()(T x) const {
+  LOOM_HD LOOM_HOST_INLINE T operator()(T x) const {
     const T bx = x * T(beta);
     return bx > T(threshold) ? x : math::log1p(math::exp(bx)) / T(beta);
   }
   //! 1 above the threshold, sigmoid(beta x) below it (as PyTorch).
   template <int, class T>
-  LOOM_HD T derivative(T x) const {
+  LOOM_HD LOOM_HOST_INLINE T derivative(T x) const {
     const T bx = x * T(beta);
     return bx > T(threshold) ? T(1) : T(1) / (T(1) + math::exp(-bx));
   }
@@ -111,11 +111,11 @@ struct softplus {
 struct mish {
   static constexpr bool floating = true;
   template <class T>
-  LOOM_HD T operator()(T x) const {
+  LOOM_HD LOOM_HOST_INLINE T operator()(T x) const {
     return x * math::tanh(softplus{}(x));
   }
   template <int, class T>
-  LOOM_HD T derivative(T x) const {
+  LOOM_HD LOOM_HOST_INLINE T derivative(T x) const {
     const T t = math::tanh(softplus{}(x));
     return t + x * (T(1) - t * t) / (T(1) + math::exp(-x));
   }
