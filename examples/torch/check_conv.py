@@ -4,7 +4,7 @@
 
 Runs examples/08_cnn with --torch-check into a temporary folder, which
 writes (examples/torch/conv_cases.hpp) a seeded random sweep of cases of
-conv2d (NCHW and NHWC), conv1d, conv_transpose2d, max_pool2d, avg_pool2d,
+conv2d (NCHW and NHWC), conv1d, conv3d, conv_transpose2d, max_pool2d, avg_pool2d,
 adaptive_avg_pool2d and batch_norm: their inputs, and loom's outputs and
 gradients computed in float on the host executor; and the small CNN's
 inputs, parameters, step-0 loss, gradients and running statistics. Each
@@ -52,13 +52,15 @@ def grads(f, inputs, dy):
 def reference(op, o, a):
     """PyTorch's outputs for one case: a dict of the arrays loom wrote besides its inputs."""
     x, dy = a["x"], a["dy"]
-    if op in ("conv2d", "conv1d", "conv_transpose2d"):
+    if op in ("conv2d", "conv1d", "conv3d", "conv_transpose2d"):
         kw = dict(stride=o["stride"], padding=o["padding"], dilation=o["dilation"], groups=int(o["groups"]))
         if op == "conv1d":
             kw = {k: int(v) if k != "groups" else v for k, v in kw.items()}
             f = lambda x, w, b: F.conv1d(x, w, b, **kw)  # noqa: E731
         elif op == "conv2d":
             f = lambda x, w, b: F.conv2d(x, w, b, **kw)  # noqa: E731
+        elif op == "conv3d":
+            f = lambda x, w, b: F.conv3d(x, w, b, **kw)  # noqa: E731
         else:
             f = lambda x, w, b: F.conv_transpose2d(x, w, b, output_padding=o["output_padding"], **kw)  # noqa: E731
         if o.get("nhwc"):  # channels last: x, y and their gradients [N, H, W, C]

@@ -4,7 +4,7 @@
 // A seeded random sweep of loom's convolution, pooling and batch-norm
 // functions on the host executor (float), written for
 // examples/torch/check_conv.py, which recomputes every case with PyTorch in
-// float64 and compares: conv2d (NCHW and NHWC), conv1d and
+// float64 and compares: conv2d (NCHW and NHWC), conv1d, conv3d and
 // conv_transpose2d (stride, padding, dilation, groups including depthwise,
 // output padding, a bias; forward and the input, weight and bias gradients), max_pool2d (values,
 // indices, gradient), avg_pool2d, adaptive_avg_pool2d and
@@ -83,11 +83,11 @@ class writer {
   bool first_array_ = true;
 };
 
-inline std::string pair(const char* name, const std::array<index_t, 2>& v) {
-  char text[96];
-  std::snprintf(text, sizeof text, "\"%s\": [%lld, %lld]", name, static_cast<long long>(v[0]),
-                static_cast<long long>(v[1]));
-  return text;
+template <std::size_t N>
+std::string pair(const char* name, const std::array<index_t, N>& v) {
+  std::string text = "\"" + std::string(name) + "\": [";
+  for (std::size_t a = 0; a < N; ++a) text += (a ? ", " : "") + std::to_string(v[a]);
+  return text + "]";
 }
 inline std::string number(const char* name, double v) {
   char text[64];
@@ -176,6 +176,30 @@ inline void conv1d_case(generator& r, writer& w) {
                   return std::tuple{loom::conv1d(x, wt, b, o), loom::conv1d_backward_input(dy, wt, xs, o),
                                     loom::conv1d_backward_weight(dy, x, ws, o), loom::conv2d_backward_bias(dy)};
                 });
+    return;
+  }
+}
+
+inline void conv3d_case(generator& r, writer& w) {
+  for (;;) {
+    index_t c, cout;
+    loom::conv3d_options o;
+    r.channels(c, cout, o.groups);
+    const loom::shape<5> xs{r.pick(1, 2), c, r.pick(1, 6), r.pick(1, 6), r.pick(1, 6)},
+        ws{cout, c / o.groups, r.pick(1, 3), r.pick(1, 3), r.pick(1, 3)};
+    for (int a = 0; a < 3; ++a) o.stride[a] = r.pick(1, 3), o.padding[a] = r.pick(0, 2), o.dilation[a] = r.pick(1, 2);
+    loom::shape<5> ys;
+    try {
+      ys = loom::conv3d_output_shape(xs, ws, o);
+    } catch (const loom::shape_error&) {
+      continue;  // the dilated kernel does not fit: draw again
+    }
+    w.begin("conv3d", pair("stride", o.stride) + ", " + pair("padding", o.padding) + ", " +
+                          pair("dilation", o.dilation) + ", " + number("groups", double(o.groups)));
+    conv_arrays(r, w, xs, ws, ys, cout, [&](const auto& x, const auto& wt, const auto& b, const auto& dy) {
+      return std::tuple{loom::conv3d(x, wt, b, o), loom::conv3d_backward_input(dy, wt, xs, o),
+                        loom::conv3d_backward_weight(dy, x, ws, o), loom::conv2d_backward_bias(dy)};
+    });
     return;
   }
 }
@@ -288,6 +312,7 @@ inline int write(const std::string& dir) {
   for (int i = 0; i < 70; ++i) pool_case(r, w, false);
   for (int i = 0; i < 30; ++i) adaptive_case(r, w);
   for (int i = 0; i < 40; ++i) batch_norm_case(r, w);
+  for (int i = 0; i < 80; ++i) conv3d_case(r, w);
   return w.save(dir);
 }
 }  // namespace conv_cases

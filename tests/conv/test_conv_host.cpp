@@ -164,6 +164,12 @@ vec activated(const conv_case& k, vec y) {
 }
 
 void fill_nan(float* p, index_t n) { std::fill(p, p + n, std::numeric_limits<float>::quiet_NaN()); }
+
+// y_ref less its bias: each output volume of `volume` elements less its channel's bias.
+vec ref_forward_without_bias(vec y, const vec& bias, index_t volume) {
+  for (std::size_t e = 0; e < y.size(); ++e) y[e] -= bias[e / static_cast<std::size_t>(volume) % bias.size()];
+  return y;
+}
 }  // namespace
 
 TEST_CASE("conv2d forward and gradients match a direct loop over a random sweep of options", "[nn][conv]") {
@@ -926,6 +932,140 @@ TEST_CASE("conv2d with layout nhwc takes and gives channels-last tensors", "[nn]
                       Contains("takes 3 channels per group, 3 in all"));
   REQUIRE(loom::conv2d(x, w, {.groups = 2, .layout = loom::conv_layout::nhwc}).extents() ==
           loom::shape<4>{2, 6, 6, 4});
+}
+
+namespace {
+// One 3-D convolution: x [n, c, d, h, w], weight [cout, c / groups, kd, kh, kw].
+struct conv3d_case {
+  index_t n = 1, c = 1, cout = 1;
+  std::array<index_t, 3> in{1, 1, 1}, k{1, 1, 1};
+  loom::conv3d_options o;
+  index_t out(std::size_t a) const { return (in[a] + 2 * o.padding[a] - (k[a] - 1) * o.dilation[a] - 1) / o.stride[a] + 1; }
+  bool convolves() const {
+    for (std::size_t a = 0; a < 3; ++a)
+      if ((k[a] - 1) * o.dilation[a] + 1 > in[a] + 2 * o.padding[a]) return false;
+    return true;
+  }
+  loom::shape<5> x_shape() const { return {n, c, in[0], in[1], in[2]}; }
+  loom::shape<5> w_shape() const { return {cout, c / o.groups, k[0], k[1], k[2]}; }
+  loom::shape<5> y_shape() const { return {n, cout, out(0), out(1), out(2)}; }
+};
+
+// f(y index, x index, w index) for every product term of the 3-D convolution, row-major indices.
+template <class F>
+void for_each_term_3d(const conv3d_case& q, F f) {
+  const index_t cin = q.c / q.o.groups, cog = q.cout / q.o.groups;
+  const loom::shape<5> ys = q.y_shape();
+  for (index_t n = 0; n < q.n; ++n)
+    for (index_t o = 0; o < q.cout; ++o)
+      for (index_t oz = 0; oz < ys[2]; ++oz)
+        for (index_t oy = 0; oy < ys[3]; ++oy)
+          for (index_t ox = 0; ox < ys[4]; ++ox)
+            for (index_t ci = 0; ci < cin; ++ci)
+              for (index_t kz = 0; kz < q.k[0]; ++kz)
+                for (index_t ky = 0; ky < q.k[1]; ++ky)
+                  for (index_t kx = 0; kx < q.k[2]; ++kx) {
+                    const index_t iz = oz * q.o.stride[0] - q.o.padding[0] + kz * q.o.dilation[0];
+                    const index_t iy = oy * q.o.stride[1] - q.o.padding[1] + ky * q.o.dilation[1];
+                    const index_t ix = ox * q.o.stride[2] - q.o.padding[2] + kx * q.o.dilation[2];
+                    if (iz < 0 || iz >= q.in[0] || iy < 0 || iy >= q.in[1] || ix < 0 || ix >= q.in[2]) continue;
+                    const index_t c = o / cog * cin + ci;
+                    f((((n * q.cout + o) * ys[2] + oz) * ys[3] + oy) * ys[4] + ox,
+                      (((n * q.c + c) * q.in[0] + iz) * q.in[1] + iy) * q.in[2] + ix,
+                      (((o * cin + ci) * q.k[0] + kz) * q.k[1] + ky) * q.k[2] + kx);
+                  }
+}
+
+conv3d_case random_case_3d(std::mt19937_64& g) {
+  const auto pick = [&](index_t lo, index_t hi) { return std::uniform_int_distribution<index_t>(lo, hi)(g); };
+  for (;;) {
+    conv3d_case q;
+    q.n = pick(1, 2);
+    const index_t mode = pick(0, 2);  // 0: groups 1, 1: 2 or 3 groups, 2: depthwise
+    q.o.groups = mode == 0 ? 1 : pick(2, 3);
+    q.c = q.o.groups * (mode == 2 ? 1 : pick(1, 2));
+    q.cout = q.o.groups * pick(1, 2);
+    for (std::size_t a = 0; a < 3; ++a) {
+      q.in[a] = pick(1, 7);
+      q.k[a] = pick(1, 3);
+      q.o.stride[a] = pick(1, 3);
+      q.o.padding[a] = pick(0, 2);
+      q.o.dilation[a] = pick(1, 2);
+    }
+    if (q.convolves()) return q;
+  }
+}
+}  // namespace
+
+TEST_CASE("conv3d forward and gradients match a direct loop over a random sweep of options", "[nn][conv]") {
+  std::mt19937_64 g(loom_test::seed_for("conv3d sweep"));
+  for (int i = 0; i < 150; ++i) {
+    conv3d_case q = random_case_3d(g);
+    q.o.activation = static_cast<loom::matmul_activation>(i % 3);
+    INFO("case " << i << ": x " << loom::shape_string(q.x_shape()) << " w " << loom::shape_string(q.w_shape())
+                 << " groups " << q.o.groups << " stride {" << q.o.stride[0] << ", " << q.o.stride[1] << ", "
+                 << q.o.stride[2] << "} padding {" << q.o.padding[0] << ", " << q.o.padding[1] << ", "
+                 << q.o.padding[2] << "} dilation {" << q.o.dilation[0] << ", " << q.o.dilation[1] << ", "
+                 << q.o.dilation[2] << "}");
+    vec xv, wv, bv, dyv;
+    auto x = random_tensor<float>(q.x_shape(), g, xv);
+    auto w = random_tensor<float>(q.w_shape(), g, wv);
+    auto b = random_tensor<float>(loom::shape<1>{q.cout}, g, bv);
+    auto dy = random_tensor<float>(q.y_shape(), g, dyv);
+    REQUIRE(loom::conv3d_output_shape(q.x_shape(), q.w_shape(), q.o) == q.y_shape());
+    // References in double.
+    vec y_ref(static_cast<std::size_t>(loom::shape_size(q.y_shape())));
+    const index_t volume = q.out(0) * q.out(1) * q.out(2);
+    for (std::size_t e = 0; e < y_ref.size(); ++e) y_ref[e] = bv[e / static_cast<std::size_t>(volume) % bv.size()];
+    vec dx_ref(xv.size(), 0.0), dw_ref(wv.size(), 0.0), db_ref(bv.size(), 0.0);
+    for_each_term_3d(q, [&](index_t yi, index_t xi, index_t wi) {
+      const auto y_at = static_cast<std::size_t>(yi), x_at = static_cast<std::size_t>(xi),
+                 w_at = static_cast<std::size_t>(wi);
+      y_ref[y_at] += xv[x_at] * wv[w_at];
+      dx_ref[x_at] += dyv[y_at] * wv[w_at];
+      dw_ref[w_at] += dyv[y_at] * xv[x_at];
+    });
+    for (std::size_t e = 0; e < dyv.size(); ++e) db_ref[e / static_cast<std::size_t>(volume) % db_ref.size()] += dyv[e];
+    conv_case activation_only;
+    activation_only.o.activation = q.o.activation;
+    // Into poisoned outputs, and as new tensors (the test main poisons every allocation).
+    loom::host_tensor<float, 5> y(q.y_shape());
+    fill_nan(y.data(), y.size());
+    loom::conv3d_into(y, x, w, b, q.o);
+    require_close(values_of(y.view()), activated(activation_only, y_ref), 1e-5, "y");
+    if (q.o.activation == loom::matmul_activation::none)
+      require_close(values_of(loom::conv3d(x, w, q.o).view()),
+                    ref_forward_without_bias(y_ref, bv, volume), 1e-5, "y without bias");
+    require_close(values_of(loom::conv3d_backward_input(dy, w, q.x_shape(), q.o).view()), dx_ref, 1e-5, "dx");
+    require_close(values_of(loom::conv3d_backward_weight(dy, x, q.w_shape(), q.o).view()), dw_ref, 1e-5, "dw");
+    require_close(values_of(loom::conv2d_backward_bias(dy).view()), db_ref, 1e-5, "db");
+  }
+}
+
+TEST_CASE("conv3d reads strided inputs and names the operand that does not convolve", "[nn][conv][errors]") {
+  std::mt19937_64 g(loom_test::seed_for("conv3d strided"));
+  vec xv, wv;
+  // Every other depth slice of x: the same result as its contiguous copy.
+  auto x = random_tensor<float>(loom::shape<5>{2, 4, 9, 5, 6}, g, xv);
+  auto w = random_tensor<float>(loom::shape<5>{6, 2, 2, 3, 1}, g, wv);
+  const loom::conv3d_options o{.stride = {1, 2, 1}, .padding = {1, 0, 2}, .dilation = {2, 1, 1}, .groups = 2};
+  const auto xs = x.view().slice(loom::whole, loom::whole, loom::range(0, 9, 2), loom::whole, loom::whole);
+  const auto xc = loom::contiguous(xs);
+  require_close(values_of(loom::conv3d(xs, w, o).view()), values_of(loom::conv3d(xc, w, o).view()), 0, "y");
+  const auto dy = loom::conv3d(xc, w, o);
+  require_close(values_of(loom::conv3d_backward_weight(dy, xs, w.extents(), o).view()),
+                values_of(loom::conv3d_backward_weight(dy, xc, w.extents(), o).view()), 0, "dw");
+  // Errors name the operand, as conv2d's.
+  REQUIRE_THROWS_WITH(loom::conv3d(xc, w, {.groups = 3}), Contains("loom: conv3d: groups (3) does not divide the 4 channels of input x [2, 4, 5, 5, 6]"));
+  REQUIRE_THROWS_WITH(loom::conv3d(xc, w), Contains("weight w [6, 2, 2, 3, 1] takes 2 channels per group, 2 in all"));
+  REQUIRE_THROWS_WITH(loom::conv3d(xc, w, {.dilation = {5, 1, 1}, .groups = 2}),
+                      Contains("spans 6 x 3 x 1 (dilation {5, 1, 1}), more than input x [2, 4, 5, 5, 6] padded to 5 x 5 x 6"));
+  REQUIRE_THROWS_WITH(loom::conv3d(xc, w, {.stride = {1, 0, 1}, .groups = 2}), Contains("stride must be at least 1; got {1, 0, 1}"));
+  REQUIRE_THROWS_WITH(loom::conv3d_backward_input(xc, w, xc.extents(), {.groups = 2}),
+                      Contains("loom: conv3d_backward_input: the output gradient dy has shape [2, 4, 5, 5, 6]; the "
+                               "convolution's output has shape [2, 6, 4, 3, 6]"));
+  loom::host_tensor<float, 1> b5(loom::shape<1>{5});
+  REQUIRE_THROWS_WITH(loom::conv3d(xc, w, b5, {.groups = 2}), Contains("bias [5] must have one element per output channel of weight w [6, 2, 2, 3, 1] (6)"));
 }
 
 #if LOOM_HAS_CUDNN
