@@ -1091,7 +1091,9 @@ void check_descriptors(const conv_case& k, int layout, cudnnDataType_t type, cud
       layout == 1 ? loom::shape<4>{ys[1] * ys[2] * ys[3], 1, ys[3] * ys[1], ys[1]}
                   : loom::shape<4>{ys[1] * ys[2] * ys[3], ys[2] * ys[3], ys[3], 1};
   cudnn::conv_descriptors d;
-  cudnn::describe<T>(d, geo, xs, y_strides);
+  // Channels-last data takes a channels-last filter ([Cout, kh, kw, C / groups]).
+  const cudnnTensorFormat_t want_format = loom::detail::conv::filter_format(layout == 1);
+  cudnn::describe<T>(d, geo, xs, y_strides, want_format);
   REQUIRE(cudnn::output_extents(d) == ys);
   // The tensors as described: extents, and the strides of every axis of more than one element.
   const auto read_back = [](cudnnTensorDescriptor_t t, const loom::shape<4>& extents, const loom::shape<4>& strides,
@@ -1114,7 +1116,7 @@ void check_descriptors(const conv_case& k, int layout, cudnnDataType_t type, cud
   int ko = 0, kc = 0, kh = 0, kw = 0;
   LOOM_CUDNN_CHECK(cudnnGetFilter4dDescriptor(d.w.get(), &wt, &format, &ko, &kc, &kh, &kw));
   REQUIRE(wt == type);
-  REQUIRE(format == CUDNN_TENSOR_NCHW);
+  REQUIRE(format == want_format);
   REQUIRE(loom::shape<4>{ko, kc, kh, kw} == k.w_shape());
   int ph = 0, pw = 0, sh = 0, sw = 0, dh = 0, dw = 0, groups = 0;
   cudnnConvolutionMode_t mode{};
@@ -1193,7 +1195,8 @@ TEST_CASE("cudnn statuses become typed loom errors with cuDNN's message", "[nn][
     const auto geo = loom::detail::conv::checked_geometry("conv2d", kc.x_shape(), kc.w_shape(), kc.o);
     const loom::view<const float, 4, loom::device> xv(nullptr, kc.x_shape()), wv(nullptr, kc.w_shape());
     const loom::view<float, 4, loom::device> yv(nullptr, kc.y_shape());
-    REQUIRE_THROWS_AS(cudnn::forward(xv, wv, static_cast<const float*>(nullptr), geo, yv), loom::device_unavailable);
+    REQUIRE_THROWS_AS(cudnn::forward(xv, wv.data(), CUDNN_TENSOR_NCHW, static_cast<const float*>(nullptr), geo, yv),
+                      loom::device_unavailable);
   }
 }
 #endif

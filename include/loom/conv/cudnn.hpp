@@ -209,20 +209,22 @@ inline void describe_tensor(cudnnTensorDescriptor_t d, cudnnDataType_t type, con
 }
 
 // The descriptors of one convolution: x [N, C, H, W] and y [N, Cout, oh, ow]
-// (NCHW-ordered extents, strides as given), w [Cout, C / G, kh, kw]
-// contiguous, cross-correlation with the geometry's padding, stride,
-// dilation and groups.
+// (NCHW-ordered extents, strides as given), w contiguous in `filter_format`
+// (CUDNN_TENSOR_NCHW: [Cout, C / G, kh, kw]; CUDNN_TENSOR_NHWC: [Cout, kh,
+// kw, C / G], what cuDNN's channels-last engines take), cross-correlation
+// with the geometry's padding, stride, dilation and groups.
 struct conv_descriptors {
   tensor_descriptor x, y;
   filter_descriptor w;
   convolution_descriptor conv;
 };
 template <class T>
-void describe(conv_descriptors& d, const geometry& g, const shape<4>& x_strides, const shape<4>& y_strides) {
+void describe(conv_descriptors& d, const geometry& g, const shape<4>& x_strides, const shape<4>& y_strides,
+              cudnnTensorFormat_t filter_format) {
   constexpr cudnnDataType_t type = data_type<T>();
   describe_tensor(d.x.get(), type, {g.batch, g.channels, g.height, g.width}, x_strides, "input x");
   describe_tensor(d.y.get(), type, {g.batch, g.out_channels, g.out_h, g.out_w}, y_strides, "output y");
-  LOOM_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d.w.get(), type, CUDNN_TENSOR_NCHW, to_int(g.out_channels, "Cout"),
+  LOOM_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d.w.get(), type, filter_format, to_int(g.out_channels, "Cout"),
                                               to_int(g.channels / g.groups, "C / groups"),
                                               to_int(g.kernel_h, "kh"), to_int(g.kernel_w, "kw")));
   LOOM_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
@@ -250,10 +252,11 @@ struct plan {
   std::size_t workspace = 0;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
 };
-using plan_key = std::array<std::int64_t, 25>;
+using plan_key = std::array<std::int64_t, 26>;
 inline plan_key key_of(int device, pass p, cudnnDataType_t type, const geometry& g, const shape<4>& x_strides,
-                       const shape<4>& y_strides) {
-  return {device,       static_cast<std::int64_t>(p), static_cast<std::int64_t>(type),
+                       const shape<4>& y_strides, cudnnTensorFormat_t filter_format) {
+  return {static_cast<std::int64_t>(filter_format),
+          device,       static_cast<std::int64_t>(p), static_cast<std::int64_t>(type),
           g.batch,      g.channels,                   g.height,
           g.width,      g.out_channels,               g.kernel_h,
           g.kernel_w,   g.groups,                     g.stride_h,
@@ -386,13 +389,15 @@ class handle_lease {
 // stream-ordered pool (returned in stream order), then `run(handle, d, plan,
 // workspace)`. One counted device launch.
 template <class T, class Run>
-void run_pass(pass p, const geometry& g, const shape<4>& x_strides, const shape<4>& y_strides, Run&& run) {
+void run_pass(pass p, const geometry& g, const shape<4>& x_strides, const shape<4>& y_strides,
+              cudnnTensorFormat_t filter_format, Run&& run) {
   gpu::require_device("a convolution on device tensors");
   const stream_ref s = current_stream();
   const handle_lease h(s);
   conv_descriptors d;
-  describe<T>(d, g, x_strides, y_strides);
-  const plan chosen = choose(h.get(), p, d, key_of(s.device(), p, data_type<T>(), g, x_strides, y_strides), g);
+  describe<T>(d, g, x_strides, y_strides, filter_format);
+  const plan chosen =
+      choose(h.get(), p, d, key_of(s.device(), p, data_type<T>(), g, x_strides, y_strides, filter_format), g);
   LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), chosen.math));
   const scratch<device> workspace(chosen.workspace, s);
   run(h.get(), d, chosen, workspace.p);
@@ -401,16 +406,17 @@ void run_pass(pass p, const geometry& g, const shape<4>& x_strides, const shape<
 
 // y = conv(x, w), or relu(conv(x, w) + bias) in one cuDNN call
 // (cudnnConvolutionBiasActivationForward) when `bias` (contiguous [Cout]) is
-// given. x and y are NCHW-ordered views of any strides; w is contiguous.
+// given. x and y are NCHW-ordered views of any strides; w is contiguous in
+// `filter_format`.
 template <class T>
-void forward(const view<const T, 4, device>& x, const view<const T, 4, device>& w, const T* bias, const geometry& g,
-             const view<T, 4, device>& y) {
-  run_pass<T>(pass::forward, g, x.strides(), y.strides(),
+void forward(const view<const T, 4, device>& x, const T* w, cudnnTensorFormat_t filter_format, const T* bias,
+             const geometry& g, const view<T, 4, device>& y) {
+  run_pass<T>(pass::forward, g, x.strides(), y.strides(), filter_format,
               [&](cudnnHandle_t h, const conv_descriptors& d, const plan& chosen, void* workspace) {
                 const scale_t<T> one = 1, zero = 0;
                 const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(chosen.algo);
                 if (!bias) {
-                  LOOM_CUDNN_CHECK(cudnnConvolutionForward(h, &one, d.x.get(), x.data(), d.w.get(), w.data(),
+                  LOOM_CUDNN_CHECK(cudnnConvolutionForward(h, &one, d.x.get(), x.data(), d.w.get(), w,
                                                            d.conv.get(), algo, workspace, chosen.workspace, &zero,
                                                            d.y.get(), y.data()));
                   return;
@@ -422,30 +428,31 @@ void forward(const view<const T, 4, device>& x, const view<const T, 4, device>& 
                 LOOM_CUDNN_CHECK(cudnnSetActivationDescriptor(act.get(), CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
                 // z = y with alpha2 = 0: no residual is added (cuDNN reads z only when alpha2 is not 0).
                 LOOM_CUDNN_CHECK(cudnnConvolutionBiasActivationForward(
-                    h, &one, d.x.get(), x.data(), d.w.get(), w.data(), d.conv.get(), algo, workspace,
+                    h, &one, d.x.get(), x.data(), d.w.get(), w, d.conv.get(), algo, workspace,
                     chosen.workspace, &zero, d.y.get(), y.data(), b.get(), bias, act.get(), d.y.get(), y.data()));
               });
 }
 
-// dx = the data gradient of conv from dy and w (dx and dy NCHW-ordered, any strides).
+// dx = the data gradient of conv from dy and w (dx and dy NCHW-ordered, any
+// strides; w contiguous in `filter_format`).
 template <class T>
-void backward_data(const view<const T, 4, device>& dy, const view<const T, 4, device>& w, const geometry& g,
-                   const view<T, 4, device>& dx) {
-  run_pass<T>(pass::backward_data, g, dx.strides(), dy.strides(),
+void backward_data(const view<const T, 4, device>& dy, const T* w, cudnnTensorFormat_t filter_format,
+                   const geometry& g, const view<T, 4, device>& dx) {
+  run_pass<T>(pass::backward_data, g, dx.strides(), dy.strides(), filter_format,
               [&](cudnnHandle_t h, const conv_descriptors& d, const plan& chosen, void* workspace) {
                 const scale_t<T> one = 1, zero = 0;
                 LOOM_CUDNN_CHECK(cudnnConvolutionBackwardData(
-                    h, &one, d.w.get(), w.data(), d.y.get(), dy.data(), d.conv.get(),
+                    h, &one, d.w.get(), w, d.y.get(), dy.data(), d.conv.get(),
                     static_cast<cudnnConvolutionBwdDataAlgo_t>(chosen.algo), workspace, chosen.workspace, &zero,
                     d.x.get(), dx.data()));
               });
 }
 
-// dw (contiguous) = the weight gradient of conv from dy and x.
+// dw (contiguous in `filter_format`) = the weight gradient of conv from dy and x.
 template <class T>
 void backward_filter(const view<const T, 4, device>& dy, const view<const T, 4, device>& x, const geometry& g,
-                     T* dw) {
-  run_pass<T>(pass::backward_filter, g, x.strides(), dy.strides(),
+                     cudnnTensorFormat_t filter_format, T* dw) {
+  run_pass<T>(pass::backward_filter, g, x.strides(), dy.strides(), filter_format,
               [&](cudnnHandle_t h, const conv_descriptors& d, const plan& chosen, void* workspace) {
                 const scale_t<T> one = 1, zero = 0;
                 LOOM_CUDNN_CHECK(cudnnConvolutionBackwardFilter(

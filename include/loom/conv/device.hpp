@@ -4,7 +4,10 @@
 // conv2d and conv1d on device tensors: cuDNN convolves (conv/cudnn.hpp);
 // a bias and an activation that cuDNN does not fuse into its call run as
 // one loom elementwise kernel after it; the bias gradient is loom's
-// deterministic reduction over every axis but the channels'.
+// deterministic reduction over every axis but the channels'. With
+// channels-last data the weight goes to cuDNN channels last too ([Cout,
+// kh, kw, C / G], as cuDNN's NHWC engines take it): one loom copy kernel
+// of the weight (and of its gradient, back to [Cout, C / G, kh, kw]).
 
 #include <cstddef>
 
@@ -37,21 +40,36 @@ view<const T, R, device> describable_or_copy(const view<const T, R, device>& v, 
   return store.view();
 }
 
+// The filter layout cuDNN gets for data in the given layout, and w
+// (contiguous [Cout, C / G, kh, kw]) in it: w itself, or its channels-last
+// copy held in `store`.
+inline cudnnTensorFormat_t filter_format(bool channels_last) {
+  return channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+template <class T>
+const T* filter_in(const view<const T, 4, device>& w, bool channels_last, tensor<T, 4, device>& store) {
+  if (!channels_last) return w.data();
+  store = loom::contiguous(w.permute({0, 2, 3, 1}));
+  return store.data();
+}
+
 // y = act(conv(x, w) + bias) on the current stream; x, y NCHW-ordered views
-// (any strides), w contiguous, bias null or [Cout].
+// (any strides; channels_last: of NHWC memory), w contiguous [Cout, C / G,
+// kh, kw], bias null or [Cout].
 template <class T>
 void device_forward(const view<const T, 4, device>& x, const view<const T, 4, device>& w,
                     const view<const T, 1, device>* bias, matmul_activation act, const geometry& g,
-                    const view<T, 4, device>& y) {
-  tensor<T, 4, device> x_store;
+                    bool channels_last, const view<T, 4, device>& y) {
+  tensor<T, 4, device> x_store, w_store;
   const view<const T, 4, device> xv = describable_or_copy(x, x_store);
+  const T* wf = filter_in(w, channels_last, w_store);
   if (cudnn_fuses_epilogue(bias != nullptr, act)) {
     tensor<T, 1, device> bias_store;
     const view<const T, 1, device> b = bias->stride(0) == 1 ? *bias : (bias_store = loom::contiguous(*bias)).view();
-    cudnn::forward(xv, w, b.data(), g, y);
+    cudnn::forward(xv, wf, filter_format(channels_last), b.data(), g, y);
     return;
   }
-  cudnn::forward(xv, w, static_cast<const T*>(nullptr), g, y);
+  cudnn::forward(xv, wf, filter_format(channels_last), static_cast<const T*>(nullptr), g, y);
   const view<T, 4, device>& out = y;
   if (bias) {
     const view<const T, 4, device> b = bias->unsqueeze(0).unsqueeze(2).unsqueeze(3);
@@ -69,17 +87,25 @@ void device_forward(const view<const T, 4, device>& x, const view<const T, 4, de
 // dx (NCHW-ordered view of a contiguous tensor) from dy and w (contiguous).
 template <class T>
 void device_backward_input(const view<const T, 4, device>& dy, const view<const T, 4, device>& w, const geometry& g,
-                           const view<T, 4, device>& dx) {
-  tensor<T, 4, device> dy_store;
-  cudnn::backward_data(describable_or_copy(dy, dy_store), w, g, dx);
+                           bool channels_last, const view<T, 4, device>& dx) {
+  tensor<T, 4, device> dy_store, w_store;
+  cudnn::backward_data(describable_or_copy(dy, dy_store), filter_in(w, channels_last, w_store),
+                       filter_format(channels_last), g, dx);
 }
 
-// dw (contiguous) from dy and x.
+// dw (contiguous [Cout, C / G, kh, kw]) from dy and x.
 template <class T>
 void device_backward_weight(const view<const T, 4, device>& dy, const view<const T, 4, device>& x, const geometry& g,
-                            T* dw) {
+                            bool channels_last, const view<T, 4, device>& dw) {
   tensor<T, 4, device> dy_store, x_store;
-  cudnn::backward_filter(describable_or_copy(dy, dy_store), describable_or_copy(x, x_store), g, dw);
+  const view<const T, 4, device> dyv = describable_or_copy(dy, dy_store), xv = describable_or_copy(x, x_store);
+  if (!channels_last) {
+    cudnn::backward_filter(dyv, xv, g, CUDNN_TENSOR_NCHW, dw.data());
+    return;
+  }
+  tensor<T, 4, device> dw_last(shape<4>{dw.extent(0), dw.extent(2), dw.extent(3), dw.extent(1)});
+  cudnn::backward_filter(dyv, xv, g, CUDNN_TENSOR_NHWC, dw_last.data());
+  assign(dw, dw_last.view().permute({0, 3, 1, 2}));
 }
 
 // db [C] = the sum of dy over every axis but 1, one loom reduction (no atomics).

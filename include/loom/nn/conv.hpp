@@ -135,7 +135,7 @@ void run_forward(const char* op, const view<const T, R, S>& x, const view<const 
     forward(data_5d(x, o), wc.data(), b, bias_stride, o.activation, g, channels_last(o), y.data());
   } else {
 #if LOOM_HAS_CUDNN
-    device_forward(data_2d(x, o), as_2d(wc), bias, o.activation, g, data_2d(y, o));
+    device_forward(data_2d(x, o), as_2d(wc), bias, o.activation, g, channels_last(o), data_2d(y, o));
 #endif
   }
 }
@@ -158,7 +158,7 @@ void run_backward_input(const char* op, const view<const T, R, S>& dy, const vie
     }
   } else {
 #if LOOM_HAS_CUDNN
-    device_backward_input(data_2d(dy, o), as_2d(wc), g, data_2d(dx, o));
+    device_backward_input(data_2d(dy, o), as_2d(wc), g, channels_last(o), data_2d(dx, o));
 #endif
   }
 }
@@ -172,7 +172,7 @@ void run_backward_weight(const char* op, const view<const T, R, S>& dy, const vi
     backward_weight(data_5d(dy, o), data_5d(x, o), g, dw.data());
   } else {
 #if LOOM_HAS_CUDNN
-    device_backward_weight(data_2d(dy, o), data_2d(x, o), g, dw.data());
+    device_backward_weight(data_2d(dy, o), data_2d(x, o), g, channels_last(o), as_2d(dw));
 #endif
   }
 }
