@@ -12,6 +12,7 @@
 #include <loom/exec/assign.hpp>
 #include <loom/memory/memory.hpp>
 #include <loom/nn/conv.hpp>
+#include <loom/nn/conv_transpose.hpp>
 
 #include "loom_test.hpp"
 
@@ -77,10 +78,45 @@ void sweep(double tol) {
     if (!nhwc) REQUIRE(worst(loom::to_host(loom::conv2d_backward_bias(dy_d)), loom::conv2d_backward_bias(dy)) <= tol);
   }
 }
+
+// conv_transpose2d: cuDNN's data gradient, its gradients a convolution and a weight gradient.
+template <class T>
+void transposed_sweep(double tol) {
+  std::mt19937_64 g(loom_test::seed_for("conv_transpose2d cudnn sweep"));
+  const auto pick = [&](index_t lo, index_t hi) { return std::uniform_int_distribution<index_t>(lo, hi)(g); };
+  for (int i = 0; i < 16; ++i) {
+    loom::conv_transpose2d_options o;
+    o.groups = pick(1, 2);
+    const index_t cin = o.groups * pick(1, 3), cout = o.groups * pick(1, 3);
+    for (int a = 0; a < 2; ++a) {
+      o.stride[a] = pick(1, 3);
+      o.padding[a] = pick(0, 1);
+      o.dilation[a] = pick(1, 2);
+      o.output_padding[a] = pick(0, o.stride[a] - 1);
+    }
+    const loom::shape<4> xs{pick(1, 2), cin, pick(3, 7), pick(3, 7)}, ws{cin, cout / o.groups, pick(1, 3), pick(1, 3)};
+    INFO("case " << i << ": x " << loom::shape_string(xs) << " w " << loom::shape_string(ws));
+    const auto x = random_host<T>(xs, g), wt = random_host<T>(ws, g);
+    const auto b = random_host<T>(loom::shape<1>{cout}, g);
+    const auto dy = random_host<T>(loom::conv_transpose2d_output_shape(xs, ws, o), g);
+    const auto x_d = loom::to_device(x), w_d = loom::to_device(wt);
+    const auto b_d = loom::to_device(b);
+    const auto dy_d = loom::to_device(dy);
+    REQUIRE(worst(loom::to_host(loom::conv_transpose2d(x_d, w_d, b_d, o)), loom::conv_transpose2d(x, wt, b, o)) <=
+            tol);
+    REQUIRE(worst(loom::to_host(loom::conv_transpose2d_backward_input(dy_d, w_d, xs, o)),
+                  loom::conv_transpose2d_backward_input(dy, wt, xs, o)) <= tol);
+    REQUIRE(worst(loom::to_host(loom::conv_transpose2d_backward_weight(dy_d, x_d, ws, o)),
+                  loom::conv_transpose2d_backward_weight(dy, x, ws, o)) <= tol);
+  }
+}
 }  // namespace
 
-TEMPLATE_TEST_CASE("conv2d on device tensors equals the host executor", "[nn][conv][cuda]", float, double) {
-  sweep<TestType>(std::is_same_v<TestType, double> ? 1e-12 : 2e-5);
+TEMPLATE_TEST_CASE("conv2d and conv_transpose2d on device tensors equal the host executor", "[nn][conv][cuda]", float,
+                   double) {
+  const double tol = std::is_same_v<TestType, double> ? 1e-12 : 2e-5;
+  sweep<TestType>(tol);
+  transposed_sweep<TestType>(tol);
 }
 
 TEST_CASE("conv2d on device tensors: strided input, conv1d, bf16, bits run to run, workspace freed",

@@ -29,12 +29,12 @@ namespace loom::detail::conv {
 template <class X>
 using view_of = decltype(detail::as_view(std::declval<const X&>()));
 
-// The compile-time contract of the host-only convolution and pooling entry points.
+// The compile-time contract of the host-only entry points (pooling, conv3d).
 template <std::size_t Rank, class X>
 constexpr void require_host_operand() {
   using V = view_of<X>;
   static_assert(std::is_same_v<typename V::space, host>,
-                "loom: pooling and conv_transpose2d run on host tensors only (conv2d and conv1d have a cuDNN "
+                "loom: pooling runs on host tensors only (conv1d, conv2d and conv_transpose2d have a cuDNN "
                 "path); copy the operands with loom::to_host and run them on the host executor");
   static_assert(V::rank == Rank,
                 "loom: convolution and pooling take NCHW tensors (rank 4; rank 3 for conv1d's NCL, "

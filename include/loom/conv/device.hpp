@@ -84,6 +84,12 @@ void device_forward(const view<const T, 4, device>& x, const view<const T, 4, de
   }
 }
 
+// y[n, c, ...] += bias[c] for a contiguous NCHW y: one loom elementwise kernel.
+template <class T>
+void device_add_channel_bias(const view<T, 4, device>& y, const view<const T, 1, device>& bias) {
+  assign(y, y + bias.unsqueeze(0).unsqueeze(2).unsqueeze(3));
+}
+
 // dx (NCHW-ordered view of a contiguous tensor) from dy and w (contiguous).
 template <class T>
 void device_backward_input(const view<const T, 4, device>& dy, const view<const T, 4, device>& w, const geometry& g,

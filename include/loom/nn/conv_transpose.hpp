@@ -4,7 +4,8 @@
 // The 2-D transposed convolution (NCHW), as PyTorch's conv_transpose2d: the
 // data gradient of the convolution with the same weight and options. Its
 // own gradients are a convolution (input) and a convolution's weight
-// gradient with the operands swapped. Host executor only.
+// gradient with the operands swapped. On the host executor, and on device
+// tensors through the same cuDNN calls as conv2d (nn/conv.hpp).
 
 #include <array>
 #include <cstddef>
@@ -71,7 +72,7 @@ inline shape<4> transposed_output_shape(const char* op, const shape<4>& xs, cons
 template <class DY>
 void check_transposed_gradient(const char* op, const DY& dy, const shape<4>& xs, const shape<4>& ws,
                                const conv_transpose2d_options& o) {
-  require_host_operand<4, DY>();
+  require_operand<4, DY>();
   const shape<4> ys = transposed_output_shape(op, xs, ws, o), dys = as_view(dy).extents();
   if (dys != ys)
     throw shape_error(std::string("loom: ") + op + ": the output gradient dy has shape " + shape_string(dys) +
@@ -109,13 +110,14 @@ inline shape<4> conv_transpose2d_output_shape(const shape<4>& x, const shape<4>&
 //! for the bias. Throws shape_error when x's channels are not w's axis 0,
 //! groups do not divide them or no output position remains; value_error for
 //! bad options (output_padding must lie in 0 to stride - 1). Device tensors:
-//! a compile-time error (host executor only).
+//! cuDNN's data gradient (as conv2d_backward_input), then one loom kernel
+//! for the bias.
 //! Example: `auto y = loom::conv_transpose2d(x, w, b, {.stride = {2, 2}});`
 template <tensor_like X, tensor_like W>
 [[nodiscard]] auto conv_transpose2d(const X& x, const W& w, const conv_transpose2d_options& o = {}) {
-  detail::conv::require_host_operand<4, X>();
+  detail::conv::require_operand<4, X>();
   using T = typename detail::conv::view_of<X>::value_type;
-  tensor<T, 4, host> y(detail::conv::transposed_output_shape("conv_transpose2d", detail::as_view(x).extents(),
+  tensor<T, 4, typename detail::conv::view_of<X>::space> y(detail::conv::transposed_output_shape("conv_transpose2d", detail::as_view(x).extents(),
                                                              detail::as_view(w).extents(), o));
   detail::conv::backward_input_into<4>("conv_transpose2d", y.view(), x, w, detail::conv::transposed(o));
   return y;
@@ -124,17 +126,24 @@ template <tensor_like X, tensor_like W>
 //! Example: `auto y = loom::conv_transpose2d(x, w, b, {.stride = {2, 2}});`
 template <tensor_like X, tensor_like W, tensor_like B>
 [[nodiscard]] auto conv_transpose2d(const X& x, const W& w, const B& bias, const conv_transpose2d_options& o = {}) {
-  detail::conv::require_host_operand<1, B>();
+  detail::conv::require_operand<1, B>();
   detail::conv::require_same_type<X, B>();
   using T = typename detail::conv::view_of<X>::value_type;
-  const view<const T, 1, host> b(detail::as_view(bias));
+  using S = typename detail::conv::view_of<X>::space;
+  const view<const T, 1, S> b(detail::as_view(bias));
   const shape<4> ys = detail::conv::transposed_output_shape("conv_transpose2d", detail::as_view(x).extents(),
                                                             detail::as_view(w).extents(), o);
   if (b.extent(0) != ys[1])
     throw shape_error("loom: conv_transpose2d: bias " + shape_string(b.extents()) +
                       " must have one element per output channel (" + std::to_string(ys[1]) + ")");
   auto y = conv_transpose2d(x, w, o);
-  detail::conv::add_channel_bias(y.data(), ys, b.data(), b.stride(0));
+  if constexpr (std::is_same_v<S, host>) {
+    detail::conv::add_channel_bias(y.data(), ys, b.data(), b.stride(0));
+  } else {
+#if LOOM_HAS_CUDNN
+    detail::conv::device_add_channel_bias(y.view(), b);
+#endif
+  }
   return y;
 }
 
@@ -147,7 +156,7 @@ template <tensor_like DY, tensor_like W>
                                                    const conv_transpose2d_options& o = {}) {
   const char* op = "conv_transpose2d_backward_input";
   detail::conv::check_transposed_gradient(op, dy, input_shape, detail::as_view(w).extents(), o);
-  tensor<typename detail::conv::view_of<DY>::value_type, 4, host> dx(input_shape);
+  tensor<typename detail::conv::view_of<DY>::value_type, 4, typename detail::conv::view_of<DY>::space> dx(input_shape);
   detail::conv::forward_into<4>(op, dx.view(), dy, w, detail::conv::transposed(o));
   return dx;
 }
@@ -162,7 +171,7 @@ template <tensor_like DY, tensor_like X>
                                                     const conv_transpose2d_options& o = {}) {
   const char* op = "conv_transpose2d_backward_weight";
   detail::conv::check_transposed_gradient(op, dy, detail::as_view(x).extents(), weight_shape, o);
-  tensor<typename detail::conv::view_of<DY>::value_type, 4, host> dw(weight_shape);
+  tensor<typename detail::conv::view_of<DY>::value_type, 4, typename detail::conv::view_of<DY>::space> dw(weight_shape);
   detail::conv::backward_weight_into<4>(op, dw.view(), x, dy, detail::conv::transposed(o));
   return dw;
 }
