@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include "loom/core/space.hpp"
 #include "loom/core/stream.hpp"
 #include "loom/dist/communicator.hpp"
+#include "loom/dist/zero.hpp"
 #include "loom/tensor/view.hpp"
 
 namespace loom::dist {
@@ -33,6 +35,11 @@ namespace loom::dist {
 //! overlaps the kernels the backward enqueues after it, and wait() makes the
 //! current stream wait for the last bucket (no host synchronization). On the
 //! host each bucket is averaged inside the ready() call that completes it.
+//! Made with a zero1_adamw (ZeRO-1), a bucket is reduce-scattered instead
+//! (reduce_scatter_v, average): each rank receives the bucket's elements
+//! that lie in its shard, into the optimizer's gradient_shard(); after
+//! wait(), zero1_adamw::update() completes the step. The bytes are those of
+//! one reduce_scatter of the gradients.
 //! Example: `loom::dist::gradient_buckets<bf16, loom::device> b(comm, grads, segments); ... b.ready(k); ... b.wait();`
 template <class T, memory_space S>
 class gradient_buckets {
@@ -71,6 +78,18 @@ class gradient_buckets {
       done_.emplace(false);
       for (std::size_t i = 0; i != buckets_.size(); ++i) ready_events_.emplace_back(false);
     }
+  }
+
+  //! Buckets that reduce-scatter into the shards of `zero` (ZeRO-1): the
+  //! gradients are zero.gradients(); each bucket's elements go to the ranks
+  //! whose shards hold them, averaged, in zero.gradient_shard(). Call
+  //! zero.update() after wait().
+  //! Example: `loom::dist::gradient_buckets<float, loom::device> b(zero, segments); ... b.wait(); zero.update();`
+  gradient_buckets(zero1_adamw<T, S>& zero, const std::vector<std::pair<index_t, index_t>>& segments,
+                   std::size_t bucket_bytes = 25u << 20)
+      : gradient_buckets(zero.comm(), zero.gradients(), segments, bucket_bytes) {
+    shard_out_ = zero.gradient_shard();
+    shard_ = zero.shard_size();
   }
 
   //! Gradient `segment` is written (on the device: by work enqueued on the
@@ -124,19 +143,37 @@ class gradient_buckets {
     std::size_t pending;
   };
 
+  // Bucket i averaged: all-reduced, or (ZeRO-1) reduce-scattered by the
+  // shards, rank r's count being the bucket's elements in [r shard, (r + 1)
+  // shard) of the gradients.
+  void reduce(std::size_t i) {
+    const bucket& b = buckets_[i];
+    const auto part = grads_.slice(range(b.begin, b.end));
+    if (shard_ == 0) return comm_->all_reduce(part, reduce_op::average);
+    std::vector<index_t> counts;
+    for (int r = 0; r != comm_->size(); ++r) {
+      const index_t lo = std::max(b.begin, shard_ * r), hi = std::min({b.end, shard_ * (r + 1), grads_.size()});
+      counts.push_back(std::max<index_t>(hi - lo, 0));
+    }
+    const index_t at = std::max(b.begin - shard_ * comm_->rank(), index_t{0});
+    const index_t mine = counts[static_cast<std::size_t>(comm_->rank())];
+    comm_->reduce_scatter_v(part, shard_out_.slice(range(mine > 0 ? at : 0, mine > 0 ? at + mine : 0)), counts,
+                            reduce_op::average);
+  }
   void launch(std::size_t i) {
-    const auto part = grads_.slice(range(buckets_[i].begin, buckets_[i].end));
     if constexpr (std::is_same_v<S, device>) {
       ready_events_[i].wait_on(*comm_stream_);
       const stream_guard on(*comm_stream_);
-      comm_->all_reduce(part, reduce_op::average);
+      reduce(i);
     } else {
-      comm_->all_reduce(part, reduce_op::average);
+      reduce(i);
     }
   }
 
   communicator* comm_;
   view<T, 1, S> grads_;
+  view<T, 1, S> shard_out_;  // ZeRO-1: this rank's gradient shard, of shard_ elements (0: all-reduce)
+  index_t shard_ = 0;
   std::vector<bool> ready_;
   std::vector<std::size_t> bucket_of_;
   std::vector<bucket> buckets_;
