@@ -201,6 +201,49 @@ void backward_input(const T* dy, const T* w, const geometry& g, bool channels_la
   }
 }
 
+// Whether the data gradient runs as a convolution of dy: stride 1 on every
+// axis and padding at most the dilated kernel's reach (dilation (k - 1)).
+inline bool data_gradient_as_convolution(const geometry& g) {
+  return g.stride_d == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_d <= g.dilation_d * (g.kernel_d - 1) &&
+         g.pad_h <= g.dilation_h * (g.kernel_h - 1) && g.pad_w <= g.dilation_w * (g.kernel_w - 1);
+}
+
+// dx (contiguous [N, C, D, H, W], or [N, H, W, C] with channels_last) as
+// the forward convolution of dy ([N, Cout, od, oh, ow], any strides) with w
+// (contiguous) flipped along its three kernel axes and with its channel
+// axes swapped per group, padding dilation (k - 1) - padding, stride 1
+// (where data_gradient_as_convolution holds). Its columns are as many as
+// the forward's, where the GEMM-then-col2im path writes C / G kd kh kw rows
+// of columns per image and gathers them again: one weight pass, then the
+// forward's passes.
+template <class T>
+void backward_input_by_convolution(const view<const T, 5, host>& dy, const T* w, const geometry& g,
+                                   bool channels_last, T* dx) {
+  const index_t cin = g.channels / g.groups, cog = g.out_per_group(), taps = g.taps();
+  // flipped[(group, c), o, taps - 1 - t] = w[(group, o), c, t].
+  tensor<T, 1, host> flipped(shape<1>{g.channels * cog * taps});
+  host_for_each(
+      g.out_channels * cin,
+      [&](index_t q) {
+        const index_t o = q / cin, c = q % cin, group = o / cog;
+        const T* src = w + q * taps;
+        T* dst = flipped.data() + ((group * cin + c) * cog + o % cog) * taps;
+        for (index_t t = 0; t < taps; ++t) dst[taps - 1 - t] = src[t];
+      },
+      taps);
+  geometry t = g;
+  t.channels = g.out_channels;
+  t.out_channels = g.channels;
+  t.depth = g.out_d, t.height = g.out_h, t.width = g.out_w;
+  t.out_d = g.depth, t.out_h = g.height, t.out_w = g.width;
+  t.stride_d = t.stride_h = t.stride_w = 1;
+  t.pad_d = g.dilation_d * (g.kernel_d - 1) - g.pad_d;
+  t.pad_h = g.dilation_h * (g.kernel_h - 1) - g.pad_h;
+  t.pad_w = g.dilation_w * (g.kernel_w - 1) - g.pad_w;
+  forward(dy, static_cast<const T*>(flipped.data()), static_cast<const T*>(nullptr), 0, matmul_activation::none, t,
+          channels_last, dx);
+}
+
 // Whether the output positions of one image of dy ([N, Cout, od, oh, ow])
 // lie at one stride, so that they merge into one axis.
 template <class T>

@@ -148,7 +148,11 @@ void run_backward_input(const char* op, const view<const T, R, S>& dy, const vie
   tensor<T, R, S> w_store;
   const view<const T, R, S> wc = contiguous_or_copy(w, w_store);
   if constexpr (std::is_same_v<S, host>) {
-    // dy in NC(D)HW order, contiguous.
+    if (data_gradient_as_convolution(g)) {
+      backward_input_by_convolution(data_5d(dy, o), wc.data(), g, channels_last(o), dx.data());
+      return;
+    }
+    // Otherwise one GEMM and col2im per chunk, dy in NC(D)HW order, contiguous.
     if constexpr (R == 5) {
       tensor<T, 5, S> dy_store;
       backward_input(contiguous_or_copy(dy, dy_store).data(), wc.data(), g, false, dx.data());
