@@ -5,13 +5,15 @@
 // dlpack_python.hpp) and what the tests inspect: what the last forward and
 // backward saw (data pointers, kernels), and DLPack round trips between loom
 // and torch, fp8 included; loom::optim's steps and loom::model's gradients
-// for the comparisons with torch.optim and torch.autograd.
+// and a transformer block's training for the comparisons with torch.optim and
+// torch.autograd.
 #include <torch/extension.h>
 
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <loom/model/model.hpp>
 #include <loom/optim/optim.hpp>
@@ -178,6 +180,76 @@ double model_gradients(const std::string& name, const py::list& t, const py::lis
   }
   throw py::value_error("model is mlp, not " + name);
 }
+
+// Layer norm as a layer written out (loom::grad of loom::layer_norm, with its
+// refined mean, costs about 21 s more of g++ -O1 here).
+constexpr auto layer_norm = loom::layer([](auto x, auto w, auto b) {
+  auto c = x - row_mean(x);
+  return c * rsqrt(row_mean(c * c) + 1e-5) * w + b;
+});
+constexpr auto causal_attention = loom::attention(loom::causal);
+
+// A float64 transformer (GPT-2) block as a loom::model on the CPU tensors `t`
+// (DLPack capsules): t = (x [B T, C], ln1 weight and bias, wqkv [3C, C],
+// bqkv, wp [C, C], bp, ln2 weight and bias, wfc [4C, C], bfc, wfp [C, 4C],
+// bfp, dy [B T, C]), torch's weight layout read through transposed views.
+// ln1 = layer_norm(x); qkv = ln1 wqkv^T + bqkv; causal attention over the
+// heads of qkv; mid = atty wp^T + bp + x; ln2 = layer_norm(mid); fc =
+// gelu_tanh(ln2 wfc^T + bfc); y = fc wfp^T + bfp + mid. Writes into `out`
+// the first forward's y, then the gradients of x and of the 12 parameters
+// for dy; then trains the parameters (in place) with loom::optim::adamw (lr,
+// eps, weight_decay; betas its defaults) for `steps` steps of forward,
+// backward(dy) and update. Returns the kernels of the first backward.
+std::uint64_t block_training(const py::list& t, const py::list& out, std::int64_t batch, std::int64_t heads,
+                             int steps, double lr, double weight_decay, double eps) {
+  using loom::index_t, loom::shape, loom::whole;
+  std::vector<loom::dlpack_tensor<double, 2, loom::host>> m;
+  std::vector<loom::dlpack_tensor<double, 1, loom::host>> v;
+  for (const std::size_t i : {0, 3, 5, 9, 11, 13})
+    m.push_back(loom_python::from_capsule<double, 2, loom::host>(t[i].cast<py::capsule>()));
+  for (const std::size_t i : {1, 2, 4, 6, 7, 8, 10, 12})
+    v.push_back(loom_python::from_capsule<double, 1, loom::host>(t[i].cast<py::capsule>()));
+  auto x = m[0].view(), wqkv = m[1].view(), wp = m[2].view(), wfc = m[3].view(), wfp = m[4].view();
+  auto g1 = v[0].view(), be1 = v[1].view(), bqkv = v[2].view(), bp = v[3].view(), g2 = v[4].view(),
+       be2 = v[5].view(), bfc = v[6].view(), bfp = v[7].view();
+  const index_t n = x.extent(0), c = x.extent(1), f = wfc.extent(0), seq = n / batch, hs = c / heads;
+  loom::host_tensor<double, 2> ln1({n, c}), qkv({n, 3 * c}), atty({n, c}), mid({n, c}), ln2({n, c}), fc({n, f}),
+      y({n, c});
+  const auto h = qkv.view().reshape(shape<5>{batch, seq, 3, heads, hs});
+  const auto head = [&](index_t i) { return h.slice(whole, whole, i).transpose(1, 2); };  // [B, NH, T, hs]
+  loom::model net(loom::parameters(g1, be1, wqkv, bqkv, wp, bp, g2, be2, wfc, bfc, wfp, bfp), loom::inputs(x),
+                  loom::step(ln1) = loom::apply(layer_norm, x, g1, be1),
+                  loom::step(qkv) = loom::linear(ln1, wqkv.t(), bqkv),
+                  loom::step(atty.view().reshape(shape<4>{batch, seq, heads, hs}).transpose(1, 2)) =
+                      loom::attend(causal_attention, head(0), head(1), head(2)),
+                  loom::step(mid) = loom::linear(atty, wp.t(), bp).plus(x),
+                  loom::step(ln2) = loom::apply(layer_norm, mid, g2, be2),
+                  loom::step(fc) = loom::linear(ln2, wfc.t(), bfc, loom::matmul_activation::gelu_tanh),
+                  loom::step(y) = loom::linear(fc, wfp.t(), bfp).plus(mid));
+  const auto dy = m[5].view();
+  loom::optim::adamw<loom::host> opt({.lr = lr, .eps = eps, .weight_decay = weight_decay});
+  net.add_parameters_to(opt);
+  std::uint64_t kernels = 0;
+  for (int s = 0; s < steps; ++s) {
+    net.forward();
+    net.backward(dy);
+    if (s == 0) {
+      kernels = net.last_backward().kernels;
+      std::size_t k = 0;
+      const auto put = [&](const auto& value) {
+        constexpr std::size_t rank = std::remove_cvref_t<decltype(value)>::rank;
+        auto dst = loom_python::from_capsule<double, rank, loom::host>(out[k++].cast<py::capsule>());
+        loom::assign(dst.view(), value);
+      };
+      put(y.view()), put(net.grad(x));
+      put(net.grad(g1)), put(net.grad(be1)), put(net.grad(wqkv)), put(net.grad(bqkv)), put(net.grad(wp));
+      put(net.grad(bp)), put(net.grad(g2)), put(net.grad(be2)), put(net.grad(wfc)), put(net.grad(bfc));
+      put(net.grad(wfp)), put(net.grad(bfp));
+    }
+    opt.step();
+  }
+  return kernels;
+}
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -203,4 +275,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "len(g) steps of loom::optim's optimizer `name` on the float64 vector w (in place), gradients by row of g");
   m.def("model_gradients", &model_gradients, py::arg("name"), py::arg("tensors"), py::arg("gradients"),
         "the parameters' gradients of a float64 loom::model ('mlp') into `gradients`; its loss");
+  m.def("block_training", &block_training, py::arg("tensors"), py::arg("out"), py::arg("batch"), py::arg("heads"),
+        py::arg("steps"), py::arg("lr"), py::arg("weight_decay"), py::arg("eps"),
+        "a float64 transformer block as a loom::model: its output and gradients into `out`, then `steps` AdamW "
+        "steps on its parameters (in place); the kernels of the first backward");
 }

@@ -440,7 +440,8 @@ def test_optimizers(ext):
 
 
 def test_models(ext):
-    """loom::model's gradients of every parameter against torch.autograd in float64, 1e-10 relative."""
+    """loom::model's gradients of every parameter against torch.autograd in float64, 1e-10 relative; a transformer
+    block's output, gradients (of its input too) and 3 AdamW steps."""
     gen = torch.Generator().manual_seed(57)
 
     def rand(*shape, scale=0.5):
@@ -463,6 +464,66 @@ def test_models(ext):
     loss = torch.nn.functional.cross_entropy(torch.relu(x @ w1 + b1) @ w2 + b2, labels)
     value = compare("mlp", [x, labels, w1, b1, w2, b2], [w1, b1, w2, b2], loss)
     check(abs(value - loss.item()) <= 1e-12, f"loom::model mlp: the loss matches torch ({value} vs {loss.item()})")
+
+    # A transformer block (x an input with a gradient): its output, every
+    # gradient, then 3 AdamW steps against torch.optim.AdamW.
+    batch, seq, c, heads = 2, 5, 6, 3
+    f, n, hs = 4 * c, batch * seq, c // heads
+    x = rand(n, c, scale=1.0).requires_grad_()
+    params = [1 + rand(c), rand(c), rand(3 * c, c, scale=1.0), rand(3 * c), rand(c, c), rand(c), 1 + rand(c), rand(c),
+              rand(f, c), rand(f), rand(c, f), rand(c)]
+    params = [p.requires_grad_() for p in params]
+    dy = rand(n, c, scale=1.0)
+    nn = torch.nn.functional
+
+    def block(x):
+        g1, be1, wqkv, bqkv, wp, bp, g2, be2, wfc, bfc, wfp, bfp = params
+        qkv = nn.layer_norm(x, (c,), g1, be1, 1e-5) @ wqkv.T + bqkv
+        q, k, v = (t.transpose(1, 2) for t in qkv.view(batch, seq, 3, heads, hs).unbind(2))
+        a = nn.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(n, c)
+        mid = a @ wp.T + bp + x
+        fc = nn.gelu(nn.layer_norm(mid, (c,), g2, be2, 1e-5) @ wfc.T + bfc, approximate="tanh")
+        return fc @ wfp.T + bfp + mid
+
+    y = block(x)
+    (y * dy).sum().backward()
+    start = [p.detach().clone() for p in params]
+    out = [torch.full_like(y, float("nan")), torch.full_like(x, float("nan"))] + [torch.full_like(p, float("nan"))
+                                                                                for p in params]
+    cap = torch.utils.dlpack.to_dlpack
+    lr, wd, eps = 1e-2, 0.1, 1e-8
+    kernels = ext.block_training([cap(x.detach())] + [cap(p) for p in start] + [cap(dy)], [cap(o) for o in out],
+                                 batch, heads, 3, lr, wd, eps)
+    want = [y.detach(), x.grad] + [p.grad for p in params]
+    names = ["y", "dx"] + [f"the gradient of parameter {i}" for i in range(len(params))]
+    for name, got, ref in zip(names, out, want):
+        err = ((got - ref).abs() / ref.abs().clamp_min(1e-3)).max().item()
+        check(err <= 1e-10, f"loom::model transformer block: {name} matches torch.autograd (max relative error "
+                            f"{err:.1e})")
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=wd, eps=eps)
+    for step in range(3):
+        if step > 0:
+            opt.zero_grad()
+            (block(x.detach()) * dy).sum().backward()
+        opt.step()
+    # The key bias's gradient is 0 up to rounding (softmax does not see it),
+    # which AdamW scales by about lr / eps: that part is compared within 3
+    # such updates of a gradient of 1e-13, every other element within 1e-10.
+    key = torch.zeros(3 * c, dtype=torch.bool)
+    key[c:2 * c] = True
+    noise = out[5][key].abs().max().item()
+    check(noise <= 1e-13, f"loom::model transformer block: the key bias's gradient is 0 up to rounding ({noise:.1e})")
+    err, key_err = 0.0, 0.0
+    for i, (got, p) in enumerate(zip(start, params)):
+        rel = (got - p.detach()).abs() / p.detach().abs().clamp_min(1e-3)
+        if i == 3:
+            key_err = (got - p.detach())[key].abs().max().item()
+            rel = rel[~key]
+        err = max(err, rel.max().item())
+    check(err <= 1e-10, f"loom::model transformer block: 3 loom::optim::adamw steps match torch.optim.AdamW "
+                        f"(max relative error of the parameters {err:.1e}; {kernels} kernels in the backward)")
+    check(key_err <= 3 * lr * 1e-13 / eps, f"loom::model transformer block: the key bias after 3 AdamW steps "
+                                           f"matches torch.optim.AdamW within 3 lr 1e-13 / eps ({key_err:.1e})")
 
 
 def main():

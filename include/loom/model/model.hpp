@@ -38,6 +38,10 @@ struct value_key {
     return data == o.data && type == o.type && rank == o.rank && extents == o.extents && strides == o.strides;
   }
   bool overlaps(const value_key& o) const { return lo < o.hi && o.lo < hi; }
+  bool contains(const value_key& o) const { return lo <= o.lo && o.hi <= hi; }
+  //! Every byte of [lo, hi) is one element (a permutation of a dense
+  //! block: a contiguous tensor, its transpose, ...).
+  bool dense = false;
 };
 
 template <class T>
@@ -61,18 +65,75 @@ value_key key_of(const V& v) {
   const auto base = reinterpret_cast<std::intptr_t>(v.data());
   k.lo = static_cast<std::uintptr_t>(base + first * static_cast<std::intptr_t>(sizeof(T)));
   k.hi = empty ? k.lo : static_cast<std::uintptr_t>(base + (last + 1) * static_cast<std::intptr_t>(sizeof(T)));
+  // Dense: the axes of extent above 1, by increasing stride, each step by
+  // the extent times stride of the one before, the first by 1.
+  std::array<std::size_t, max_rank> axes{};
+  std::size_t n = 0;
+  for (std::size_t d = 0; d != V::rank; ++d)
+    if (v.extent(d) > 1) axes[n++] = d;
+  std::sort(axes.begin(), axes.begin() + static_cast<std::ptrdiff_t>(n),
+            [&](std::size_t x, std::size_t y) { return v.stride(x) < v.stride(y); });
+  index_t next = 1;
+  k.dense = !empty;
+  for (std::size_t i = 0; i != n && k.dense; ++i) {
+    k.dense = v.stride(axes[i]) == next;
+    next *= v.extent(axes[i]);
+  }
   return k;
 }
 
-//! A value the model knows: a parameter or a step's output.
+//! The elements of a value's span: the offset of view `v`'s first element
+//! from lo, in elements.
+template <class V>
+index_t offset_in(const value_key& k, const V& v) {
+  return static_cast<index_t>((reinterpret_cast<std::uintptr_t>(v.data()) - k.lo) / sizeof(typename V::value_type));
+}
+
+//! A value the model knows: a parameter, an input with a gradient, or a
+//! step's output.
 struct value_info {
   value_key key;
-  int producer = -1;  // the step that writes it, or -1 for a parameter
-  int param = -1;
+  int producer = -1;  // the step that writes it, or -1 for a parameter or an input
+  int param = -1;     // its index among the parameters, then the inputs
   bool needs_grad = false;
-  bool written = false;          // a backward step writes its gradient (planning)
-  std::shared_ptr<void> grad;    // its gradient: a tensor of its type and shape
+  bool written = false;   // a backward step writes its gradient (planning)
+  bool partial = false;   // a step reads part of it: its gradient is zeroed, then every contribution adds
+  std::shared_ptr<void> grad;  // its gradient's storage (grad_view says how a view of it reads it)
+  void* grad_data = nullptr;
+  void (*zero)(const value_info&) = nullptr;  // sets the gradient's storage to 0: one kernel
 };
+
+template <class Tn>
+void zero_storage(const value_info& val) {
+  fill(static_cast<Tn*>(val.grad.get())->view(), typename Tn::value_type(0));
+}
+
+//! The gradient of the elements that view `v` (of value `val`) reads: a
+//! dense value's gradient has the value's layout over its span, so any view
+//! within it maps to the view of its gradient at the same offset and
+//! strides; another value's gradient is a contiguous tensor of its shape,
+//! read only through a view that is the value itself.
+template <class T, std::size_t R, class S>
+view<T, R, S> grad_view(const value_info& val, const view<const T, R, S>& v) {
+  T* const g = static_cast<T*>(val.grad_data);
+  if (val.key.dense) return view<T, R, S>(g + offset_in(val.key, v), v.extents(), v.strides());
+  return view<T, R, S>(g, v.extents());
+}
+
+//! Storage for the gradient of a value read as view `v` (its span when
+//! dense, else a tensor of its shape).
+template <class T, std::size_t R, class S>
+void make_grad(value_info& val, const view<const T, R, S>& v) {
+  if (val.key.dense) {
+    auto t = std::make_shared<tensor<T, 1, S>>(shape<1>{static_cast<index_t>((val.key.hi - val.key.lo) / sizeof(T))});
+    val.grad_data = t->data(), val.grad = std::move(t), val.zero = &zero_storage<tensor<T, 1, S>>;
+  } else {
+    auto t = std::make_shared<tensor<T, R, S>>(v.extents());
+    val.grad_data = t->data(), val.grad = std::move(t), val.zero = &zero_storage<tensor<T, R, S>>;
+  }
+}
+
+
 
 template <class S>
 inline constexpr bool is_loss_step = false;
@@ -82,6 +143,10 @@ inline constexpr bool is_loss_step<cross_entropy_step<Out, L, T>> = true;
 template <class... P>
 struct parameter_list {
   std::tuple<P...> p;
+};
+template <class... I>
+struct input_list {
+  std::tuple<I...> i;
 };
 }  // namespace detail::model
 
@@ -94,36 +159,55 @@ template <class... P>
   return detail::model::parameter_list<decltype(detail::as_view(p))...>{{detail::as_view(p)...}};
 }
 
+//! Inputs of a loom::model whose gradients it computes too (`grad(x)`),
+//! after the parameters: `loom::model net(loom::parameters(w), loom::inputs(x), ...)`.
+//! An optimizer gets only the parameters (add_parameters_to).
+template <class... I>
+[[nodiscard]] auto inputs(const I&... x) {
+  using namespace detail::model;
+  static_assert((is_floating_v<typename decltype(detail::as_view(x))::value_type> && ...),
+                "loom: model: inputs(...) with a gradient must be floating tensors");
+  return input_list<decltype(detail::as_view(x))...>{{detail::as_view(x)...}};
+}
+
 //! What the last backward ran.
 struct backward_info {
   int steps = 0;       //!< steps whose backward ran
   int recomputed = 0;  //!< forwards of step_policy::recompute steps run again
-  int zeroed = 0;      //!< parameters no step reaches, their gradients set to 0
+  int zeroed = 0;      //!< parameters and inputs no step reaches, their gradients set to 0
+  int cleared = 0;     //!< values read in part by a step (a slice, a head of qkv): gradients set to 0 first
   std::uint64_t kernels = 0;  //!< launches of both executors (loom::launches())
 };
 
-//! A model: parameters and steps. `forward()` runs the steps in order;
-//! `backward()` derives every parameter's gradient (into tensors the model
-//! owns, `grad(p)`) in reverse order. Every check (shapes within and
-//! between steps, operands that overlap a value without being it) is made
-//! when the model is made, naming the step and the operand.
+//! A model: parameters, optionally inputs with a gradient, and steps.
+//! `forward()` runs the steps in order; `backward()` derives every
+//! parameter's (and input's) gradient (into memory the model owns,
+//! `grad(p)`) in reverse order. Every check (shapes within and between
+//! steps, operands that overlap a value without being a view into it) is
+//! made when the model is made, naming the step and the operand.
 //! Example:
 //!   loom::model net(loom::parameters(w1, b1, w2, b2),
 //!                   loom::step(h) = loom::linear(x, w1, b1, loom::matmul_activation::relu),
 //!                   loom::step(logits) = loom::linear(h, w2, b2),
 //!                   loom::step(loss) = loom::cross_entropy_loss(logits, labels));
 //!   net.forward(); net.backward();  // net.grad(w1) ...
-template <class Params, class... Steps>
+template <class Params, class Inputs, class... Steps>
 class model;
 
-template <class... P, class... S>
-class model<detail::model::parameter_list<P...>, detail::model::planned_step<S>...> {
+template <class... P, class... I, class... S>
+class model<detail::model::parameter_list<P...>, detail::model::input_list<I...>, detail::model::planned_step<S>...> {
   static_assert(sizeof...(S) > 0, "loom: model: give at least one step");
   static constexpr std::size_t n_steps = sizeof...(S);
   using last_t = std::tuple_element_t<n_steps - 1, std::tuple<S...>>;
 
  public:
+  model(detail::model::parameter_list<P...> params, detail::model::input_list<I...> in,
+        detail::model::planned_step<S>... steps)
+      : params_(std::move(params.p)), inputs_(std::move(in.i)), steps_(std::move(steps.s)...), policy_{steps.policy...} {
+    plan();
+  }
   model(detail::model::parameter_list<P...> params, detail::model::planned_step<S>... steps)
+    requires(sizeof...(I) == 0)
       : params_(std::move(params.p)), steps_(std::move(steps.s)...), policy_{steps.policy...} {
     plan();
   }
@@ -131,7 +215,7 @@ class model<detail::model::parameter_list<P...>, detail::model::planned_step<S>.
   model& operator=(const model&) = delete;
 
   //! Runs every step's forward in order: one assignment each (a linear
-  //! step with gelu_tanh two).
+  //! step with gelu_tanh two; an attention step its kernels and a copy).
   void forward() {
     for_each_step([](auto& s, std::size_t) { s.forward(); });
   }
@@ -160,26 +244,26 @@ class model<detail::model::parameter_list<P...>, detail::model::planned_step<S>.
     run_backward(v);
   }
 
-  //! The gradient of parameter `p` (the same tensor or view given to
-  //! loom::parameters), a tensor the model owns; value_error for another.
+  //! The gradient of parameter or input `p` (the same tensor or view given
+  //! to loom::parameters or loom::inputs), a view of memory the model owns
+  //! with p's shape and strides; value_error for another tensor.
   template <tensor_like X>
   auto grad(const X& p) const {
-    const auto k = detail::model::key_of(detail::as_view(p));
-    using V = decltype(detail::as_view(p));
-    using T = typename V::value_type;
+    const auto v = detail::as_view(p);
+    using V = decltype(v);
+    const auto k = detail::model::key_of(v);
     for (const auto& val : values_)
       if (val.param >= 0 && val.key.same(k))
-        return static_cast<tensor<T, V::rank, typename V::space>*>(val.grad.get())->view();
-    throw value_error("loom: model: grad(p): p of shape " + shape_string(detail::as_view(p).extents()) +
-                      " is not one of the model's parameters");
+        return detail::model::grad_view(val, view<const typename V::value_type, V::rank, typename V::space>(v));
+    throw value_error("loom: model: grad(p): p of shape " + shape_string(v.extents()) +
+                      " is not one of the model's parameters or inputs");
   }
 
   //! Registers every parameter with its gradient in an optimizer
-  //! (`opt.add(p, grad(p))`, in the parameters' order).
+  //! (`opt.add(p, grad(p))`, in the parameters' order; not the inputs).
   template <class Opt>
   void add_parameters_to(Opt& opt) {
-    std::size_t i = 0;
-    std::apply([&](auto&... p) { ((opt.add(p, param_grad<std::remove_cvref_t<decltype(p)>>(i++))), ...); }, params_);
+    std::apply([&](auto&... p) { (opt.add(p, grad(p)), ...); }, params_);
   }
 
   //! What the last backward ran.
@@ -190,12 +274,12 @@ class model<detail::model::parameter_list<P...>, detail::model::planned_step<S>.
 
   template <class F>
   void for_each_step(F&& f) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) { (f(std::get<I>(steps_), I), ...); }(std::index_sequence_for<S...>{});
+    [&]<std::size_t... J>(std::index_sequence<J...>) { (f(std::get<J>(steps_), J), ...); }(std::index_sequence_for<S...>{});
   }
   template <class F>
   void for_each_step_reversed(F&& f) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (f(std::get<n_steps - 1 - I>(steps_), n_steps - 1 - I), ...);
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      (f(std::get<n_steps - 1 - J>(steps_), n_steps - 1 - J), ...);
     }(std::index_sequence_for<S...>{});
   }
   template <class F>
@@ -206,18 +290,14 @@ class model<detail::model::parameter_list<P...>, detail::model::planned_step<S>.
   }
 
   template <class V>
-  auto param_grad(std::size_t i) {
-    return static_cast<tensor<typename V::value_type, V::rank, typename V::space>*>(values_[i].grad.get())->view();
+  static auto as_const(const V& v) {
+    return view<const typename V::value_type, V::rank, typename V::space>(v);
   }
 
-  template <class V>
-  static std::shared_ptr<void> make_grad(const V& v) {
-    return std::make_shared<tensor<typename V::value_type, V::rank, typename V::space>>(v.extents());
-  }
-
-  static std::string who(const detail::model::value_info& v) {
-    return v.producer >= 0 ? "the output of step " + std::to_string(v.producer)
-                           : "parameter " + std::to_string(v.param);
+  static std::string who(const detail::model::value_info& v, std::size_t n_params) {
+    if (v.producer >= 0) return "the output of step " + std::to_string(v.producer);
+    if (static_cast<std::size_t>(v.param) < n_params) return "parameter " + std::to_string(v.param);
+    return "input " + std::to_string(static_cast<std::size_t>(v.param) - n_params);
   }
 
   // Finds each operand's value, checks every step, marks what needs a
@@ -225,31 +305,41 @@ class model<detail::model::parameter_list<P...>, detail::model::planned_step<S>.
   // add to each gradient, what is zeroed.
   void plan() {
     using namespace detail::model;
-    std::size_t pi = 0;
-    std::apply(
-        [&](auto&... p) {
-          ((values_.push_back({key_of(p), -1, static_cast<int>(pi++), true, false, make_grad(p)})), ...);
-        },
-        params_);
-    for (std::size_t i = 0; i != values_.size(); ++i)
+    const auto leaf = [&](auto& p) {
+      value_info val;
+      val.key = key_of(p), val.param = static_cast<int>(values_.size()), val.needs_grad = true;
+      make_grad(val, as_const(p));
+      values_.push_back(std::move(val));
+    };
+    std::apply([&](auto&... p) { (leaf(p), ...); }, params_);
+    n_params_ = values_.size();
+    std::apply([&](auto&... x) { (leaf(x), ...); }, inputs_);
+    const std::size_t n_leaves = values_.size();
+    for (std::size_t i = 0; i != n_leaves; ++i)
       for (std::size_t j = 0; j != i; ++j)
         if (values_[i].key.overlaps(values_[j].key))
-          throw aliasing_error("loom: model: parameters " + std::to_string(j) + " and " + std::to_string(i) + " overlap");
-    n_params_ = values_.size();
+          throw aliasing_error("loom: model: " + who(values_[j], n_params_) + " and " + who(values_[i], n_params_) +
+                               " overlap");
     for_each_step([&](auto& s, std::size_t i) {
       bool needs = false;
       s.for_each_operand([&](auto& o) {
         const auto k = key_of(o.v);
-        for (const auto& val : values_) {
-          if (val.key.same(k)) {
-            o.producer = val.producer, o.param = val.param;
-            if constexpr (std::remove_cvref_t<decltype(o)>::floating) needs = needs || val.needs_grad;
-            break;
-          }
-          if (val.key.overlaps(k))
+        for (auto& val : values_) {
+          if (!val.key.overlaps(k) && !val.key.same(k)) continue;
+          // The value itself, or a view into a dense value of its type (a
+          // transpose, a slice, a head of qkv): its gradient is the same view
+          // of the value's gradient.
+          const bool inside = val.key.dense && val.key.type == k.type && val.key.contains(k);
+          if (!val.key.same(k) && !inside)
             throw aliasing_error("loom: model step " + std::to_string(i) + " (" + s.kind + "): operand " + o.name +
-                                 " of shape " + shape_string(o.v.extents()) + " overlaps " + who(val) +
-                                 " without being the same view; pass that tensor itself");
+                                 " of shape " + shape_string(o.v.extents()) + " overlaps " + who(val, n_params_) +
+                                 " without being it or a view into it; pass that tensor or a view of it");
+          o.producer = val.producer, o.param = val.param;
+          if constexpr (std::remove_cvref_t<decltype(o)>::floating) {
+            needs = needs || val.needs_grad;
+            if (!val.key.same(k) && !(k.dense && k.lo == val.key.lo && k.hi == val.key.hi)) val.partial = true;
+          }
+          break;
         }
       });
       s.check(i);
@@ -257,7 +347,8 @@ class model<detail::model::parameter_list<P...>, detail::model::planned_step<S>.
       for (const auto& val : values_)
         if (val.key.overlaps(k))
           throw aliasing_error("loom: model step " + std::to_string(i) + " (" + s.kind + "): its output of shape " +
-                               shape_string(s.out.extents()) + " overlaps " + who(val) + "; give each step its own output");
+                               shape_string(s.out.extents()) + " overlaps " + who(val, n_params_) +
+                               "; give each step its own output");
       for (const auto& c : constants_)
         if (c.key.overlaps(k))
           throw aliasing_error("loom: model step " + std::to_string(i) + " (" + s.kind + "): its output overlaps " +
@@ -270,13 +361,15 @@ class model<detail::model::parameter_list<P...>, detail::model::planned_step<S>.
         if (key_of(o.v).overlaps(k))
           throw aliasing_error("loom: model step " + std::to_string(i) + " (" + s.kind + "): its output overlaps its " + o.describe());
       });
-      value_info out{k, static_cast<int>(i), -1, needs, false, nullptr};
-      values_.push_back(out);
+      value_info out;
+      out.key = k, out.producer = static_cast<int>(i), out.needs_grad = needs;
+      values_.push_back(std::move(out));
       step_value_[i] = values_.size() - 1;
     });
     // Backward plan, last step first: a step runs when its output has a
     // gradient (the last step's is given); the first contribution to a
-    // gradient writes it, later ones add to it.
+    // gradient writes it, later ones add to it; a value read in part has its
+    // gradient zeroed before the backward, and every contribution adds.
     for_each_step_reversed([&](auto& s, std::size_t i) {
       auto& outv = values_[step_value_[i]];
       active_[i] = outv.needs_grad && (i == n_steps - 1 || outv.written);
@@ -285,17 +378,18 @@ class model<detail::model::parameter_list<P...>, detail::model::planned_step<S>.
         if constexpr (std::remove_cvref_t<decltype(o)>::floating) {
           auto* val = find(o);
           if (val == nullptr || !val->needs_grad) return;
-          if (!val->grad) val->grad = make_grad(o.v);
-          using O = std::remove_cvref_t<decltype(o)>;
-          o.grad = static_cast<tensor<typename O::value_type, O::rank, typename O::space>*>(val->grad.get())->view();
-          o.mode = val->written ? grad_mode::accumulate : grad_mode::write;
+          if (!val->grad) make_grad(*val, o.v);
+          o.grad = grad_view(*val, o.v);
+          o.mode = val->written || val->partial ? grad_mode::accumulate : grad_mode::write;
           val->written = true;
         }
       });
       s.make_scratch();
     });
-    for (std::size_t p = 0; p != n_params_; ++p)
+    for (std::size_t p = 0; p != n_leaves; ++p)
       if (!values_[p].written) unreached_.push_back(p);
+    for (std::size_t p = 0; p != values_.size(); ++p)
+      if (values_[p].partial && values_[p].written) cleared_.push_back(p);
   }
 
   template <class O>
@@ -323,18 +417,8 @@ class model<detail::model::parameter_list<P...>, detail::model::planned_step<S>.
   void run_backward(const DY& dy_last) {
     const auto before = launches();
     info_ = {};
-    std::apply(
-        [&](auto&... p) {
-          std::size_t i = 0;
-          const auto zero = [&](auto& q) {
-            using V = std::remove_cvref_t<decltype(q)>;
-            if (std::find(unreached_.begin(), unreached_.end(), i) != unreached_.end())
-              fill(param_grad<V>(i), typename V::value_type(0)), ++info_.zeroed;
-            ++i;
-          };
-          (zero(p), ...);
-        },
-        params_);
+    for (const auto p : unreached_) values_[p].zero(values_[p]), ++info_.zeroed;
+    for (const auto p : cleared_) values_[p].zero(values_[p]), ++info_.cleared;
     std::vector<bool> fresh(n_steps, false);
     for_each_step_reversed([&](auto& s, std::size_t i) {
       if (!active_[i]) return;
@@ -349,11 +433,7 @@ class model<detail::model::parameter_list<P...>, detail::model::planned_step<S>.
           return;
         }
       }
-      auto& outv = values_[step_value_[i]];
-      using Out = typename std::remove_cvref_t<decltype(s)>::out_t;
-      using G = tensor<typename Out::value_type, Out::rank, typename Out::space>;
-      s.backward(view<const typename Out::value_type, Out::rank, typename Out::space>(
-          static_cast<G*>(outv.grad.get())->view()));
+      s.backward(as_const(detail::model::grad_view(values_[step_value_[i]], as_const(s.out))));
       ++info_.steps;
     });
     const auto after = launches();
@@ -361,13 +441,14 @@ class model<detail::model::parameter_list<P...>, detail::model::planned_step<S>.
   }
 
   std::tuple<P...> params_;
+  std::tuple<I...> inputs_;
   std::tuple<S...> steps_;
   std::array<step_policy, n_steps> policy_;
   std::vector<detail::model::value_info> values_;
   std::size_t n_params_ = 0;
   std::array<std::size_t, n_steps> step_value_{};
   std::array<bool, n_steps> active_{};
-  std::vector<std::size_t> unreached_;
+  std::vector<std::size_t> unreached_, cleared_;
   struct constant_operand {
     detail::model::value_key key;
     std::string what;
@@ -376,7 +457,10 @@ class model<detail::model::parameter_list<P...>, detail::model::planned_step<S>.
   backward_info info_;
 };
 
+template <class... P, class... I, class... S>
+model(detail::model::parameter_list<P...>, detail::model::input_list<I...>, detail::model::planned_step<S>...)
+    -> model<detail::model::parameter_list<P...>, detail::model::input_list<I...>, detail::model::planned_step<S>...>;
 template <class... P, class... S>
 model(detail::model::parameter_list<P...>, detail::model::planned_step<S>...)
-    -> model<detail::model::parameter_list<P...>, detail::model::planned_step<S>...>;
+    -> model<detail::model::parameter_list<P...>, detail::model::input_list<>, detail::model::planned_step<S>...>;
 }  // namespace loom

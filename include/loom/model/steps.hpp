@@ -19,6 +19,8 @@
 #include "loom/grad/grad.hpp"
 #include "loom/linalg/matmul.hpp"
 #include "loom/linalg/matmul_backward.hpp"
+#include "loom/nn/attention.hpp"
+#include "loom/nn/embedding.hpp"
 #include "loom/nn/loss.hpp"
 #include "loom/ops/activations.hpp"
 #include "loom/tensor/tensor.hpp"
@@ -85,25 +87,36 @@ auto operand_of(const char* name, const X& x) {
   return o;
 }
 
-template <class X>
-using operand_t = decltype(operand_of("", std::declval<const X&>()));
-
 [[noreturn]] LOOM_NOINLINE inline void throw_step(std::size_t i, const char* kind, const std::string& what) {
   throw shape_error("loom: model step " + std::to_string(i) + " (" + kind + "): " + what);
 }
 
-//! out = act(matmul(a, b) + bias): one GEMM with the bias and the activation
-//! in its epilogue (gelu_tanh: the GEMM writes z, one elementwise kernel
-//! the output). Backward: matmul_backward_into.
-template <class A, class B, class Bias, bool HasBias>
+template <class X>
+using operand_t = decltype(operand_of("", std::declval<const X&>()));
+
+//! out = act(matmul(a, b) + bias) [+ residual]: one GEMM with the bias, the
+//! activation or the residual in its epilogue (gelu_tanh: the GEMM writes
+//! z, one elementwise kernel the output). Backward: matmul_backward_into;
+//! the residual's gradient is dy (one copy or add).
+template <class A, class B, class Bias, bool HasBias, class Res = A, bool HasRes = false>
 struct linear_desc {
   A a;
   B b;
   Bias bias;
   matmul_activation act;
+  Res residual{};
+
+  //! The same product with `r` (of the product's shape) added in the
+  //! GEMM's epilogue: `loom::linear(h, w, b).plus(x)` is `h w + b + x`.
+  //! Without an activation only (value_error when the model is made).
+  template <tensor_like R>
+  [[nodiscard]] auto plus(const R& r) const {
+    static_assert(!HasRes, "loom: model: linear(...).plus(r) takes one residual");
+    return linear_desc<A, B, Bias, HasBias, operand_t<R>, true>{a, b, bias, act, operand_of("residual", r)};
+  }
 };
 
-template <class Out, class A, class B, class Bias, bool HasBias>
+template <class Out, class A, class B, class Bias, bool HasBias, class Res, bool HasRes>
 struct linear_step {
   static constexpr const char* kind = "linear";
   using out_t = Out;
@@ -112,12 +125,14 @@ struct linear_step {
   B b;
   Bias bias;  // unused without HasBias
   matmul_activation act;
+  Res residual;  // unused without HasRes
   tensor<typename Out::value_type, Out::rank, typename Out::space> z;  // gelu_tanh's input
 
   template <class F>
   void for_each_operand(F&& f) {
     f(a), f(b);
     if constexpr (HasBias) f(bias);
+    if constexpr (HasRes) f(residual);
   }
   //! Its backward reads its own output (relu's gradient at the output).
   bool reads_own_output() const { return act == matmul_activation::relu; }
@@ -136,11 +151,23 @@ struct linear_step {
     if (out.extents() != want)
       throw_step(i, kind, "its output of shape " + shape_string(out.extents()) + " for a product of shape " +
                               shape_string(want) + " (" + a.describe() + ", " + b.describe() + ")");
+    if constexpr (HasRes) {
+      if (residual.v.extents() != want)
+        throw_step(i, kind, residual.describe() + " for a product of shape " + shape_string(want));
+      if (act != matmul_activation::none)
+        throw value_error("loom: model step " + std::to_string(i) +
+                          " (linear): a residual is added to a product without an activation");
+    }
     if (act == matmul_activation::gelu_tanh) z = tensor<typename Out::value_type, Out::rank, typename Out::space>(want);
   }
 
   void forward() {
-    if constexpr (HasBias) {
+    if constexpr (HasRes) {
+      if constexpr (HasBias)
+        out = matmul(a.v, b.v) + bias.v + residual.v;
+      else
+        out = matmul(a.v, b.v) + residual.v;
+    } else if constexpr (HasBias) {
       if (act == matmul_activation::none)
         out = matmul(a.v, b.v) + bias.v;
       else if (act == matmul_activation::relu)
@@ -185,7 +212,16 @@ struct linear_step {
       run(skip);
     else
       run(pick(a));
-    if (!adds) for_each_operand([](auto& x) { x.finish(); });
+    if (!adds) {
+      a.finish(), b.finish();
+      if constexpr (HasBias) bias.finish();
+    }
+    if constexpr (HasRes) {
+      if (residual.mode == grad_mode::write)
+        assign(residual.grad, dy);
+      else if (residual.mode == grad_mode::accumulate)
+        residual.grad += dy;
+    }
   }
   //! Scratch for what the step cannot write in place; a, whose gradient the
   //! GEMMs skip when it needs none, takes none.
@@ -328,6 +364,120 @@ struct cross_entropy_step {
   void make_scratch() {}
 };
 
+//! out = embedding(ids, table): one gather kernel. Backward:
+//! embedding_backward into the table's gradient (deterministic, no atomics).
+template <class Ids, class Table>
+struct embedding_desc {
+  Ids ids;
+  Table table;
+  index_t padding;
+};
+
+template <class Out, class Ids, class Table>
+struct embedding_step {
+  static constexpr const char* kind = "embedding";
+  using out_t = Out;
+  Out out;
+  Ids ids;
+  Table table;
+  index_t padding;
+
+  template <class Fn>
+  void for_each_operand(Fn&& fn) {
+    fn(ids), fn(table);
+  }
+  bool reads_own_output() const { return false; }
+
+  void check(std::size_t i) {
+    static_assert(Table::rank == 2 && Out::rank == Ids::rank + 1 && !Ids::floating,
+                  "loom: model: embedding_lookup(ids, table) takes integer ids and a table [rows, dim]; its output "
+                  "has the ids' shape plus [dim]");
+    shape<Out::rank> want{};
+    for (std::size_t d = 0; d != Ids::rank; ++d) want[d] = ids.v.extent(d);
+    want[Ids::rank] = table.v.extent(1);
+    if (out.extents() != want)
+      throw_step(i, kind, "its output of shape " + shape_string(out.extents()) + " for " + ids.describe() + " and " +
+                              table.describe() + " (a lookup of shape " + shape_string(want) + ")");
+  }
+
+  void forward() { out = embedding(ids.v, table.v); }
+
+  template <class DY>
+  void backward(const DY& dy) {
+    if (table.mode == grad_mode::none) return;
+    embedding_backward(table.target(), dy, ids.v, padding);
+    table.finish();
+  }
+  void make_scratch() { table.make_scratch(); }
+};
+
+//! out = attn(q, k, v), q, k, v [B, H, S, D] (views into a qkv step's
+//! output, say): the attention's kernels, then one copy into the step's
+//! output; the log-sum-exp rows stay in a tensor the step owns. Backward:
+//! attention_backward (reads the output and lse), its dq, dk, dv written
+//! or added into the operands' gradients (one kernel each).
+template <class Attn, class Q, class K, class V>
+struct attention_desc {
+  Attn attn;
+  Q q;
+  K k;
+  V v;
+};
+
+template <class Out, class Attn, class Q, class K, class V>
+struct attention_step {
+  static constexpr const char* kind = "attention";
+  using out_t = Out;
+  using value_type = typename Out::value_type;
+  Out out;
+  Attn attn;
+  Q q;
+  K k;
+  V v;
+  tensor<loom::detail::attn::acc_t<value_type>, 3, typename Out::space> lse;
+
+  template <class Fn>
+  void for_each_operand(Fn&& fn) {
+    fn(q), fn(k), fn(v);
+  }
+  bool reads_own_output() const { return true; }
+
+  void check(std::size_t i) {
+    static_assert(Out::rank == 4 && Q::rank == 4 && K::rank == 4 && V::rank == 4,
+                  "loom: model: attend(attn, q, k, v) takes q, k, v [B, H, S, D] and writes an output of q's shape");
+    try {
+      (void)loom::detail::attn::run_attention_forward<typename Out::space, loom::detail::attn::run_on::checks_only>(
+          attn.score, attn.mask, attn.scale, q.v, k.v, v.v, std::tuple<>{});
+    } catch (const shape_error& err) {
+      throw_step(i, kind, q.describe() + ", " + k.describe() + ", " + v.describe() + ": " + err.what());
+    }
+    if (out.extents() != q.v.extents())
+      throw_step(i, kind, "its output of shape " + shape_string(out.extents()) + " for " + q.describe());
+  }
+
+  void forward() {
+    auto r = attn(q.v, k.v, v.v);
+    assign(out, r.o);
+    lse = std::move(r.lse);
+  }
+
+  template <class DY>
+  void backward(const DY& dy) {
+    auto d = attention_backward(attn, q.v, k.v, v.v, out, lse, dy);
+    put(q, d.dq), put(k, d.dk), put(v, d.dv);
+  }
+  void make_scratch() {}
+
+ private:
+  template <class O, class G>
+  static void put(O& o, const G& g) {
+    if (o.mode == grad_mode::write)
+      assign(o.grad, g);
+    else if (o.mode == grad_mode::accumulate)
+      o.grad += g;
+  }
+};
+
 //! A step with its policy, as loom::model holds it.
 template <class S>
 struct planned_step {
@@ -395,10 +545,40 @@ template <tensor_like L, tensor_like T>
   return cross_entropy_desc<operand_t<L>, operand_t<T>>{operand_of("logits", logits), operand_of("labels", labels), o};
 }
 
+//! An embedding step: `embedding(ids, table)` ([rows, dim] table, integer
+//! ids of any rank; output ids.shape + [dim]), one gather kernel; its
+//! backward is embedding_backward into the table's gradient (row
+//! `padding_idx` gets none, as in PyTorch).
+template <tensor_like Ids, tensor_like Table>
+[[nodiscard]] auto embedding_lookup(const Ids& ids, const Table& table, index_t padding_idx = no_padding) {
+  using namespace detail::model;
+  return embedding_desc<operand_t<Ids>, operand_t<Table>>{operand_of("ids", ids), operand_of("table", table),
+                                                          padding_idx};
+}
+
+//! An attention step: `attn(q, k, v)` for a loom::attention (score_mod and
+//! mask kind; no extra arguments), q, k, v [B, H, S, D] (views into another
+//! step's output are the usual source); its backward is attention_backward.
+template <class Score, class Mask, tensor_like Q, tensor_like K, tensor_like V>
+[[nodiscard]] auto attend(const attention_fn<Score, Mask>& attn, const Q& q, const K& k, const V& v) {
+  using namespace detail::model;
+  return attention_desc<attention_fn<Score, Mask>, operand_t<Q>, operand_t<K>, operand_t<V>>{
+      attn, operand_of("q", q), operand_of("k", k), operand_of("v", v)};
+}
+
 namespace detail::model {
-template <class Out, class A, class B, class Bias, bool HasBias>
-auto make_step(step_target<Out> t, linear_desc<A, B, Bias, HasBias> d) {
-  return linear_step<Out, A, B, Bias, HasBias>{t.out, std::move(d.a), std::move(d.b), std::move(d.bias), d.act, {}};
+template <class Out, class A, class B, class Bias, bool HasBias, class Res, bool HasRes>
+auto make_step(step_target<Out> t, linear_desc<A, B, Bias, HasBias, Res, HasRes> d) {
+  return linear_step<Out, A, B, Bias, HasBias, Res, HasRes>{
+      t.out, std::move(d.a), std::move(d.b), std::move(d.bias), d.act, std::move(d.residual), {}};
+}
+template <class Out, class Ids, class Table>
+auto make_step(step_target<Out> t, embedding_desc<Ids, Table> d) {
+  return embedding_step<Out, Ids, Table>{t.out, std::move(d.ids), std::move(d.table), d.padding};
+}
+template <class Out, class Attn, class Q, class K, class V>
+auto make_step(step_target<Out> t, attention_desc<Attn, Q, K, V> d) {
+  return attention_step<Out, Attn, Q, K, V>{t.out, d.attn, std::move(d.q), std::move(d.k), std::move(d.v), {}};
 }
 template <class Out, class F, class... In>
 auto make_step(step_target<Out> t, apply_desc<F, In...> d) {
