@@ -12,7 +12,10 @@ case: loom runs once (warm-up and check), eager PyTorch once, torch.compile
 compiles (its time is reported) and runs once more; the sums of |v| of every
 output are compared with PyTorch eager's (`check`). Then the repetitions
 alternate, one call each of loom, eager and compiled per round, --runs
-rounds; the figure is the median of the rounds (the fastest is kept too).
+rounds, each implementation's calls after a pause (--settle, 0.3 s: the
+other side's idle OpenMP threads spin for up to 200 ms after its call, and
+on a 2-core machine they would take the cores from this side's threads);
+the figure is the median of the rounds (the fastest is kept too).
 A STREAM-like copy (bench_vs_torch_cpu's parallel copy of a full-size
 tensor, bytes read + written / time) is timed before and after the cases;
 each figure is also given as its effective bandwidth (the bytes its case
@@ -301,6 +304,9 @@ def main():
                    help="path of bench_vs_torch_cpu (default: $LOOM_BUILD_DIR/bench/bench_vs_torch_cpu)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--runs", type=int, default=7, help="interleaved repetitions (the figure is their median)")
+    p.add_argument("--settle", type=float, default=0.3,
+                   help="seconds of pause before each implementation's calls, so the other one's idle OpenMP threads "
+                   "(LLVM's libomp spins 200 ms after a parallel region, GNU's libgomp too) have gone to sleep")
     p.add_argument("--cases", default="", help="comma-separated names (default: all; see the program's list)")
     p.add_argument("--quick", action="store_true", help="tiny sizes, one repetition, no torch.compile (a smoke run)")
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out (it compiles for 14-34 s a case)")
@@ -312,7 +318,7 @@ def main():
     p.add_argument("--plot", action="store_true", help="also draw vs_torch.png (installs matplotlib with pip if needed)")
     a = p.parse_args()
     if a.quick:
-        a.runs, a.no_compile = 1, True
+        a.runs, a.no_compile, a.settle = 1, True, 0.0
     if not os.path.exists(a.bench):
         sys.exit(f"{a.bench} not found: build the target bench_vs_torch_cpu (or pass --bench)")
 
@@ -376,6 +382,7 @@ def main():
                 print(f"{name}: {impl} failed: {res[f'{impl} error']}")
         for _ in range(a.runs):
             for impl, c in calls.items():
+                time.sleep(a.settle)
                 res["samples"].setdefault(impl, []).append(c())
         for impl, s in res["samples"].items():
             res["ms"][impl], res["fastest_ms"][impl] = statistics.median(s), min(s)
@@ -391,7 +398,7 @@ def main():
         "commit": a.commit or git_commit(),
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "machine": dict(loom.machine, cpu_model=cpu_model(), logical_cores=os.cpu_count()),
-        "threads": a.threads, "runs": a.runs, "quick": a.quick, "note": a.note, "torch_note": torch_note,
+        "threads": a.threads, "runs": a.runs, "settle_s": a.settle, "quick": a.quick, "note": a.note, "torch_note": torch_note,
         "torch": torch.__version__ if torch else None,
         "load_average": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
         "wall_s": round(time.time() - started, 1),
@@ -442,7 +449,8 @@ def markdown(rep, impls):
         f"- torch: {rep['torch'] or '-'}" + (f" ({rep['torch_note']})" if rep["torch_note"] else ""),
         f"- copy bandwidth (parallel copy of {rep['copy']['bytes'] / 2**21:.3g} MiB, read + write, same run): "
         f"{rep['copy']['gbps']:.3g} GB/s",
-        f"- median of {rep['runs']} interleaved repetitions; `command`: {rep['command']}",
+        f"- median of {rep['runs']} interleaved repetitions (each implementation's calls after a pause of "
+        f"{rep.get('settle_s', 0)} s); `command`: {rep['command']}",
         "- ms: median (fastest); speed: torch's time / loom's (above 1: loom faster); % copy: the bytes the case "
         "must move / time, against the copy's (and GFLOP/s for products)",
         "",
