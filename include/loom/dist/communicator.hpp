@@ -215,7 +215,8 @@ class communicator {
   //! non-negative numbers). `in` may be this rank's rows of `out`. Host: one
   //! MPI_Iallgatherv. Device: one NCCL broadcast per rank with rows, grouped
   //! (ncclGroupStart/End; NCCL has no all-gather-v): the bytes of an
-  //! all-gather of `out`.
+  //! all-gather; run one after the other, the parts take size() / (size() -
+  //! 1) times an all-gather's time (docs/17_distributed.md, Costs).
   //! Example: `comm.all_gather_v(shard, full, std::vector<loom::index_t>{5, 3});`
   template <tensor_like In, tensor_like Out>
   void all_gather_v(const In& in, Out&& out, std::span<const index_t> counts) {
@@ -229,8 +230,9 @@ class communicator {
   //! `in`), d_r = counts[0] + ... + counts[r - 1]. Every rank gives the same
   //! counts. `out` may be this rank's rows of `in`. Host: one
   //! MPI_Ireduce_scatter. Device: one NCCL reduce rooted at each rank with
-  //! rows, grouped (NCCL has no reduce-scatter-v): about the bytes of `in`
-  //! per rank, where an equal reduce_scatter moves (size() - 1) / size() of them.
+  //! rows, grouped (NCCL has no reduce-scatter-v): the bytes of a
+  //! reduce_scatter; run one after the other, the parts take size() /
+  //! (size() - 1) times a reduce_scatter's time.
   //! Example: `comm.reduce_scatter_v(grads, my_rows, counts, loom::dist::reduce_op::average);`
   template <tensor_like In, tensor_like Out>
   void reduce_scatter_v(const In& in, Out&& out, std::span<const index_t> counts, reduce_op op = reduce_op::sum) {
