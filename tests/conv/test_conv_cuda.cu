@@ -119,7 +119,7 @@ TEMPLATE_TEST_CASE("conv2d and conv_transpose2d on device tensors equal the host
   transposed_sweep<TestType>(tol);
 }
 
-TEST_CASE("conv2d on device tensors: strided input, conv1d, bf16, bits run to run, workspace freed",
+TEST_CASE("conv on device tensors: strided input, conv1d, conv3d, bf16, bits run to run, workspace freed",
           "[nn][conv][cuda]") {
   std::mt19937_64 g(loom_test::seed_for("conv2d cudnn misc"));
   const auto x = random_host<float>(loom::shape<4>{3, 5, 9, 13}, g), w = random_host<float>(loom::shape<4>{7, 5, 3, 3}, g);
@@ -136,6 +136,21 @@ TEST_CASE("conv2d on device tensors: strided input, conv1d, bf16, bits run to ru
   const loom::conv1d_options o1{.stride = 2, .padding = 2, .dilation = 2, .groups = 2};
   REQUIRE(worst(loom::to_host(loom::conv1d(loom::to_device(x1), loom::to_device(w1), o1)), loom::conv1d(x1, w1, o1)) <=
           2e-5);
+  // conv3d (NCDHW) through cuDNN's Nd descriptors, with bias + ReLU fused, and its gradients.
+  const auto x3 = random_host<float>(loom::shape<5>{2, 4, 5, 7, 6}, g), w3 = random_host<float>(loom::shape<5>{6, 2, 3, 2, 3}, g);
+  const auto b3 = random_host<float>(loom::shape<1>{6}, g);
+  const loom::conv3d_options o3{.stride = {1, 2, 1}, .padding = {1, 0, 1}, .dilation = {2, 1, 1}, .groups = 2,
+                                .activation = loom::matmul_activation::relu};
+  const auto dy3 = random_host<float>(loom::conv3d_output_shape(x3.extents(), w3.extents(), o3), g);
+  const auto x3_d = loom::to_device(x3), w3_d = loom::to_device(w3);
+  const auto b3_d = loom::to_device(b3);
+  const auto dy3_d = loom::to_device(dy3);
+  REQUIRE(worst(loom::to_host(loom::conv3d(x3_d, w3_d, b3_d, o3)), loom::conv3d(x3, w3, b3, o3)) <= 2e-5);
+  REQUIRE(worst(loom::to_host(loom::conv3d_backward_input(dy3_d, w3_d, x3.extents(), o3)),
+                loom::conv3d_backward_input(dy3, w3, x3.extents(), o3)) <= 2e-5);
+  REQUIRE(worst(loom::to_host(loom::conv3d_backward_weight(dy3_d, x3_d, w3.extents(), o3)),
+                loom::conv3d_backward_weight(dy3, x3, w3.extents(), o3)) <= 2e-5);
+  REQUIRE(worst(loom::to_host(loom::conv2d_backward_bias(dy3_d)), loom::conv2d_backward_bias(dy3)) <= 2e-5);
   // bf16 in, bf16 out, float accumulation: against the host in float on the same (rounded) values.
   const auto x_b = loom::to_device(loom::materialize(loom::cast<loom::bf16>(x)));
   const auto w_b = loom::to_device(loom::materialize(loom::cast<loom::bf16>(w)));

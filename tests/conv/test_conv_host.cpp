@@ -1158,13 +1158,51 @@ TEST_CASE("cudnn descriptors hold loom's geometry and give loom's output shape",
   REQUIRE_FALSE(loom::detail::conv::cudnn_fuses_epilogue(false, matmul_activation::relu));
 }
 
+TEST_CASE("cudnn descriptors of a 3-D convolution hold loom's geometry and give conv3d's output shape",
+          "[nn][conv][cudnn]") {
+  std::mt19937_64 g(loom_test::seed_for("cudnn descriptors 3d"));
+  for (int i = 0; i < 100; ++i) {
+    const conv3d_case q = random_case_3d(g);
+    INFO("case " << i << ": x " << loom::shape_string(q.x_shape()) << " w " << loom::shape_string(q.w_shape())
+                 << " groups " << q.o.groups);
+    const auto geo = loom::detail::conv::checked_geometry_3d("conv3d", q.x_shape(), q.w_shape(), q.o);
+    const loom::shape<5> xs = q.x_shape(), ys = q.y_shape();
+    const loom::shape<5> x_strides{xs[1] * xs[2] * xs[3] * xs[4], xs[2] * xs[3] * xs[4], xs[3] * xs[4], xs[4], 1};
+    const loom::shape<5> y_strides{ys[1] * ys[2] * ys[3] * ys[4], ys[2] * ys[3] * ys[4], ys[3] * ys[4], ys[4], 1};
+    cudnn::conv_descriptors d;
+    cudnn::describe<float>(d, geo, x_strides, y_strides, CUDNN_TENSOR_NCHW);
+    REQUIRE(cudnn::output_extents<5>(d) == ys);
+    cudnnDataType_t type{};
+    cudnnTensorFormat_t format{};
+    int rank = 0;
+    std::array<int, 5> filter{};
+    LOOM_CUDNN_CHECK(cudnnGetFilterNdDescriptor(d.w.get(), 5, &type, &format, &rank, filter.data()));
+    REQUIRE(rank == 5);
+    REQUIRE(loom::shape<5>{filter[0], filter[1], filter[2], filter[3], filter[4]} == q.w_shape());
+    std::array<int, 3> pad{}, stride{}, dilation{};
+    cudnnConvolutionMode_t mode{};
+    cudnnDataType_t compute{};
+    LOOM_CUDNN_CHECK(cudnnGetConvolutionNdDescriptor(d.conv.get(), 3, &rank, pad.data(), stride.data(),
+                                                     dilation.data(), &mode, &compute));
+    REQUIRE(rank == 3);
+    for (std::size_t a = 0; a < 3; ++a) {
+      REQUIRE(pad[a] == q.o.padding[a]);
+      REQUIRE(stride[a] == q.o.stride[a]);
+      REQUIRE(dilation[a] == q.o.dilation[a]);
+    }
+    int groups = 0;
+    LOOM_CUDNN_CHECK(cudnnGetConvolutionGroupCount(d.conv.get(), &groups));
+    REQUIRE(groups == q.o.groups);
+  }
+}
+
 TEST_CASE("cudnn statuses become typed loom errors with cuDNN's message", "[nn][conv][cudnn][errors]") {
   // Input channels (6) that the filter (3 per group, 1 group) does not take:
   // cuDNN refuses the output extents with BAD_PARAM and says why.
   cudnn::tensor_descriptor x;
   cudnn::filter_descriptor w;
   cudnn::convolution_descriptor c;
-  cudnn::describe_tensor(x.get(), CUDNN_DATA_FLOAT, {2, 6, 9, 7}, {378, 63, 7, 1}, "input x");
+  cudnn::describe_tensor<4>(x.get(), CUDNN_DATA_FLOAT, {2, 6, 9, 7}, {378, 63, 7, 1}, "input x");
   LOOM_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 4, 3, 3, 3));
   LOOM_CUDNN_CHECK(
       cudnnSetConvolution2dDescriptor(c.get(), 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
@@ -1188,7 +1226,7 @@ TEST_CASE("cudnn statuses become typed loom errors with cuDNN's message", "[nn][
                                                   "(why)"));
   REQUIRE_THROWS_AS(cudnn::raise(CUDNN_STATUS_EXECUTION_FAILED, "a call", "here.cpp", 7, ""), loom::cudnn_error);
   // Extents past 32 bits, and no GPU.
-  REQUIRE_THROWS_WITH(cudnn::describe_tensor(x.get(), CUDNN_DATA_FLOAT, {1, 1, index_t{1} << 31, 1}, {1, 1, 1, 1}, "input x"),
+  REQUIRE_THROWS_WITH(cudnn::describe_tensor<4>(x.get(), CUDNN_DATA_FLOAT, {1, 1, index_t{1} << 31, 1}, {1, 1, 1, 1}, "input x"),
                       Contains("32 bits; input x is 2147483648"));
   if (!loom::gpu::is_available()) {
     const conv_case kc{.n = 1, .c = 2, .h = 5, .w = 5, .cout = 3, .kh = 3, .kw = 3, .o = {}};

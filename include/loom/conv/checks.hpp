@@ -29,7 +29,7 @@ namespace loom::detail::conv {
 template <class X>
 using view_of = decltype(detail::as_view(std::declval<const X&>()));
 
-// The compile-time contract of the host-only entry points (pooling, conv3d).
+// The compile-time contract of the host-only entry points (pooling).
 template <std::size_t Rank, class X>
 constexpr void require_host_operand() {
   using V = view_of<X>;
@@ -50,14 +50,13 @@ constexpr void require_same_type() {
                 "loom: convolution operands must live in one memory space; copy with loom::to_host or "
                 "loom::to_device");
 }
-// conv2d's and conv1d's contract: host tensors as require_host_operand, or
+// The convolutions' contract: host tensors as require_host_operand, or
 // device tensors of float, double, half or bf16 where loom was built with cuDNN.
 template <std::size_t Rank, class X>
 constexpr void require_operand() {
   using V = view_of<X>;
   if constexpr (std::is_same_v<typename V::space, device>) {
 #if LOOM_HAS_CUDNN
-    static_assert(Rank != 5, "loom: conv3d runs on host tensors only; copy the operands with loom::to_host");
     static_assert(V::rank == Rank,
                   "loom: convolution takes NCHW tensors (rank 4; rank 3 for conv1d's NCL, rank 1 for a bias)");
     static_assert(cudnn::convolvable_v<std::remove_const_t<typename V::value_type>>,

@@ -183,33 +183,35 @@ inline int to_int(index_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-// Whether cuDNN can read a 4-D view as it is: no zero (broadcast) or
+// Whether cuDNN can read a view as it is: no zero (broadcast) or
 // negative stride on an axis of more than one element.
 template <class V>
 bool describable(const V& v) {
-  for (std::size_t a = 0; a != 4; ++a)
+  for (std::size_t a = 0; a != V::rank; ++a)
     if (v.extent(a) > 1 && v.stride(a) < 1) return false;
   return true;
 }
 
-// Describes a 4-D NCHW-ordered operand by its extents and strides (any
-// order in memory: NCHW, NHWC or a strided view). An axis of one element
-// gets a stride past the others, which cuDNN accepts for any layout.
-inline void describe_tensor(cudnnTensorDescriptor_t d, cudnnDataType_t type, const shape<4>& extents,
-                            const shape<4>& strides, const char* what) {
+// Describes an NC(D)HW-ordered operand (rank 4 or 5) by its extents and
+// strides (any order in memory: NCHW, NHWC or a strided view). An axis of
+// one element gets a stride past the others, which cuDNN accepts for any layout.
+template <std::size_t N>
+void describe_tensor(cudnnTensorDescriptor_t d, cudnnDataType_t type, const shape<N>& extents,
+                     const shape<N>& strides, const char* what) {
   index_t past = 1;
-  for (std::size_t a = 0; a != 4; ++a)
+  for (std::size_t a = 0; a != N; ++a)
     if (extents[a] > 1) past = std::max(past, strides[a] * extents[a]);
-  std::array<int, 4> dims{}, steps{};
-  for (std::size_t a = 0; a != 4; ++a) {
+  std::array<int, N> dims{}, steps{};
+  for (std::size_t a = 0; a != N; ++a) {
     dims[a] = to_int(extents[a], what);
     steps[a] = to_int(extents[a] > 1 ? strides[a] : past, what);
   }
-  LOOM_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, type, 4, dims.data(), steps.data()));
+  LOOM_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, type, static_cast<int>(N), dims.data(), steps.data()));
 }
 
 // The descriptors of one convolution: x [N, C, H, W] and y [N, Cout, oh, ow]
-// (NCHW-ordered extents, strides as given), w contiguous in `filter_format`
+// (NCHW-ordered extents, strides as given; with R = 5 x [N, C, D, H, W], y
+// [N, Cout, od, oh, ow] and w [Cout, C / G, kd, kh, kw], NCDHW only), w contiguous in `filter_format`
 // (CUDNN_TENSOR_NCHW: [Cout, C / G, kh, kw]; CUDNN_TENSOR_NHWC: [Cout, kh,
 // kw, C / G], what cuDNN's channels-last engines take), cross-correlation
 // with the geometry's padding, stride, dilation and groups.
@@ -218,28 +220,49 @@ struct conv_descriptors {
   filter_descriptor w;
   convolution_descriptor conv;
 };
-template <class T>
-void describe(conv_descriptors& d, const geometry& g, const shape<4>& x_strides, const shape<4>& y_strides,
+template <class T, std::size_t R>
+void describe(conv_descriptors& d, const geometry& g, const shape<R>& x_strides, const shape<R>& y_strides,
               cudnnTensorFormat_t filter_format) {
   constexpr cudnnDataType_t type = data_type<T>();
-  describe_tensor(d.x.get(), type, {g.batch, g.channels, g.height, g.width}, x_strides, "input x");
-  describe_tensor(d.y.get(), type, {g.batch, g.out_channels, g.out_h, g.out_w}, y_strides, "output y");
-  LOOM_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d.w.get(), type, filter_format, to_int(g.out_channels, "Cout"),
-                                              to_int(g.channels / g.groups, "C / groups"),
-                                              to_int(g.kernel_h, "kh"), to_int(g.kernel_w, "kw")));
-  LOOM_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
-      d.conv.get(), to_int(g.pad_h, "padding"), to_int(g.pad_w, "padding"), to_int(g.stride_h, "stride"),
-      to_int(g.stride_w, "stride"), to_int(g.dilation_h, "dilation"), to_int(g.dilation_w, "dilation"),
-      CUDNN_CROSS_CORRELATION, std::is_same_v<T, double> ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
+  constexpr cudnnDataType_t compute = std::is_same_v<T, double> ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  if constexpr (R == 5) {
+    describe_tensor<5>(d.x.get(), type, {g.batch, g.channels, g.depth, g.height, g.width}, x_strides, "input x");
+    describe_tensor<5>(d.y.get(), type, {g.batch, g.out_channels, g.out_d, g.out_h, g.out_w}, y_strides,
+                       "output y");
+    const std::array<int, 5> filter{to_int(g.out_channels, "Cout"), to_int(g.channels / g.groups, "C / groups"),
+                                    to_int(g.kernel_d, "kd"), to_int(g.kernel_h, "kh"), to_int(g.kernel_w, "kw")};
+    LOOM_CUDNN_CHECK(cudnnSetFilterNdDescriptor(d.w.get(), type, filter_format, 5, filter.data()));
+    const std::array<int, 3> pad{to_int(g.pad_d, "padding"), to_int(g.pad_h, "padding"), to_int(g.pad_w, "padding")};
+    const std::array<int, 3> stride{to_int(g.stride_d, "stride"), to_int(g.stride_h, "stride"),
+                                    to_int(g.stride_w, "stride")};
+    const std::array<int, 3> dilation{to_int(g.dilation_d, "dilation"), to_int(g.dilation_h, "dilation"),
+                                      to_int(g.dilation_w, "dilation")};
+    LOOM_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(d.conv.get(), 3, pad.data(), stride.data(), dilation.data(),
+                                                     CUDNN_CROSS_CORRELATION, compute));
+  } else {
+    describe_tensor<4>(d.x.get(), type, {g.batch, g.channels, g.height, g.width}, x_strides, "input x");
+    describe_tensor<4>(d.y.get(), type, {g.batch, g.out_channels, g.out_h, g.out_w}, y_strides, "output y");
+    LOOM_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d.w.get(), type, filter_format, to_int(g.out_channels, "Cout"),
+                                                to_int(g.channels / g.groups, "C / groups"),
+                                                to_int(g.kernel_h, "kh"), to_int(g.kernel_w, "kw")));
+    LOOM_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+        d.conv.get(), to_int(g.pad_h, "padding"), to_int(g.pad_w, "padding"), to_int(g.stride_h, "stride"),
+        to_int(g.stride_w, "stride"), to_int(g.dilation_h, "dilation"), to_int(g.dilation_w, "dilation"),
+        CUDNN_CROSS_CORRELATION, compute));
+  }
   LOOM_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d.conv.get(), to_int(g.groups, "groups")));
   LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), math_type<T>()));
 }
 
 // The output extents cuDNN computes from the descriptors (no device needed).
-inline shape<4> output_extents(const conv_descriptors& d) {
-  int n = 0, c = 0, h = 0, w = 0;
-  LOOM_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(d.conv.get(), d.x.get(), d.w.get(), &n, &c, &h, &w));
-  return {n, c, h, w};
+template <std::size_t R = 4>
+shape<R> output_extents(const conv_descriptors& d) {
+  std::array<int, R> dims{};
+  LOOM_CUDNN_CHECK(
+      cudnnGetConvolutionNdForwardOutputDim(d.conv.get(), d.x.get(), d.w.get(), static_cast<int>(R), dims.data()));
+  shape<R> out{};
+  for (std::size_t a = 0; a != R; ++a) out[a] = dims[a];
+  return out;
 }
 
 // The three passes of a convolution.
@@ -252,10 +275,13 @@ struct plan {
   std::size_t workspace = 0;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
 };
-using plan_key = std::array<std::int64_t, 26>;
-inline plan_key key_of(int device, pass p, cudnnDataType_t type, const geometry& g, const shape<4>& x_strides,
-                       const shape<4>& y_strides, cudnnTensorFormat_t filter_format) {
-  return {static_cast<std::int64_t>(filter_format),
+using plan_key = std::array<std::int64_t, 34>;
+template <std::size_t R>
+plan_key key_of(int device, pass p, cudnnDataType_t type, const geometry& g, const shape<R>& x_strides,
+                const shape<R>& y_strides, cudnnTensorFormat_t filter_format) {
+  const auto at = [](const shape<R>& s, std::size_t a) { return a < R ? s[a] : std::int64_t{-1}; };
+  return {static_cast<std::int64_t>(filter_format), g.depth, g.kernel_d, g.stride_d, g.pad_d, g.dilation_d,
+          g.out_d, at(x_strides, 4), at(y_strides, 4),
           device,       static_cast<std::int64_t>(p), static_cast<std::int64_t>(type),
           g.batch,      g.channels,                   g.height,
           g.width,      g.out_channels,               g.kernel_h,
@@ -388,8 +414,8 @@ class handle_lease {
 // NCHW-ordered strides of x and y, the cached plan, a workspace from the
 // stream-ordered pool (returned in stream order), then `run(handle, d, plan,
 // workspace)`. One counted device launch.
-template <class T, class Run>
-void run_pass(pass p, const geometry& g, const shape<4>& x_strides, const shape<4>& y_strides,
+template <class T, std::size_t R, class Run>
+void run_pass(pass p, const geometry& g, const shape<R>& x_strides, const shape<R>& y_strides,
               cudnnTensorFormat_t filter_format, Run&& run) {
   gpu::require_device("a convolution on device tensors");
   const stream_ref s = current_stream();
@@ -408,9 +434,9 @@ void run_pass(pass p, const geometry& g, const shape<4>& x_strides, const shape<
 // (cudnnConvolutionBiasActivationForward) when `bias` (contiguous [Cout]) is
 // given. x and y are NCHW-ordered views of any strides; w is contiguous in
 // `filter_format`.
-template <class T>
-void forward(const view<const T, 4, device>& x, const T* w, cudnnTensorFormat_t filter_format, const T* bias,
-             const geometry& g, const view<T, 4, device>& y) {
+template <class T, std::size_t R>
+void forward(const view<const T, R, device>& x, const T* w, cudnnTensorFormat_t filter_format, const T* bias,
+             const geometry& g, const view<T, R, device>& y) {
   run_pass<T>(pass::forward, g, x.strides(), y.strides(), filter_format,
               [&](cudnnHandle_t h, const conv_descriptors& d, const plan& chosen, void* workspace) {
                 const scale_t<T> one = 1, zero = 0;
@@ -422,8 +448,11 @@ void forward(const view<const T, 4, device>& x, const T* w, cudnnTensorFormat_t 
                   return;
                 }
                 tensor_descriptor b;
-                describe_tensor(b.get(), data_type<T>(), {1, g.out_channels, 1, 1}, {g.out_channels, 1, 1, 1},
-                                "bias");
+                shape<R> b_extents{}, b_strides{};
+                for (std::size_t a = 0; a != R; ++a) b_extents[a] = 1, b_strides[a] = 1;
+                b_extents[1] = g.out_channels;
+                b_strides[0] = g.out_channels;
+                describe_tensor<R>(b.get(), data_type<T>(), b_extents, b_strides, "bias");
                 activation_descriptor act;
                 LOOM_CUDNN_CHECK(cudnnSetActivationDescriptor(act.get(), CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
                 // z = y with alpha2 = 0: no residual is added (cuDNN reads z only when alpha2 is not 0).
@@ -435,9 +464,9 @@ void forward(const view<const T, 4, device>& x, const T* w, cudnnTensorFormat_t 
 
 // dx = the data gradient of conv from dy and w (dx and dy NCHW-ordered, any
 // strides; w contiguous in `filter_format`).
-template <class T>
-void backward_data(const view<const T, 4, device>& dy, const T* w, cudnnTensorFormat_t filter_format,
-                   const geometry& g, const view<T, 4, device>& dx) {
+template <class T, std::size_t R>
+void backward_data(const view<const T, R, device>& dy, const T* w, cudnnTensorFormat_t filter_format,
+                   const geometry& g, const view<T, R, device>& dx) {
   run_pass<T>(pass::backward_data, g, dx.strides(), dy.strides(), filter_format,
               [&](cudnnHandle_t h, const conv_descriptors& d, const plan& chosen, void* workspace) {
                 const scale_t<T> one = 1, zero = 0;
@@ -449,8 +478,8 @@ void backward_data(const view<const T, 4, device>& dy, const T* w, cudnnTensorFo
 }
 
 // dw (contiguous in `filter_format`) = the weight gradient of conv from dy and x.
-template <class T>
-void backward_filter(const view<const T, 4, device>& dy, const view<const T, 4, device>& x, const geometry& g,
+template <class T, std::size_t R>
+void backward_filter(const view<const T, R, device>& dy, const view<const T, R, device>& x, const geometry& g,
                      cudnnTensorFormat_t filter_format, T* dw) {
   run_pass<T>(pass::backward_filter, g, x.strides(), dy.strides(), filter_format,
               [&](cudnnHandle_t h, const conv_descriptors& d, const plan& chosen, void* workspace) {

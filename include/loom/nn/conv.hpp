@@ -135,7 +135,10 @@ void run_forward(const char* op, const view<const T, R, S>& x, const view<const 
     forward(data_5d(x, o), wc.data(), b, bias_stride, o.activation, g, channels_last(o), y.data());
   } else {
 #if LOOM_HAS_CUDNN
-    device_forward(data_2d(x, o), as_2d(wc), bias, o.activation, g, channels_last(o), data_2d(y, o));
+    if constexpr (R == 5)
+      device_forward(x, wc, bias, o.activation, g, false, y);
+    else
+      device_forward(data_2d(x, o), as_2d(wc), bias, o.activation, g, channels_last(o), data_2d(y, o));
 #endif
   }
 }
@@ -162,7 +165,10 @@ void run_backward_input(const char* op, const view<const T, R, S>& dy, const vie
     }
   } else {
 #if LOOM_HAS_CUDNN
-    device_backward_input(data_2d(dy, o), as_2d(wc), g, channels_last(o), data_2d(dx, o));
+    if constexpr (R == 5)
+      device_backward_input(dy, wc, g, false, dx);
+    else
+      device_backward_input(data_2d(dy, o), as_2d(wc), g, channels_last(o), data_2d(dx, o));
 #endif
   }
 }
@@ -176,7 +182,10 @@ void run_backward_weight(const char* op, const view<const T, R, S>& dy, const vi
     backward_weight(data_5d(dy, o), data_5d(x, o), g, dw.data());
   } else {
 #if LOOM_HAS_CUDNN
-    device_backward_weight(data_2d(dy, o), data_2d(x, o), g, channels_last(o), as_2d(dw));
+    if constexpr (R == 5)
+      device_backward_weight(dy, x, g, false, dw);
+    else
+      device_backward_weight(data_2d(dy, o), data_2d(x, o), g, channels_last(o), as_2d(dw));
 #endif
   }
 }
@@ -401,7 +410,8 @@ inline shape<5> conv3d_output_shape(const shape<5>& x, const shape<5>& w, const 
 //! The 3-D convolution (cross-correlation) of x [N, C, D, H, W] with w
 //! [Cout, C / groups, kd, kh, kw], written into y [N, Cout, od, oh, ow]:
 //! conv2d_into over three axes (same passes per chunk of images: im2col over
-//! the kd kh kw taps and one host GEMM; same errors). Host tensors only.
+//! the kd kh kw taps and one host GEMM; same errors). Device tensors: cuDNN
+//! with N-d descriptors, as conv2d_into.
 //! Example: `loom::conv3d_into(y, x, w, {.stride = {1, 2, 2}});`
 template <tensor_like Y, tensor_like X, tensor_like W>
 void conv3d_into(Y&& y, const X& x, const W& w, const conv3d_options& o = {}) {
