@@ -17,6 +17,7 @@
 
 #include "loom/config.hpp"
 #include "loom/core/launch.hpp"
+#include "loom/core/simd/dispatch.hpp"
 #include "loom/core/space.hpp"
 #include "loom/core/stream.hpp"
 #include "loom/exec/multi.hpp"
@@ -116,7 +117,18 @@ template <class S, std::size_t R, class L>
 std::size_t launch_items(const item<R, L>* items, std::size_t count, void*) {
   if (count == 0) return 0;
   if constexpr (std::is_same_v<S, host>) {
-    host_chunks(items, count, [](const auto& it, index_t, index_t begin, index_t end) { run_range(it, begin, end, 1); });
+    // A dense item's chunk runs in SIMD lanes at the CPU's width (no
+    // periodic branch per leaf), the others one element at a time.
+    constexpr bool wide = parts_compute_math<L>::value;
+    const loom::simd::isa isa = loom::simd::host_isa();
+    host_chunks(items, count, [isa](const auto& it, index_t, index_t begin, index_t end) {
+      if (it.dense)
+        loom::detail::simd::loop<wide>(isa, begin, end, [parts = it.parts](index_t i) {
+          at_linear<false>(parts, i, std::make_index_sequence<L::size>{});
+        });
+      else
+        run_range(it, begin, end, 1);
+    });
     return 1;
   } else {
 #if LOOM_CUDA_COMPILER

@@ -35,6 +35,7 @@ namespace loom::detail::multi {
 template <class O, std::size_t R, class B>
 struct part {
   using out_type = O;
+  using bound_type = B;
   O* p;
   shape<R> st;
   B b;
@@ -42,10 +43,10 @@ struct part {
 
 // Every expression at output element i (linear index; every output dense),
 // then every store.
-template <class... P, std::size_t... K>
+template <bool allow_periodic = true, class... P, std::size_t... K>
 LOOM_HD void at_linear(const tuple<P...>& parts, index_t i, std::index_sequence<K...>) {
-  const tuple<decltype(get<K>(parts).b.template at_linear<true>(i))...> v(
-      get<K>(parts).b.template at_linear<true>(i)...);
+  const tuple<decltype(get<K>(parts).b.template at_linear<allow_periodic>(i))...> v(
+      get<K>(parts).b.template at_linear<allow_periodic>(i)...);
   ((get<K>(parts).p[i] = convert<typename P::out_type>(get<K>(v))), ...);
 }
 
@@ -107,6 +108,15 @@ struct part_list : tuple<P...> {
   LOOM_HD explicit part_list(const P&... p) : tuple<P...>(p...) {}
 };
 
+// Whether any part's expression computes in floating point
+// (exec/elementwise.hpp's computes_math): the host's dense loop then takes
+// the wide copies (core/simd/dispatch.hpp), else the baseline copy alone.
+template <class L>
+struct parts_compute_math;
+template <class... P>
+struct parts_compute_math<part_list<P...>>
+    : std::bool_constant<(tree_any_v<typename P::bound_type, computes_math> || ...)> {};
+
 // The checks of assign_many on the outputs alone: one shape, no two overlap.
 template <class V0, class... V>
 void check_outputs(const V0& v0, const V&... vs) {
@@ -155,6 +165,7 @@ struct item {
   L parts;
   index_t n;
   bool linear;
+  bool dense;  // every output and every input dense: element i of each at offset i
   divisors<R> div;
 };
 
@@ -211,7 +222,8 @@ void prepare(const Views& vs, const Nodes& ns, const F& f, std::index_sequence<K
   const list_t ps(make(std::integral_constant<std::size_t, K>{})...);
   divisors<R> div{};
   for (std::size_t d = 0; d != R; ++d) div.d[d] = fast_divmod(static_cast<std::uint64_t>(v0.extent(d)));
-  f(item<R, list_t>{ps, v0.size(), ((std::get<K>(vs).is_contiguous() && bi[K].linear) && ...), div});
+  const bool linear = ((std::get<K>(vs).is_contiguous() && bi[K].linear) && ...);
+  f(item<R, list_t>{ps, v0.size(), linear, linear && (bi[K].contiguous && ...), div});
 }
 
 template <class Views, class Nodes, std::size_t... K>
