@@ -675,6 +675,65 @@ TEST_CASE("cross_entropy matches PyTorch's definition and its gradient", "[nn][l
   REQUIRE_THROWS_WITH(loom::cross_entropy(z, in_space(short_t)), Contains("[9, 33]") && Contains("[8]"));
 }
 
+TEST_CASE("cross_entropy_with_gradient writes the loss and the logits' gradient in one row kernel, in place too",
+          "[nn][loss]" LOOM_TEST_TAG) {
+  std::mt19937_64 g(loom_test::seed_for("fused classifier"));
+  const index_t n = 7, c = 45;
+  auto zh = random_host<float, 2>({n, c}, g, -6, 6);
+  loom::host_tensor<std::int64_t, 1> th({n});
+  for (index_t r = 0; r < n; ++r) th(r) = static_cast<std::int64_t>(g() % c);
+  th(3) = -100;  // ignored: no loss, a zero gradient row
+  auto z = in_space(zh);
+  auto t = in_space(th);
+  for (const bool mean : {true, false})
+    for (double s : {0.0, 0.1}) {
+      INFO("mean " << mean << " label smoothing " << s);
+      loom::cross_entropy_options o;
+      o.label_smoothing = s;
+      o.reduction = mean ? loom::loss_reduction::mean : loom::loss_reduction::sum;
+      // The reference in double: the smoothed target's cross-entropy and
+      // (softmax - target) * grad / counted rows.
+      const double scale = 0.7;
+      double total = 0;
+      std::vector<std::vector<double>> want(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(c), 0.0));
+      for (index_t r = 0; r < n; ++r) {
+        if (r == 3) continue;
+        double mx = -inf, sum = 0, mean_z = 0;
+        for (index_t k = 0; k < c; ++k) mx = std::max(mx, double(zh(r, k)));
+        for (index_t k = 0; k < c; ++k) sum += std::exp(double(zh(r, k)) - mx), mean_z += zh(r, k);
+        const double lse = std::log(sum) + mx;
+        total += (1 - s) * (lse - zh(r, static_cast<index_t>(th(r)))) + s * (lse - mean_z / double(c));
+        for (index_t k = 0; k < c; ++k)
+          want[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)] =
+              std::exp(double(zh(r, k)) - lse) - (k == th(r) ? 1 - s : 0.0) - s / double(c);
+      }
+      const double counted = mean ? n - 1 : 1;
+      for (auto& row : want)
+        for (auto& v : row) v *= scale / counted;
+      for (const bool in_place : {false, true}) {
+        INFO("in place " << in_place);
+        auto d = poisoned<float, 2>({n, c});
+        if (in_place) loom::assign(d, z);
+        loom::reset_launch_counts();
+        const auto loss = loom::cross_entropy_with_gradient(in_place ? d : z, t, d, scale, o);
+        const auto l = loom::launches();
+        CHECK(l.host + l.device == 3u);  // the count of rows, the row kernel, the mean or sum
+        CHECK(loom::to_host(loss)() == Approx(total / counted).epsilon(1e-5));
+        check_rows(d, want, 0, 1e-6);
+      }
+    }
+  // A target outside [0, C): NaN loss and a NaN gradient row; dlogits of another shape refused.
+  th(5) = c;
+  auto bad_t = in_space(th);
+  auto d = poisoned<float, 2>({n, c});
+  CHECK(std::isnan(loom::to_host(loom::cross_entropy_with_gradient(z, bad_t, d))()));
+  const auto dh = loom::to_host(d);
+  CHECK(std::isnan(dh(5, 0)));
+  CHECK(std::isfinite(dh(4, 0)));
+  auto wrong = poisoned<float, 2>({n, c - 1});
+  REQUIRE_THROWS_WITH(loom::cross_entropy_with_gradient(z, t, wrong), Contains("[7, 44]") && Contains("[7, 45]"));
+}
+
 namespace {
 // The cross-entropy of one row in long double (an independent reference for double logits).
 long double ref_ce_row_long(const loom::host_tensor<double, 2>& z, index_t r, std::int64_t t, long double s) {

@@ -180,6 +180,39 @@ template <tensor_like L, tensor_like T>
   return out;
 }
 
+namespace detail {
+// The rows a reduced cross-entropy divides by: [1, 1] in the targets'
+// space, the count of counted rows for the mean, 1 for the sum (one launch).
+template <class C, class TV>
+auto ce_count(const TV& tv, const cross_entropy_options& o) {
+  tensor<C, 2, typename TV::space> count({1, 1});
+  const auto t_row = tv.unsqueeze(0);  // any view of the targets, strided too
+  if (o.reduction == loss_reduction::mean)
+    assign(count, row_sum(ce_counted<C>(t_row, o.ignore_index)));
+  else
+    assign(count, C(1));
+  return count;
+}
+
+// The gradient of the reduced loss with respect to logits z [N, C] whose
+// softmax is p, against targets tv [N]: (p - smoothed one-hot) * grad /
+// count, zero rows for ignored targets, NaN rows for targets outside
+// [0, C) (as their losses: a kernel cannot raise).
+template <class C, class Z, class P, class TV, class Count>
+auto ce_gradient(const Z& z, const P& p, const TV& tv, const Count& count, double grad,
+                 const cross_entropy_options& o) {
+  const index_t c = z.extents()[1];
+  const auto t = as_node(tv.unsqueeze(1));
+  const double s = o.label_smoothing;
+  const auto target_dist = map(ce_target<C>{static_cast<C>(1.0 - s + s / static_cast<double>(c)),
+                                            static_cast<C>(s / static_cast<double>(c))},
+                               column_index(z) == t);
+  const auto bad = (t < std::int64_t{0}) || (t >= static_cast<std::int64_t>(c));
+  return where(t == o.ignore_index, 0.0f,
+               where(bad, std::numeric_limits<float>::quiet_NaN(), (p - target_dist) * grad / count));
+}
+}  // namespace detail
+
 //! Gradient of cross_entropy (reduced as `o.reduction` says) with respect to
 //! the logits, for an output gradient `grad` (1 for a plain loss):
 //! (softmax(z) - ((1 - s) onehot + s / C)) * grad / count, zero rows for
@@ -193,27 +226,56 @@ template <tensor_like L, tensor_like T>
   const auto tv = detail::as_view(target);
   detail::check_ce_shapes(lv, tv);
   using S = typename decltype(lv)::space;
-  const index_t c = lv.extent(1);
   using C = compute_t<typename decltype(lv)::value_type>;
-  tensor<C, 2, S> count({1, 1});
-  const auto t_row = tv.unsqueeze(0);  // any view of the targets, strided too
-  if (o.reduction == loss_reduction::mean)
-    assign(count, row_sum(detail::ce_counted<C>(t_row, o.ignore_index)));
-  else
-    assign(count, C(1));
+  const auto count = detail::ce_count<C>(tv, o);
   const auto z = detail::as_node(lv);
-  const auto t = detail::as_node(tv.unsqueeze(1));
   const auto p = exp(z - row_max(z)) / row_sum(exp(z - row_max(z)));
-  const double s = o.label_smoothing;
-  const auto target_dist = map(detail::ce_target<C>{static_cast<C>(1.0 - s + s / static_cast<double>(c)),
-                                                    static_cast<C>(s / static_cast<double>(c))},
-                               column_index(z) == t);
   tensor<typename decltype(lv)::value_type, 2, S> dz(lv.extents());
-  // A target outside [0, C) that is not ignore_index: NaN for its row, as
-  // its loss (a kernel cannot raise).
-  const auto bad = (t < std::int64_t{0}) || (t >= static_cast<std::int64_t>(c));
-  assign(dz, where(t == o.ignore_index, 0.0f,
-                   where(bad, std::numeric_limits<float>::quiet_NaN(), (p - target_dist) * grad / count)));
+  assign(dz, detail::ce_gradient<C>(z, p, tv, count, grad, o));
   return dz;
+}
+
+//! The fused classifier: cross_entropy and cross_entropy_backward together,
+//! without the probabilities ever written. One row kernel reads each row of
+//! the logits [N, C] and writes the row's loss and the gradient of the
+//! reduced loss (scaled by `grad`) into `dlogits` [N, C], which may be the
+//! logits themselves (the gradient overwrites them, as a training step that
+//! no longer needs them does). The row's maximum and sum of exponentials
+//! are computed once for both. Returns the reduced loss (0-d, the logits'
+//! compute type). Three kernels: the count of counted rows (1 for the sum), the
+//! row kernel, the reduction of the per-row losses. Ignored rows and targets
+//! outside [0, C) as in cross_entropy and cross_entropy_backward; dlogits
+//! of another shape throws shape_error, dlogits overlapping the logits
+//! other than exactly aliasing_error.
+//! Example: `float loss = loom::cross_entropy_with_gradient(logits, labels, logits).item();`
+template <tensor_like L, tensor_like T, tensor_like D>
+[[nodiscard]] auto cross_entropy_with_gradient(const L& logits, const T& target, D&& dlogits, double grad = 1.0,
+                                               const cross_entropy_options& o = {}) {
+  const auto lv = detail::as_view(logits);
+  const auto tv = detail::as_view(target);
+  const auto dv = detail::as_view(dlogits);
+  static_assert(decltype(lv)::rank == 2 && decltype(tv)::rank == 1 && decltype(dv)::rank == 2,
+                "loom: cross_entropy_with_gradient takes logits [N, C], targets [N] and dlogits [N, C]");
+  static_assert(std::is_same_v<typename decltype(tv)::value_type, std::int64_t>,
+                "loom: cross_entropy targets are int64 class indices");
+  detail::check_ce_shapes(lv, tv);
+  if (dv.extents() != lv.extents())
+    throw shape_error("loom: cross_entropy_with_gradient: dlogits of shape " + shape_string(dv.extents()) +
+                      " for logits of shape " + shape_string(lv.extents()));
+  using S = typename decltype(lv)::space;
+  using C = compute_t<typename decltype(lv)::value_type>;
+  const index_t n = lv.extent(0);
+  const auto count = detail::ce_count<C>(tv, o);
+  const auto z = detail::as_node(lv);
+  // The same row max and sum of exponentials as cross_entropy_rows' (one
+  // node type): the row kernel computes them once for the loss and the gradient.
+  const auto m = stop_gradient(row_max(z));
+  const auto p = exp(z - m) / row_sum(exp(z - m));
+  tensor<C, 2, S> losses({n, 1});
+  assign_with_row_stat(dv, detail::ce_gradient<C>(z, p, tv, count, grad, o), losses,
+                       cross_entropy_rows(lv, tv.unsqueeze(1), o));
+  tensor<C, 0, S> out(shape<0>{});
+  assign(out.view().reshape(shape<2>{1, 1}), row_sum(losses.view().reshape(shape<2>{1, n})) / count);
+  return out;
 }
 }  // namespace loom
