@@ -323,6 +323,13 @@ TEST_CASE("model derives every gradient of an MLP as finite differences of its l
   // (the first without da), the ReLU's dz.
   CHECK(net.last_backward().steps == 3);
   CHECK(net.last_backward().kernels == 11);
+  // The memory plan, in 256-byte units: the gradients of w1 (45 doubles, 2
+  // units), b1, w2, b2 (1 each) for the whole backward; of the logits (21
+  // doubles, 1) from the loss's backward to the second product's; of h (63,
+  // 2) from the second product's backward to the first's. The two overlap
+  // at the second product's backward: 5 + 1 + 2 units.
+  CHECK(net.peak_bytes() == 8 * 256);
+  CHECK(net.arena_bytes() == 8 * 256);
   check_gradients({m.w1.data(), m.b1.data(), m.w2.data(), m.b2.data()}, {m.w1.size(), m.b1.size(), m.w2.size(), m.b2.size()},
                   {net.grad(m.w1).data(), net.grad(m.b1).data(), net.grad(m.w2).data(), net.grad(m.b2).data()},
                   [&] { return m.reference(); });
@@ -391,6 +398,14 @@ TEST_CASE("model derives every gradient of a transformer block and of its input"
   // and 3 adds of dq, dk, dv into qkv's gradient; qkv's product 4; the
   // first layer norm's 2 and its add into x's gradient.
   CHECK(net.last_backward().kernels == 32);
+  // The memory plan in 256-byte units. Parameters and x, all backward: g1,
+  // be1, bqkv, bp, g2, be2, bfc, bfp 1 each, wqkv 4, wp 2, wfc 5, wfp 5, x 2:
+  // 26. At the backward of fc's step (its input's gradient written, mid's
+  // and fc's gradients live): fc's gradient 8 (240 doubles), gelu's input
+  // kept from the forward 8, mid's gradient 2, ln2's 2: 20, more than at
+  // any other time (qkv's gradient 6 and ln1's 2 at the qkv product's).
+  CHECK(net.peak_bytes() == (26 + 20) * 256);
+  CHECK(net.arena_bytes() >= net.peak_bytes());
   std::vector<double*> params;
   std::vector<index_t> sizes;
   std::vector<const double*> grads;

@@ -5,14 +5,15 @@
 // tensor, and the backward of all parameters derived from it in reverse
 // order (docs/13_models.md). Which value flows from which step is found
 // once, when the model is made, by the identity of the tensors (the same
-// memory, type and layout); a gradient of a value used by several steps is
-// written by the first of them in the backward and added to by the others.
+// memory, type and layout, or a view into a dense value); a gradient of a
+// value used by several steps is written by the first of them in the
+// backward and added to by the others. The gradients, scratch tensors and
+// kept step buffers live in one arena, planned from their lifetimes.
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -21,120 +22,11 @@
 
 #include "loom/core/error.hpp"
 #include "loom/core/launch.hpp"
+#include "loom/model/plan.hpp"
 #include "loom/model/steps.hpp"
 
 namespace loom {
 namespace detail::model {
-//! The identity of a tensor's elements: where they start, their type, their
-//! layout, and the bytes they span (for overlaps).
-struct value_key {
-  const void* data = nullptr;
-  const void* type = nullptr;
-  std::size_t rank = 0;
-  std::array<index_t, max_rank> extents{}, strides{};
-  std::uintptr_t lo = 0, hi = 0;  // [lo, hi): the bytes the elements span
-
-  bool same(const value_key& o) const {
-    return data == o.data && type == o.type && rank == o.rank && extents == o.extents && strides == o.strides;
-  }
-  bool overlaps(const value_key& o) const { return lo < o.hi && o.lo < hi; }
-  bool contains(const value_key& o) const { return lo <= o.lo && o.hi <= hi; }
-  //! Every byte of [lo, hi) is one element (a permutation of a dense
-  //! block: a contiguous tensor, its transpose, ...).
-  bool dense = false;
-};
-
-template <class T>
-inline constexpr char type_tag = 0;
-
-template <class V>
-value_key key_of(const V& v) {
-  using T = typename V::value_type;
-  value_key k;
-  k.data = v.data();
-  k.type = &type_tag<T>;
-  k.rank = V::rank;
-  std::intptr_t first = 0, last = 0;
-  bool empty = false;
-  for (std::size_t d = 0; d != V::rank; ++d) {
-    k.extents[d] = v.extent(d), k.strides[d] = v.stride(d);
-    if (v.extent(d) == 0) empty = true;
-    const std::intptr_t span = static_cast<std::intptr_t>(v.extent(d) - 1) * v.stride(d);
-    (span < 0 ? first : last) += span;
-  }
-  const auto base = reinterpret_cast<std::intptr_t>(v.data());
-  k.lo = static_cast<std::uintptr_t>(base + first * static_cast<std::intptr_t>(sizeof(T)));
-  k.hi = empty ? k.lo : static_cast<std::uintptr_t>(base + (last + 1) * static_cast<std::intptr_t>(sizeof(T)));
-  // Dense: the axes of extent above 1, by increasing stride, each step by
-  // the extent times stride of the one before, the first by 1.
-  std::array<std::size_t, max_rank> axes{};
-  std::size_t n = 0;
-  for (std::size_t d = 0; d != V::rank; ++d)
-    if (v.extent(d) > 1) axes[n++] = d;
-  std::sort(axes.begin(), axes.begin() + static_cast<std::ptrdiff_t>(n),
-            [&](std::size_t x, std::size_t y) { return v.stride(x) < v.stride(y); });
-  index_t next = 1;
-  k.dense = !empty;
-  for (std::size_t i = 0; i != n && k.dense; ++i) {
-    k.dense = v.stride(axes[i]) == next;
-    next *= v.extent(axes[i]);
-  }
-  return k;
-}
-
-//! The elements of a value's span: the offset of view `v`'s first element
-//! from lo, in elements.
-template <class V>
-index_t offset_in(const value_key& k, const V& v) {
-  return static_cast<index_t>((reinterpret_cast<std::uintptr_t>(v.data()) - k.lo) / sizeof(typename V::value_type));
-}
-
-//! A value the model knows: a parameter, an input with a gradient, or a
-//! step's output.
-struct value_info {
-  value_key key;
-  int producer = -1;  // the step that writes it, or -1 for a parameter or an input
-  int param = -1;     // its index among the parameters, then the inputs
-  bool needs_grad = false;
-  bool written = false;   // a backward step writes its gradient (planning)
-  bool partial = false;   // a step reads part of it: its gradient is zeroed, then every contribution adds
-  std::shared_ptr<void> grad;  // its gradient's storage (grad_view says how a view of it reads it)
-  void* grad_data = nullptr;
-  void (*zero)(const value_info&) = nullptr;  // sets the gradient's storage to 0: one kernel
-};
-
-template <class Tn>
-void zero_storage(const value_info& val) {
-  fill(static_cast<Tn*>(val.grad.get())->view(), typename Tn::value_type(0));
-}
-
-//! The gradient of the elements that view `v` (of value `val`) reads: a
-//! dense value's gradient has the value's layout over its span, so any view
-//! within it maps to the view of its gradient at the same offset and
-//! strides; another value's gradient is a contiguous tensor of its shape,
-//! read only through a view that is the value itself.
-template <class T, std::size_t R, class S>
-view<T, R, S> grad_view(const value_info& val, const view<const T, R, S>& v) {
-  T* const g = static_cast<T*>(val.grad_data);
-  if (val.key.dense) return view<T, R, S>(g + offset_in(val.key, v), v.extents(), v.strides());
-  return view<T, R, S>(g, v.extents());
-}
-
-//! Storage for the gradient of a value read as view `v` (its span when
-//! dense, else a tensor of its shape).
-template <class T, std::size_t R, class S>
-void make_grad(value_info& val, const view<const T, R, S>& v) {
-  if (val.key.dense) {
-    auto t = std::make_shared<tensor<T, 1, S>>(shape<1>{static_cast<index_t>((val.key.hi - val.key.lo) / sizeof(T))});
-    val.grad_data = t->data(), val.grad = std::move(t), val.zero = &zero_storage<tensor<T, 1, S>>;
-  } else {
-    auto t = std::make_shared<tensor<T, R, S>>(v.extents());
-    val.grad_data = t->data(), val.grad = std::move(t), val.zero = &zero_storage<tensor<T, R, S>>;
-  }
-}
-
-
-
 template <class S>
 inline constexpr bool is_loss_step = false;
 template <class Out, class L, class T>
@@ -199,6 +91,7 @@ class model<detail::model::parameter_list<P...>, detail::model::input_list<I...>
   static_assert(sizeof...(S) > 0, "loom: model: give at least one step");
   static constexpr std::size_t n_steps = sizeof...(S);
   using last_t = std::tuple_element_t<n_steps - 1, std::tuple<S...>>;
+  using space = typename last_t::out_t::space;
 
  public:
   model(detail::model::parameter_list<P...> params, detail::model::input_list<I...> in,
@@ -269,6 +162,19 @@ class model<detail::model::parameter_list<P...>, detail::model::input_list<I...>
   //! What the last backward ran.
   const backward_info& last_backward() const { return info_; }
 
+  //! The most bytes of the model's own memory live at one time: gradients
+  //! (a parameter's or an input's from the start; an intermediate value's
+  //! from its first contribution to its producer's backward), scratch
+  //! tensors (during their step's backward) and kept step buffers (gelu's
+  //! input, from the forward to the backward), each rounded up to 256
+  //! bytes. Known when the model is made; the steps' outputs (the user's
+  //! tensors) and the temporaries of the rules underneath are not in it.
+  std::size_t peak_bytes() const { return peak_bytes_; }
+  //! The bytes of the one arena that holds those buffers, allocated when
+  //! the model is made: buffers live at disjoint times share memory, so it
+  //! is peak_bytes() or a little more.
+  std::size_t arena_bytes() const { return arena_bytes_; }
+
  private:
   static constexpr bool is_loss = detail::model::is_loss_step<last_t>;
 
@@ -308,7 +214,7 @@ class model<detail::model::parameter_list<P...>, detail::model::input_list<I...>
     const auto leaf = [&](auto& p) {
       value_info val;
       val.key = key_of(p), val.param = static_cast<int>(values_.size()), val.needs_grad = true;
-      make_grad(val, as_const(p));
+      size_grad(val, as_const(p));
       values_.push_back(std::move(val));
     };
     std::apply([&](auto&... p) { (leaf(p), ...); }, params_);
@@ -369,7 +275,8 @@ class model<detail::model::parameter_list<P...>, detail::model::input_list<I...>
     // Backward plan, last step first: a step runs when its output has a
     // gradient (the last step's is given); the first contribution to a
     // gradient writes it, later ones add to it; a value read in part has its
-    // gradient zeroed before the backward, and every contribution adds.
+    // gradient zeroed just before its first contribution, and every
+    // contribution adds.
     for_each_step_reversed([&](auto& s, std::size_t i) {
       auto& outv = values_[step_value_[i]];
       active_[i] = outv.needs_grad && (i == n_steps - 1 || outv.written);
@@ -378,9 +285,9 @@ class model<detail::model::parameter_list<P...>, detail::model::input_list<I...>
         if constexpr (std::remove_cvref_t<decltype(o)>::floating) {
           auto* val = find(o);
           if (val == nullptr || !val->needs_grad) return;
-          if (!val->grad) make_grad(*val, o.v);
-          o.grad = grad_view(*val, o.v);
+          if (!val->zero) size_grad(*val, o.v);
           o.mode = val->written || val->partial ? grad_mode::accumulate : grad_mode::write;
+          if (!val->written) val->first_contribution = static_cast<int>(i);
           val->written = true;
         }
       });
@@ -388,8 +295,69 @@ class model<detail::model::parameter_list<P...>, detail::model::input_list<I...>
     });
     for (std::size_t p = 0; p != n_leaves; ++p)
       if (!values_[p].written) unreached_.push_back(p);
-    for (std::size_t p = 0; p != values_.size(); ++p)
-      if (values_[p].partial && values_[p].written) cleared_.push_back(p);
+    plan_memory();
+  }
+
+  // The memory plan: every gradient, scratch tensor and kept step buffer is
+  // a buffer with the times it is live, placed in one arena allocated here.
+  void plan_memory() {
+    using namespace detail::model;
+    const int n = static_cast<int>(n_steps);
+    const auto backward_time = [&](std::size_t i) { return 2 * n - 1 - static_cast<int>(i); };
+    const auto rounded = [](std::size_t b) { return (b + arena_alignment - 1) / arena_alignment * arena_alignment; };
+    buffers_.clear();
+    for (std::size_t v = 0; v != values_.size(); ++v) {
+      auto& val = values_[v];
+      if (!val.zero) continue;
+      planned_buffer b;
+      b.bytes = rounded(static_cast<std::size_t>(val.grad_elements) * val.element_size);
+      if (val.producer < 0) {
+        b.first = 0, b.last = 2 * n;  // a parameter's or an input's: read after the backward
+      } else {
+        if (!val.written) continue;
+        b.first = backward_time(static_cast<std::size_t>(val.first_contribution));
+        b.last = backward_time(static_cast<std::size_t>(val.producer));
+      }
+      val.grad_buffer = static_cast<int>(buffers_.size());
+      buffers_.push_back(b);
+    }
+    std::vector<std::pair<std::size_t, int>> scratch;  // (step, buffer) of each scratch, in visiting order
+    for_each_step([&](auto& s, std::size_t i) {
+      if (active_[i])
+        s.for_each_operand([&](auto& o) {
+          if (!o.needs_scratch) return;
+          const int t = backward_time(i);
+          buffers_.push_back({rounded(static_cast<std::size_t>(o.v.size()) * sizeof(typename std::remove_cvref_t<decltype(o)>::value_type)), 0, t, t});
+        });
+      s.for_each_buffer([&](auto& buf, const auto& extents) {
+        const std::size_t bytes = static_cast<std::size_t>(shape_size(extents)) * sizeof(typename std::remove_cvref_t<decltype(buf)>::value_type);
+        buffers_.push_back({rounded(bytes), 0, static_cast<int>(i), backward_time(i)});
+      });
+    });
+    arena_bytes_ = place_buffers(buffers_);
+    peak_bytes_ = live_peak(buffers_);
+    arena_ = tensor<std::uint8_t, 1, space>(shape<1>{static_cast<index_t>(arena_bytes_)});
+    std::uint8_t* const base = arena_.data();
+    for (auto& val : values_)
+      if (val.grad_buffer >= 0) val.grad_data = base + buffers_[static_cast<std::size_t>(val.grad_buffer)].offset;
+    std::size_t next = 0;
+    for (const auto& val : values_) next += val.grad_buffer >= 0 ? 1 : 0;
+    for_each_step([&](auto& s, std::size_t i) {
+      if (active_[i])
+        s.for_each_operand([&](auto& o) {
+          using O = std::remove_cvref_t<decltype(o)>;
+          if constexpr (O::floating) {
+            if (o.mode != grad_mode::none) o.grad = grad_view(*find(o), o.v);
+          }
+          if (o.needs_scratch)
+            o.scratch = view<typename O::value_type, O::rank, typename O::space>(
+                reinterpret_cast<typename O::value_type*>(base + buffers_[next++].offset), o.v.extents());
+        });
+      s.for_each_buffer([&](auto& buf, const auto& extents) {
+        using B = std::remove_cvref_t<decltype(buf)>;
+        buf = B(reinterpret_cast<typename B::value_type*>(base + buffers_[next++].offset), extents);
+      });
+    });
   }
 
   template <class O>
@@ -418,7 +386,6 @@ class model<detail::model::parameter_list<P...>, detail::model::input_list<I...>
     const auto before = launches();
     info_ = {};
     for (const auto p : unreached_) values_[p].zero(values_[p]), ++info_.zeroed;
-    for (const auto p : cleared_) values_[p].zero(values_[p]), ++info_.cleared;
     std::vector<bool> fresh(n_steps, false);
     for_each_step_reversed([&](auto& s, std::size_t i) {
       if (!active_[i]) return;
@@ -426,6 +393,8 @@ class model<detail::model::parameter_list<P...>, detail::model::input_list<I...>
         if (o.producer >= 0) ensure(static_cast<std::size_t>(o.producer), fresh);
       });
       if (s.reads_own_output()) ensure(i, fresh);
+      for (const auto& val : values_)
+        if (val.partial && val.first_contribution == static_cast<int>(i)) val.zero(val), ++info_.cleared;
       if constexpr (std::is_same_v<std::remove_cvref_t<decltype(s)>, last_t>) {
         if (i == n_steps - 1) {
           s.backward(dy_last);
@@ -448,7 +417,10 @@ class model<detail::model::parameter_list<P...>, detail::model::input_list<I...>
   std::size_t n_params_ = 0;
   std::array<std::size_t, n_steps> step_value_{};
   std::array<bool, n_steps> active_{};
-  std::vector<std::size_t> unreached_, cleared_;
+  std::vector<std::size_t> unreached_;
+  std::vector<detail::model::planned_buffer> buffers_;
+  tensor<std::uint8_t, 1, space> arena_;
+  std::size_t arena_bytes_ = 0, peak_bytes_ = 0;
   struct constant_operand {
     detail::model::value_key key;
     std::string what;

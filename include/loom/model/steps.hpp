@@ -55,20 +55,19 @@ struct operand {
   int producer = -1;  //!< the step that writes v, or -1
   int param = -1;     //!< the parameter v is, or -1
   grad_mode mode = grad_mode::none;
-  view<T, R, S> grad;      //!< the value's gradient (mode write or accumulate)
-  tensor<T, R, S> scratch; //!< the step's result where it cannot write `grad` itself
+  view<T, R, S> grad;     //!< the value's gradient (mode write or accumulate)
+  view<T, R, S> scratch;  //!< the step's result where it cannot write `grad` itself (in the model's arena)
+  bool needs_scratch = false;
 
   //! Where the step's kernel writes this operand's gradient.
-  view<T, R, S> target() { return mode == grad_mode::write ? grad : scratch.view(); }
+  view<T, R, S> target() { return mode == grad_mode::write ? grad : scratch; }
   //! After the step's kernel: a later contribution is added to the gradient.
   void finish() {
     if (mode == grad_mode::accumulate) grad += scratch;
   }
   //! The step's kernel needs a place for a result it does not keep, or for
-  //! one it adds afterwards.
-  void make_scratch() {
-    if (mode != grad_mode::write) scratch = tensor<T, R, S>(v.extents());
-  }
+  //! one it adds afterwards (the model places it in its arena).
+  void make_scratch() { needs_scratch = mode != grad_mode::write; }
   std::string origin() const {
     if (producer >= 0) return " (the output of step " + std::to_string(producer) + ")";
     if (param >= 0) return " (parameter " + std::to_string(param) + ")";
@@ -126,7 +125,7 @@ struct linear_step {
   Bias bias;  // unused without HasBias
   matmul_activation act;
   Res residual;  // unused without HasRes
-  tensor<typename Out::value_type, Out::rank, typename Out::space> z;  // gelu_tanh's input
+  view<typename Out::value_type, Out::rank, typename Out::space> z;  // gelu_tanh's input (in the model's arena)
 
   template <class F>
   void for_each_operand(F&& f) {
@@ -136,6 +135,11 @@ struct linear_step {
   }
   //! Its backward reads its own output (relu's gradient at the output).
   bool reads_own_output() const { return act == matmul_activation::relu; }
+  //! The buffers it keeps from its forward to its backward: gelu_tanh's input.
+  template <class F>
+  void for_each_buffer(F&& f) {
+    if (act == matmul_activation::gelu_tanh) f(z, out.extents());
+  }
 
   void check(std::size_t i) {
     static_assert(B::rank == 2 && A::rank >= 2,
@@ -158,7 +162,6 @@ struct linear_step {
         throw value_error("loom: model step " + std::to_string(i) +
                           " (linear): a residual is added to a product without an activation");
     }
-    if (act == matmul_activation::gelu_tanh) z = tensor<typename Out::value_type, Out::rank, typename Out::space>(want);
   }
 
   void forward() {
@@ -200,12 +203,12 @@ struct linear_step {
         if (act == matmul_activation::none)
           matmul_backward_into(da, db, pick(bias), a.v, b.v, dy, o);
         else
-          matmul_backward_into(da, db, pick(bias), a.v, b.v, dy, act == matmul_activation::relu ? out : z.view(), o);
+          matmul_backward_into(da, db, pick(bias), a.v, b.v, dy, act == matmul_activation::relu ? out : z, o);
       } else {
         if (act == matmul_activation::none)
           matmul_backward_into(da, db, skip, a.v, b.v, dy, o);
         else
-          matmul_backward_into(da, db, skip, a.v, b.v, dy, act == matmul_activation::relu ? out : z.view(), o);
+          matmul_backward_into(da, db, skip, a.v, b.v, dy, act == matmul_activation::relu ? out : z, o);
       }
     };
     if (a.mode == grad_mode::none)
@@ -243,6 +246,8 @@ struct apply_desc {
 template <class Out, class F, class... In>
 struct layer_step {
   static constexpr const char* kind = "layer";
+  template <class Fb>
+  void for_each_buffer(Fb&&) {}
   using out_t = Out;
   Out out;
   F f;
@@ -325,6 +330,8 @@ struct cross_entropy_desc {
 template <class Out, class L, class T>
 struct cross_entropy_step {
   static constexpr const char* kind = "cross_entropy";
+  template <class Fb>
+  void for_each_buffer(Fb&&) {}
   using out_t = Out;
   Out out;
   L logits;
@@ -376,6 +383,8 @@ struct embedding_desc {
 template <class Out, class Ids, class Table>
 struct embedding_step {
   static constexpr const char* kind = "embedding";
+  template <class Fb>
+  void for_each_buffer(Fb&&) {}
   using out_t = Out;
   Out out;
   Ids ids;
@@ -427,6 +436,8 @@ struct attention_desc {
 template <class Out, class Attn, class Q, class K, class V>
 struct attention_step {
   static constexpr const char* kind = "attention";
+  template <class Fb>
+  void for_each_buffer(Fb&&) {}
   using out_t = Out;
   using value_type = typename Out::value_type;
   Out out;
