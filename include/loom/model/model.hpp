@@ -22,6 +22,7 @@
 
 #include "loom/core/error.hpp"
 #include "loom/core/launch.hpp"
+#include "loom/model/nn_steps.hpp"
 #include "loom/model/plan.hpp"
 #include "loom/model/steps.hpp"
 
