@@ -6,7 +6,8 @@
 //   gpt2_config::tensor_shapes (wte padded to padded V rows);
 // - a token shard: 256 int32 (magic 20240520, version 1, token count), then
 //   the tokens as uint16.
-// A file that does not fit throws loom::io_error naming the file and what is wrong.
+// A file that does not fit throws loom::io_error naming the file and what is
+// wrong. shard_loader reads a whole shard and hands out its batches in order.
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -127,5 +128,48 @@ inline void write_tokens(const std::string& path, const std::vector<std::uint16_
   detail::write_exactly(f.get(), h.data(), sizeof h, path);
   detail::write_exactly(f.get(), tokens.data(), tokens.size() * sizeof(std::uint16_t), path);
 }
+
+//! Batches of B sequences of T tokens from a whole token shard, in order:
+//! each batch's inputs are the next B T tokens, its targets the same shifted
+//! by one; a batch that would pass the shard's end starts again at token 0.
+//! The shard is read whole at construction; a shard shorter than one batch
+//! (B T + 1 tokens) or holding a token outside the vocabulary throws
+//! loom::io_error naming the file.
+class shard_loader {
+ public:
+  shard_loader(const std::string& path, std::int64_t batch, std::int64_t seq, std::int64_t vocab)
+      : tokens_(read_tokens(path)), batch_(batch), seq_(seq) {
+    if (batch <= 0 || seq <= 0)
+      throw loom::value_error("loom: gpt2: a batch of " + std::to_string(batch) + " x " + std::to_string(seq) +
+                              " tokens is empty");
+    if (static_cast<std::int64_t>(tokens_.size()) < batch * seq + 1)
+      throw loom::io_error("loom: gpt2: " + path + " holds " + std::to_string(tokens_.size()) +
+                           " tokens; a batch of " + std::to_string(batch) + " x " + std::to_string(seq) + " needs " +
+                           std::to_string(batch * seq + 1));
+    for (std::size_t i = 0; i != tokens_.size(); ++i)
+      if (tokens_[i] >= vocab)
+        throw loom::io_error("loom: gpt2: " + path + ": token " + std::to_string(tokens_[i]) + " at " +
+                             std::to_string(i) + " is outside the vocabulary of " + std::to_string(vocab));
+  }
+
+  //! Writes the next batch's inputs and targets (B T each, row-major [B, T]).
+  void next(std::int32_t* inputs, std::int64_t* targets) {
+    const std::size_t n = static_cast<std::size_t>(batch_ * seq_);
+    if (position_ + n + 1 > tokens_.size()) position_ = 0;
+    for (std::size_t i = 0; i != n; ++i) {
+      inputs[i] = tokens_[position_ + i];
+      targets[i] = tokens_[position_ + i + 1];
+    }
+    position_ += n;
+  }
+  //! The first token of the next batch, and the shard's length.
+  [[nodiscard]] std::size_t position() const { return position_; }
+  [[nodiscard]] std::size_t size() const { return tokens_.size(); }
+
+ private:
+  std::vector<std::uint16_t> tokens_;
+  std::int64_t batch_, seq_;
+  std::size_t position_ = 0;
+};
 
 }  // namespace gpt2

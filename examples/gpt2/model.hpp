@@ -114,16 +114,15 @@ auto split_heads(const QKV& qkv, index_t heads) {
                     h.slice(whole, whole, 2).transpose(1, 2)};
 }
 
-//! The forward pass over tokens `inputs` [B, T] and the mean cross-entropy
-//! against `targets` [B, T] (int64; a 0-d tensor). Per block: layer norm,
+//! The forward pass over tokens `inputs` [B, T] up to the logits (into
+//! a.logits [B, T, V]). Per block: layer norm,
 //! the qkv product (bias in the GEMM's epilogue), causal attention on
 //! strided views of qkv, the output projection with bias and residual in
 //! the epilogue, layer norm, the MLP (bias in the first GEMM's epilogue,
 //! then the tanh-GELU; bias and residual in the second's). The classifier
 //! reads wte's first V rows: the padded rows give no logits.
-template <loom::memory_space Space, class Ids, class Targets>
-loom::tensor<float, 0, Space> forward(const parameters<Space>& p, activations<Space>& a, const Ids& inputs,
-                                      const Targets& targets) {
+template <loom::memory_space Space, class Ids>
+void forward_logits(const parameters<Space>& p, activations<Space>& a, const Ids& inputs) {
   using loom::range, loom::shape;
   const auto& c = p.config;
   const index_t B = a.B, T = a.T, C = c.channels, NH = c.heads, hs = C / NH;
@@ -146,8 +145,17 @@ loom::tensor<float, 0, Space> forward(const parameters<Space>& p, activations<Sp
   }
   a.lnf = loom::layer_norm(a.residual.slice(c.layers), p.lnfw, p.lnfb, eps);
   a.logits = loom::matmul(a.lnf, p.wte.slice(range(0, c.vocab)).t());
-  return loom::cross_entropy(a.logits.view().reshape(shape<2>{B * T, c.vocab}),
-                             targets.view().reshape(shape<1>{B * T}));
+}
+
+//! The forward pass and the mean cross-entropy against `targets` [B, T]
+//! (int64; a 0-d tensor).
+template <loom::memory_space Space, class Ids, class Targets>
+loom::tensor<float, 0, Space> forward(const parameters<Space>& p, activations<Space>& a, const Ids& inputs,
+                                      const Targets& targets) {
+  using loom::shape;
+  forward_logits(p, a, inputs);
+  const index_t N = a.B * a.T;
+  return loom::cross_entropy(a.logits.view().reshape(shape<2>{N, p.config.vocab}), targets.view().reshape(shape<1>{N}));
 }
 
 }  // namespace gpt2

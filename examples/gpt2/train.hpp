@@ -2,7 +2,7 @@
 #pragma once
 // GPT-2's backward from loom's derived gradients, layer by layer in reverse
 // order, and AdamW. Nothing here differentiates by hand: each call is a
-// gradient loom derives for its layer (the cross-entropy's, matmul_backward
+// gradient loom derives for its layer (the fused cross-entropy's, matmul_backward
 // with the tanh-GELU's derivative from loom::grad, layer_norm_backward,
 // loom::grad of the attention, embedding_backward); this file only routes
 // each value's gradient to the layers that read it, adding where a value
@@ -20,11 +20,22 @@ struct gradients : parameters<Space> {
   using parameters<Space>::parameters;
 };
 
-//! Writes the gradient of the mean loss of the last forward(p, a, inputs,
-//! targets) into g (every element written).
-template <loom::memory_space Space, class Ids, class Targets>
-void backward(const parameters<Space>& p, activations<Space>& a, gradients<Space>& g, const Ids& inputs,
-              const Targets& targets) {
+//! The fused classifier: the mean cross-entropy of a.logits against
+//! `targets` [B, T] (returned, 0-d), and its gradient written over a.logits
+//! (loom::cross_entropy_with_gradient: one row kernel, no probabilities).
+template <loom::memory_space Space, class Targets>
+loom::tensor<float, 0, Space> classifier_loss(const parameters<Space>& p, activations<Space>& a,
+                                              const Targets& targets) {
+  using loom::shape;
+  const index_t N = a.B * a.T;
+  const auto logits = a.logits.view().reshape(shape<2>{N, p.config.vocab});
+  return loom::cross_entropy_with_gradient(logits, targets.view().reshape(shape<1>{N}), logits);
+}
+
+//! Writes into g (every element) the gradient of the loss whose gradient
+//! with respect to the logits a.logits holds (after classifier_loss).
+template <loom::memory_space Space, class Ids>
+void backward_from_logits(const parameters<Space>& p, activations<Space>& a, gradients<Space>& g, const Ids& inputs) {
   using loom::range, loom::shape, loom::skip;
   const auto& c = p.config;
   const index_t B = a.B, T = a.T, C = c.channels, NH = c.heads, hs = C / NH, N = B * T, V = c.vocab;
@@ -32,12 +43,9 @@ void backward(const parameters<Space>& p, activations<Space>& a, gradients<Space
   const auto rows = [&](auto t) { return t.reshape(shape<2>{N, t.extent(2)}); };  // [B, T, X] as [B T, X]
 
   // The classifier: logits = lnf wte[:V]^T, so wte[:V] receives dlogits^T lnf.
-  const auto dlogits = loom::cross_entropy_backward(a.logits.view().reshape(shape<2>{N, V}),
-                                                    targets.view().reshape(shape<1>{N}));
   loom::tensor<float, 3, Space> dres({B, T, C}), dx({B, T, C}), dmid({B, T, C}), dfch({B, T, 4 * C}),
       dqkv({B, T, 3 * C});
-  loom::matmul_backward_into(dx, g.wte.slice(range(0, V)).t(), skip, a.lnf, p.wte.slice(range(0, V)).t(),
-                             dlogits.view().reshape(shape<3>{B, T, V}));
+  loom::matmul_backward_into(dx, g.wte.slice(range(0, V)).t(), skip, a.lnf, p.wte.slice(range(0, V)).t(), a.logits);
   loom::fill(g.wte.slice(range(V, c.padded_vocab)), 0.0f);
   {
     const auto r = loom::layer_norm_backward(rows(a.residual.slice(c.layers)), p.lnfw, rows(dx.view()), eps);
@@ -79,6 +87,16 @@ void backward(const parameters<Space>& p, activations<Space>& a, gradients<Space
   loom::assign(dwpe, dres.slice(0));  // `dwpe = view` would rebind the view, not copy
   for (index_t b = 1; b < B; ++b) dwpe = dwpe + dres.slice(b);
   loom::fill(g.wpe.slice(range(T, c.max_seq)), 0.0f);
+}
+
+//! Writes the gradient of the mean loss of the last forward(p, a, inputs,
+//! targets) into g (every element written); a.logits is overwritten with
+//! the logits' gradient.
+template <loom::memory_space Space, class Ids, class Targets>
+void backward(const parameters<Space>& p, activations<Space>& a, gradients<Space>& g, const Ids& inputs,
+              const Targets& targets) {
+  (void)classifier_loss(p, a, targets);
+  backward_from_logits(p, a, g, inputs);
 }
 
 }  // namespace gpt2
