@@ -65,15 +65,15 @@ void sweep(double tol) {
     const auto x = random_host<T>(xs, g), wt = random_host<T>(ws, g);
     const auto b = random_host<T>(loom::shape<1>{cout}, g);
     const auto dy = random_host<T>(loom::conv2d_output_shape(xs, ws, o), g);
-    const auto dx_d = loom::to_device(x), w_d = loom::to_device(wt);
+    const auto x_dev = loom::to_device(x), w_d = loom::to_device(wt);
     const auto b_d = loom::to_device(b);
     const auto dy_d = loom::to_device(dy);
     // With and without the bias: bias + ReLU runs inside cuDNN, the rest as a loom kernel after it.
-    REQUIRE(worst(loom::to_host(loom::conv2d(dx_d, w_d, b_d, o)), loom::conv2d(x, wt, b, o)) <= tol);
-    REQUIRE(worst(loom::to_host(loom::conv2d(dx_d, w_d, o)), loom::conv2d(x, wt, o)) <= tol);
+    REQUIRE(worst(loom::to_host(loom::conv2d(x_dev, w_d, b_d, o)), loom::conv2d(x, wt, b, o)) <= tol);
+    REQUIRE(worst(loom::to_host(loom::conv2d(x_dev, w_d, o)), loom::conv2d(x, wt, o)) <= tol);
     REQUIRE(worst(loom::to_host(loom::conv2d_backward_input(dy_d, w_d, xs, o)),
                   loom::conv2d_backward_input(dy, wt, xs, o)) <= tol);
-    REQUIRE(worst(loom::to_host(loom::conv2d_backward_weight(dy_d, dx_d, ws, o)),
+    REQUIRE(worst(loom::to_host(loom::conv2d_backward_weight(dy_d, x_dev, ws, o)),
                   loom::conv2d_backward_weight(dy, x, ws, o)) <= tol);
     if (!nhwc) REQUIRE(worst(loom::to_host(loom::conv2d_backward_bias(dy_d)), loom::conv2d_backward_bias(dy)) <= tol);
   }
