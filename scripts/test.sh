@@ -36,11 +36,12 @@ fi
 # Without a GPU the [cuda] test programs, the GPU benchmarks, the nvcc header
 # checks and the examples (which then run on the host executor) cannot run
 # device code: it is compiled for the first architecture only (e.g.
-# 90-virtual), to NVVM IR where the program is not linked, else to PTX (see
-# loom_gpu_program and loom_check_only_target in CMakeLists.txt).
-# The whole front end and NVVM run, so every template and device-code error
-# shows; ptxas runs in the ptx_fusion_check_* tests and the consumer build. With
-# a GPU everything is built for real (LOOM_CHECK_ONLY_ARCH overrides).
+# 90-virtual), to NVVM IR and device side only where the program is not
+# linked, else to PTX (see loom_gpu_program and loom_check_only_target in
+# CMakeLists.txt). The whole front end and NVVM run, so every template and
+# device-code error shows; ptxas runs in the ptx_fusion_check_* tests and the
+# consumer build. With a GPU everything is built for real
+# (LOOM_CHECK_ONLY_ARCH overrides).
 if [[ -z "${LOOM_CHECK_ONLY_ARCH+x}" ]]; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
     LOOM_CHECK_ONLY_ARCH=""
@@ -55,8 +56,10 @@ section "configure ($LOOM_BUILD_DIR, CUDA architectures $LOOM_CUDA_ARCH, compile
 # at -O0 (LOOM_SANITIZE=ON, the default here; LOOM_SANITIZE=OFF builds them
 # plain at -O3): every host test runs under AddressSanitizer and
 # UndefinedBehaviorSanitizer (tests/CMakeLists.txt says why -O0).
-# The .cpp files with clang++ (LOOM_TEST_CXX), the .cu files with nvcc on g++:
-# two compilers check loom's host code (see loom_install_test_cxx).
+# The .cpp files with clang++ (LOOM_TEST_CXX), the .cu files that are linked
+# with nvcc on g++: two compilers check loom's host code (see
+# loom_install_test_cxx). The host test sources share one precompiled
+# loom_test.hpp (LOOM_TEST_PCH, tests/CMakeLists.txt).
 # Under clang++ the CPU benchmarks, which only make the smoke run here (the
 # figures mean nothing), are built at -O0 (bench/CMakeLists.txt:
 # LOOM_BENCH_CPU_OPT): a third of -O1's compile time (bench_grad_cpu.cpp
