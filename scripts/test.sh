@@ -91,7 +91,7 @@ for source in "$LOOM_ROOT"/examples/[0-9][0-9]_*.cu; do
   echo "--- $example"
   "$LOOM_BUILD_DIR/examples/$example"
 done
-echo "--- gpt2 (examples/gpt2: llm.c's formats, the loss and 10 training steps of a tiny model)"
+echo "--- gpt2 (examples/gpt2: llm.c's formats, the loader, the fused classifier, sampling and training steps of a tiny model, checked by its self-check)"
 "$LOOM_BUILD_DIR/examples/gpt2"
 
 section "benchmark smoke run: CPU benchmarks and the static PTX report, tiny sizes (bench/run_cpu.sh --quick)"
